@@ -1,0 +1,342 @@
+r"""Thin torch backend: model outputs in, validated float64 distributions and batched bounds out.
+
+Importing this module does not import torch; each function imports it on first use and raises
+``ImportError`` (``pip install "mdsd_ot[torch]"``) when it is missing.
+
+Two jobs:
+
+1. :func:`to_distribution` turns logits or probabilities (any float dtype, including bfloat16 and
+   float16; any device; shape ``(V,)`` or ``(B, V)``) into float64 probability tensors, applying
+   temperature, top-k and top-p on the way. The order is always: temperature, then top-k, then top-p
+   (on the top-k renormalised distribution), then one renormalisation computed as a float64 softmax
+   over the surviving logits (no ``x / x.sum()`` of a float32 vector).
+2. :func:`sorted_prefix_bound` evaluates the optimal acceptance alpha* (MATH.md section 3) for a batch
+   of pairs on the tensors' device by one ``torch.sort`` and a few ``cumsum``: sampling with
+   replacement for any ``n`` and sequential sampling without replacement for ``n = 2``.
+
+Tie and boundary conventions
+----------------------------
+* **top-k** keeps exactly ``min(k, V)`` tokens: those with the largest (temperature-scaled) logits,
+  ties broken by the lower token index (stable sort). ``top_k=None`` or ``top_k >= V`` keeps all.
+* **top-p** sorts tokens by probability, descending, ties by lower index, and keeps the token at rank
+  ``r`` iff the mass of the tokens strictly before it is ``< top_p``: the smallest prefix whose mass
+  reaches ``top_p``. The top token is always kept; a prefix whose mass equals ``top_p`` exactly stops
+  there. ``top_p=1`` (the default ``None``) keeps everything, including zero-probability tokens.
+* **temperature** ``T > 0`` divides the logits by ``T``; for probability input it maps ``p`` to
+  ``p**(1/T)`` renormalised (zero stays zero). ``T = 0`` is rejected: use ``top_k=1`` for greedy.
+* **bound order**: tokens sorted by ``q/p`` descending, ``p = 0 < q`` tokens first (key ``+inf``),
+  ``q = 0`` tokens last (key ``-inf``), ties kept in index order (``torch.sort(stable=True)``).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .._config import SUM_TOL
+from . import TORCH_HINT
+
+__all__ = [
+    "require_torch",
+    "to_distribution",
+    "sorted_prefix_order",
+    "sorted_prefix_bound",
+    "BatchBound",
+    "SAMPLINGS",
+]
+
+#: Sampling schemes :func:`sorted_prefix_bound` evaluates.
+SAMPLINGS = ("with_replacement", "without_replacement")
+
+
+def require_torch():
+    """Return the ``torch`` module, or raise ``ImportError`` naming the extra to install."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - exercised by monkeypatching in the tests
+        raise ImportError(TORCH_HINT) from exc
+    return torch
+
+
+def _as_float64_tensor(x, name: str):
+    """``x`` (tensor or array-like of floats) as a float64 tensor on its own device, 1-D or 2-D."""
+    torch = require_torch()
+    if not isinstance(x, torch.Tensor):
+        if isinstance(x, (str, bytes, dict, set)) or x is None:
+            raise TypeError(f"{name} must be a tensor or array of floats, got {type(x).__name__}")
+        try:
+            x = torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"{name} could not be read as a numeric tensor: {exc}") from None
+    if x.dtype == torch.bool or x.is_complex() or not x.is_floating_point():
+        raise TypeError(
+            f"{name} has dtype {x.dtype}; pass floating-point logits or probabilities "
+            f"(e.g. {name}.float())"
+        )
+    if x.ndim not in (1, 2):
+        raise ValueError(f"{name} must have shape (V,) or (B, V); got shape {tuple(x.shape)}")
+    if x.shape[-1] == 0 or (x.ndim == 2 and x.shape[0] == 0):
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); a distribution needs a token")
+    return x.detach().to(torch.float64)
+
+
+def _check_probs(x, name: str, normalize: bool):
+    """Validate a float64 probability tensor along the last axis; return it (rescaled if asked)."""
+    torch = require_torch()
+    if not bool(torch.isfinite(x).all()):
+        bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
+        raise ValueError(f"{name} contains NaN or inf (first at index {tuple(bad)})")
+    if bool((x < 0).any()):
+        bad = torch.nonzero(x < 0)[0].tolist()
+        raise ValueError(
+            f"{name} has negative entries (first at index {tuple(bad)}: {float(x[tuple(bad)]):.3g}); "
+            f"probabilities must be >= 0 (pass logits with kind='logits' instead?)"
+        )
+    sums = x.sum(dim=-1, keepdim=True)
+    if bool((sums <= 0).any()):
+        raise ValueError(f"{name} has a row with total mass 0; a distribution needs positive mass")
+    if normalize:
+        return x / sums
+    off = (sums - 1.0).abs()
+    if bool((off > SUM_TOL).any()):
+        worst = float(sums.flatten()[int(off.flatten().argmax())])
+        raise ValueError(
+            f"{name} sums to {worst:.9g}, more than {SUM_TOL:g} away from 1; "
+            f"pass normalize=True to rescale it"
+        )
+    return x
+
+
+def to_distribution(x, *, kind: str = "logits", temperature: float = 1.0, top_k=None, top_p=None,
+                    normalize: bool = False):
+    r"""Logits or probabilities -> validated float64 probabilities (temperature, top-k, top-p).
+
+    .. math:: \pi_T(y) \propto \exp(z_y / T)\,[y \in \text{top-}k]\,[y \in \text{top-}p]
+
+    Parameters
+    ----------
+    x : torch.Tensor or array_like, shape (V,) or (B, V)
+        Logits (``kind="logits"``; ``-inf`` marks a masked token) or probabilities
+        (``kind="probs"``), any float dtype, any device.
+    kind : {"logits", "probs"}
+        How to read ``x``.
+    temperature : float
+        ``T > 0``. Applied first, to the logits (for probabilities: ``p**(1/T)`` renormalised).
+    top_k : int or None
+        Keep the ``top_k`` most likely tokens (ties: lower index first). ``None``: keep all.
+    top_p : float or None
+        Nucleus mass in ``(0, 1]``: keep the smallest prefix of the sorted tokens whose mass reaches
+        ``top_p`` (a token is kept iff the mass strictly before it is ``< top_p``). ``None``: keep all.
+    normalize : bool
+        ``kind="probs"`` only: rescale rows that do not sum to one (else a ``ValueError``).
+
+    Returns
+    -------
+    torch.Tensor, float64, same shape and device as ``x``
+        Each row sums to one (up to float64 rounding); truncated tokens are exactly 0.
+
+    Notes
+    -----
+    Cost: one softmax, plus one sort per row when ``top_k`` or ``top_p`` is set.
+    Temperature does not commute with truncation: capture each temperature from the logits.
+
+    Examples
+    --------
+    >>> import torch
+    >>> to_distribution(torch.tensor([0.0, 0.0, -1e9]), top_k=1).tolist()
+    [1.0, 0.0, 0.0]
+    """
+    torch = require_torch()
+    if kind not in ("logits", "probs"):
+        raise ValueError(f"unknown kind {kind!r}; choose 'logits' or 'probs'")
+    t = _as_float64_tensor(x, "x")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__}")
+    temperature = float(temperature)
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(
+            f"temperature must be a finite float > 0, got {temperature!r} (for greedy use top_k=1)"
+        )
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise TypeError(f"top_k must be a positive int or None, got {type(top_k).__name__}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise TypeError(f"top_p must be a float in (0, 1] or None, got {type(top_p).__name__}")
+        top_p = float(top_p)
+        if not (0.0 < top_p <= 1.0):
+            raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
+
+    if kind == "probs":
+        t = _check_probs(t, "x", normalize)
+        if temperature == 1.0 and top_k is None and (top_p is None or top_p == 1.0):
+            return t if normalize else t.clone()
+        z = torch.log(t)  # log 0 = -inf: a zero stays zero under any temperature
+    else:
+        if bool(torch.isnan(t).any()) or bool((t == math.inf).any()):
+            bad = torch.nonzero(torch.isnan(t) | (t == math.inf))[0].tolist()
+            raise ValueError(f"logits contain NaN or +inf (first at index {tuple(bad)})")
+        if bool((t == -math.inf).all(dim=-1).any()):
+            raise ValueError("a row of logits is entirely -inf; no token is left to sample")
+        z = t
+    z = z / temperature
+
+    V = z.shape[-1]
+    if top_k is not None and top_k < V:
+        order = torch.sort(z, dim=-1, descending=True, stable=True).indices
+        drop = order[..., top_k:]
+        z = z.scatter(-1, drop, -math.inf)
+    if top_p is not None and top_p < 1.0:
+        prob = torch.softmax(z, dim=-1)
+        sorted_p, order = torch.sort(prob, dim=-1, descending=True, stable=True)
+        # mass strictly before each rank, as a running sum of the earlier entries (no subtraction)
+        before = torch.cat([torch.zeros_like(sorted_p[..., :1]), torch.cumsum(sorted_p, -1)[..., :-1]],
+                           dim=-1)
+        drop_sorted = before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        z = z.masked_fill(drop, -math.inf)
+    return torch.softmax(z, dim=-1)
+
+
+class BatchBound(NamedTuple):
+    """Batched optimal acceptance from :func:`sorted_prefix_bound`.
+
+    Attributes
+    ----------
+    value : torch.Tensor, float64, shape (B,) or ()
+        alpha* per row.
+    prefix_len : torch.Tensor, int64, shape (B,) or ()
+        Length k of an optimal prefix (the first maximiser): the optimal dual subset is
+        ``order[..., :k]``.
+    order : torch.Tensor, int64, shape (B, V) or (V,)
+        The token order by ``q/p`` descending (see the module conventions).
+    """
+
+    value: object
+    prefix_len: object
+    order: object
+
+    def subset(self, row: int = 0):
+        """Sorted token indices of the optimal dual subset H of one row (a numpy int64 array)."""
+        import numpy as np
+
+        order = self.order if self.order.ndim == 1 else self.order[row]
+        k = int(self.prefix_len if self.prefix_len.ndim == 0 else self.prefix_len[row])
+        return np.sort(order[:k].cpu().numpy().astype(np.int64))
+
+
+def sorted_prefix_order(p, q):
+    """Token order for the sorting theorem: ``q/p`` descending, ``p=0<q`` first, ``q=0`` last.
+
+    Parameters
+    ----------
+    p, q : torch.Tensor, float64, shape (B, V)
+
+    Returns
+    -------
+    torch.Tensor, int64, shape (B, V)
+        ``order[b, r]`` = the token at rank ``r`` of row ``b`` (ties in index order).
+    """
+    torch = require_torch()
+    ratio = q / torch.where(p > 0, p, torch.ones_like(p))
+    key = torch.where(p > 0, ratio, torch.full_like(p, math.inf))
+    key = torch.where(q > 0, key, torch.full_like(p, -math.inf))
+    return torch.sort(key, dim=-1, descending=True, stable=True).indices
+
+
+def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
+                        normalize: bool = False) -> BatchBound:
+    r"""Optimal acceptance alpha* for a batch of (p, q) pairs by the sorted-prefix scan, in torch.
+
+    .. math::
+        \alpha^* = 1 - \max_{k=0..V} \bigl[ Q(H_k) - P_k \bigr],
+
+    with :math:`H_k` the first ``k`` tokens in ``q/p``-descending order and :math:`P_k = p(H_k)`.
+
+    * ``"with_replacement"``: :math:`Q(H_k) = (Q_k)^n`, :math:`Q_k = q(H_k)` (any ``n``).
+    * ``"without_replacement"`` (sequential, ``n = 2`` only):
+      :math:`W_2(H) = q(H) - R \sum_{i \in H} q_i / (1 - q_i)`, where :math:`R` is the mass outside
+      ``H`` computed as a direct suffix sum and each :math:`1 - q_i` as the sum of the other entries
+      (prefix before ``i`` plus suffix after ``i``), never by subtraction from 1 (MATH.md section 7).
+      ``n = 1`` is the same for both schemes.
+
+    Parameters
+    ----------
+    p, q : torch.Tensor or array_like, shape (V,) or (B, V)
+        Target and draft probabilities (any float dtype and device; computed in float64 there).
+    n : int
+        Number of drafts, ``>= 1``.
+    sampling : {"with_replacement", "without_replacement"}
+    normalize : bool
+        Rescale rows that do not sum to one (else sums off by more than ``SUM_TOL`` raise).
+
+    Returns
+    -------
+    BatchBound
+        ``value`` (alpha* per row), ``prefix_len``, ``order``; 0-d / 1-D when the input was 1-D.
+
+    Notes
+    -----
+    Cost: one sort and O(V) cumulative sums per row, all on the input device.
+
+    Examples
+    --------
+    >>> import torch
+    >>> p = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)
+    >>> q = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    >>> round(float(sorted_prefix_bound(p, q, 2).value), 6)
+    0.69
+    >>> round(float(sorted_prefix_bound(p, q, 2, "without_replacement").value), 6)
+    0.734524
+    """
+    torch = require_torch()
+    from .._validate import check_n
+
+    n = check_n(n)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r} for the torch backend; choose one of "
+                         f"{list(SAMPLINGS)} (others: use mdsd_ot.optimal_acceptance)")
+    if sampling == "without_replacement" and n > 2:
+        raise ValueError(
+            "the torch backend evaluates sequential without-replacement sampling for n <= 2 only; "
+            "use mdsd_ot.optimal_acceptance(p, q, n, sampling='without_replacement') for n > 2"
+        )
+    pt = _as_float64_tensor(p, "p")
+    qt = _as_float64_tensor(q, "q")
+    if pt.shape != qt.shape:
+        raise ValueError(f"p and q must have the same shape; got p {tuple(pt.shape)} and "
+                         f"q {tuple(qt.shape)}")
+    if pt.device != qt.device:
+        raise ValueError(f"p and q must be on the same device; got {pt.device} and {qt.device}")
+    squeeze = pt.ndim == 1
+    pt = _check_probs(pt.reshape(-1, pt.shape[-1]), "p", normalize)
+    qt = _check_probs(qt.reshape(-1, qt.shape[-1]), "q", normalize)
+
+    order = sorted_prefix_order(pt, qt)
+    ps = torch.gather(pt, -1, order)
+    qs = torch.gather(qt, -1, order)
+    zero = torch.zeros_like(ps[:, :1])
+    P = torch.cat([zero, torch.cumsum(ps, -1)], -1)  # P[k] = p(H_k), k = 0..V
+    Q = torch.cat([zero, torch.cumsum(qs, -1)], -1)
+    if sampling == "with_replacement" or n == 1:
+        QH = Q**n
+    else:
+        if bool(((qt > 0).sum(-1) < 2).any()):
+            raise ValueError(
+                "sampling without replacement with n = 2 needs at least 2 tokens with q > 0 in "
+                "every row; a row of q is one-hot"
+            )
+        # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
+        R = torch.cat([torch.flip(torch.cumsum(torch.flip(qs, [-1]), -1), [-1]), zero], -1)
+        others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
+        term = torch.where(qs > 0, qs / torch.where(others > 0, others, torch.ones_like(others)),
+                           torch.zeros_like(qs))
+        S = torch.cat([zero, torch.cumsum(term, -1)], -1)
+        QH = Q - R * S
+    obj = QH - P
+    best, k = torch.max(obj, dim=-1)  # first maximiser; obj[:, 0] = 0 so best >= 0
+    value = (1.0 - best).clamp(0.0, 1.0)
+    if squeeze:
+        return BatchBound(value[0], k[0], order[0])
+    return BatchBound(value, k, order)

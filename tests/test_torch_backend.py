@@ -1,0 +1,301 @@
+"""Torch backend: distributions from logits and the batched sorted-prefix bound, against numpy oracles."""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mdsd_ot._config import VALUE_TOL
+
+# ---------------------------------------------------------------- oracles (plain numpy, no sorting)
+
+
+def _draft_set_mass(q, H, n, sampling):
+    """P(all n drafts fall in H), by enumerating ordered draft tuples (independent of MATH 3.2)."""
+    V = len(q)
+    H = set(H)
+    if sampling == "with_replacement":
+        return sum(q[i] for i in H) ** n
+    total = 0.0
+    for tup in itertools.permutations(range(V), n):
+        if not all(t in H for t in tup):
+            continue
+        prob, left = 1.0, list(range(V))
+        for t in tup:
+            rest = sum(q[j] for j in left)  # mass not yet drawn, as a direct sum
+            prob *= q[t] / rest if rest > 0 else 0.0
+            left.remove(t)
+        total += prob
+    return total
+
+
+def brute_force_bound(p, q, n, sampling):
+    """alpha* = 1 - max over all 2^V subsets H of [Q(H) - p(H)]."""
+    V = len(p)
+    best = 0.0
+    for r in range(V + 1):
+        for H in itertools.combinations(range(V), r):
+            best = max(best, _draft_set_mass(q, H, n, sampling) - sum(p[i] for i in H))
+    return 1.0 - best
+
+
+def _random_pair(rng, V, zeros=True):
+    p = rng.dirichlet(np.full(V, 0.7))
+    q = rng.dirichlet(np.full(V, 0.7))
+    if zeros:
+        p[rng.random(V) < 0.25] = 0.0
+        q[rng.random(V) < 0.25] = 0.0
+        if p.sum() == 0:
+            p[0] = 1.0
+        if (q > 0).sum() < 2:
+            q[:2] += 0.5
+        p /= p.sum()
+        q /= q.sum()
+    return p, q
+
+
+def np_softmax_filter(z, T, top_k, top_p):
+    """Plain numpy re-implementation of temperature -> top-k -> top-p -> renormalise, one row."""
+    z = np.asarray(z, dtype=np.float64) / T
+    V = len(z)
+    keep = np.ones(V, dtype=bool)
+    if top_k is not None and top_k < V:
+        ranked = sorted(range(V), key=lambda i: (-z[i], i))
+        keep[:] = False
+        keep[ranked[:top_k]] = True
+    def softmax(mask):
+        m = np.max(z[mask])
+        e = np.where(mask, np.exp(np.where(mask, z - m, 0.0)), 0.0)
+        return e / e.sum()
+    if top_p is not None and top_p < 1:
+        pr = softmax(keep)
+        ranked = sorted(range(V), key=lambda i: (-pr[i], i))
+        acc = 0.0
+        new = np.zeros(V, dtype=bool)
+        for i in ranked:
+            if acc < top_p:
+                new[i] = True
+            acc += pr[i]
+        keep &= new
+    return softmax(keep)
+
+
+torch = pytest.importorskip("torch")
+from mdsd_ot.backends import torch as tb  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------- bound tests
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_with_replacement_matches_brute_force(n):
+    rng = np.random.default_rng(10 + n)
+    for _ in range(4):
+        V = int(rng.integers(1, 8))
+        rows = [_random_pair(rng, V) for _ in range(5)]
+        P = np.stack([r[0] for r in rows])
+        Q = np.stack([r[1] for r in rows])
+        out = tb.sorted_prefix_bound(torch.tensor(P), torch.tensor(Q), n)
+        for b in range(len(rows)):
+            ref = brute_force_bound(P[b], Q[b], n, "with_replacement")
+            assert abs(float(out.value[b]) - ref) < VALUE_TOL
+            # the certificate reproduces the value
+            H = out.subset(b)
+            cert = 1.0 - (Q[b][H].sum() ** n - P[b][H].sum())
+            assert abs(cert - ref) < VALUE_TOL
+
+
+def test_without_replacement_n2_matches_enumeration():
+    rng = np.random.default_rng(7)
+    for _ in range(12):
+        V = int(rng.integers(2, 8))
+        P, Q = zip(*[_random_pair(rng, V) for _ in range(4)])
+        P, Q = np.stack(P), np.stack(Q)
+        out = tb.sorted_prefix_bound(torch.tensor(P), torch.tensor(Q), 2, "without_replacement")
+        for b in range(len(P)):
+            ref = brute_force_bound(P[b], Q[b], 2, "without_replacement")
+            assert abs(float(out.value[b]) - ref) < VALUE_TOL
+
+
+def test_math_md_test_vectors():
+    # MATH.md section 6, columns alpha*_with and alpha*_without
+    cases = [
+        ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, 0.972222, 1.0),
+        ((.5, .3, .2, 0), (.1, .2, .3, .4), 2, 0.690000, 0.734524),
+        ((.6, .2, .1, .1), (.7, .2, .05, .05), 2, 0.990000, 1.0),
+    ]
+    for p, q, n, w, wo in cases:
+        assert abs(float(tb.sorted_prefix_bound(p, q, n).value) - w) < 5e-7
+        assert abs(float(tb.sorted_prefix_bound(p, q, n, "without_replacement").value) - wo) < 5e-7
+    p, q = (.5, .3, .2, 0), (.1, .2, .3, .4)
+    assert abs(float(tb.sorted_prefix_bound(p, q, 3).value) - 0.771) < 5e-7
+
+
+def test_near_one_hot_draft_no_cancellation():
+    # q_max = 1 - 1e-12: 1 - q_i must come from the direct sum of the others (MATH.md section 7)
+    V = 6
+    q = np.array([1.0, 4e-13, 3e-13, 2e-13, 1e-13, 0.0])
+    p = np.array([0.5, 0.2, 0.1, 0.1, 0.1, 0.0])
+    # exact W_2 of H = {0}: 0; the optimum here must keep alpha* in [0, 1] and match enumeration
+    ref = brute_force_bound(p, q, 2, "without_replacement")
+    got = float(tb.sorted_prefix_bound(p, q, 2, "without_replacement", normalize=True).value)
+    assert abs(got - ref) < VALUE_TOL
+    # against a draft with a truly tiny rest, the second draw is nearly uniform over the rest
+    q2 = np.array([1.0 - 1e-12, 4e-13, 3e-13, 2e-13, 1e-13, 0.0])
+    q2[0] = 1.0 - q2[1:].sum()
+    ref2 = brute_force_bound(p, q2, 2, "without_replacement")
+    got2 = float(tb.sorted_prefix_bound(p, q2, 2, "without_replacement").value)
+    assert abs(got2 - ref2) < VALUE_TOL
+    assert V == len(p)
+
+
+def test_batch_agrees_with_rows_and_numpy_reimplementation_large_v():
+    rng = np.random.default_rng(3)
+    B, V = 6, 3000
+    P = rng.dirichlet(np.full(V, 0.05), size=B)
+    Q = rng.dirichlet(np.full(V, 0.05), size=B)
+    P[:, :100] = 0.0
+    Q[:, 50:150] = 0.0
+    P /= P.sum(1, keepdims=True)
+    Q /= Q.sum(1, keepdims=True)
+    out = tb.sorted_prefix_bound(torch.tensor(P), torch.tensor(Q), 3)
+    for b in range(B):
+        one = tb.sorted_prefix_bound(torch.tensor(P[b]), torch.tensor(Q[b]), 3)
+        assert float(one.value) == float(out.value[b])
+        # numpy re-implementation with lexsort (q=0 last, p=0<q first, ratio descending, index ties)
+        p, q = P[b], Q[b]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(q == 0, -np.inf, np.where(p == 0, np.inf, q / np.where(p > 0, p, 1)))
+        order = np.lexsort((np.arange(V), -key))
+        Qk = np.concatenate([[0], np.cumsum(q[order])])
+        Pk = np.concatenate([[0], np.cumsum(p[order])])
+        assert abs(float(out.value[b]) - (1 - np.max(Qk**3 - Pk))) < VALUE_TOL
+
+
+def test_with_numpy_core_when_available():
+    mdsd = pytest.importorskip("mdsd_ot")
+    if not hasattr(mdsd, "optimal_acceptance"):
+        pytest.skip("mdsd_ot.optimal_acceptance not available yet")
+    rng = np.random.default_rng(11)
+    for _ in range(10):
+        V = int(rng.integers(2, 40))
+        p, q = _random_pair(rng, V)
+        for n in (1, 2, 3):
+            ref = mdsd.optimal_acceptance(p, q, n, sampling="with_replacement").value
+            assert abs(float(tb.sorted_prefix_bound(p, q, n).value) - ref) < VALUE_TOL
+        ref = mdsd.optimal_acceptance(p, q, 2, sampling="without_replacement").value
+        got = float(tb.sorted_prefix_bound(p, q, 2, "without_replacement").value)
+        assert abs(got - ref) < VALUE_TOL
+
+
+def test_bfloat16_and_float32_inputs_promote():
+    p = torch.tensor([0.5, 0.25, 0.25], dtype=torch.bfloat16)
+    q = torch.tensor([0.25, 0.25, 0.5], dtype=torch.float32)
+    out = tb.sorted_prefix_bound(p, q, 1)
+    assert out.value.dtype == torch.float64
+    assert abs(float(out.value) - 0.75) < 1e-12
+
+
+def test_bound_input_errors():
+    with pytest.raises(ValueError, match="same shape"):
+        tb.sorted_prefix_bound([0.5, 0.5], [1.0], 2)
+    with pytest.raises(ValueError, match="normalize=True"):
+        tb.sorted_prefix_bound([0.5, 0.6], [0.5, 0.5], 2)
+    with pytest.raises(ValueError, match="n <= 2"):
+        tb.sorted_prefix_bound([0.5, 0.5], [0.5, 0.5], 3, "without_replacement")
+    with pytest.raises(ValueError, match="one-hot"):
+        tb.sorted_prefix_bound([0.5, 0.5], [1.0, 0.0], 2, "without_replacement")
+    with pytest.raises(ValueError, match="unknown sampling"):
+        tb.sorted_prefix_bound([0.5, 0.5], [0.5, 0.5], 2, "greedy")
+    with pytest.raises(TypeError):
+        tb.sorted_prefix_bound(torch.tensor([1, 0]), torch.tensor([1, 0]), 2)
+    with pytest.raises(ValueError, match="negative"):
+        tb.sorted_prefix_bound([1.5, -0.5], [0.5, 0.5], 2)
+
+
+# ------------------------------------------------------------------------------ distribution tests
+
+
+@pytest.mark.parametrize("T,top_k,top_p", [
+    (1.0, None, None), (0.3, None, None), (0.7, 3, None), (1.3, None, 0.8),
+    (0.5, 4, 0.9), (1.0, 1, None), (2.0, 100, 0.5), (1.0, None, 1.0),
+])
+def test_to_distribution_matches_numpy(T, top_k, top_p):
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(4, 9)) * 3
+    Z[1, 2] = Z[1, 5] = Z[1].max() + 1  # ties at the top
+    Z[2, :3] = 0.25  # ties in the middle
+    Z[3, 4] = -np.inf  # a masked token
+    got = tb.to_distribution(torch.tensor(Z, dtype=torch.float64), temperature=T, top_k=top_k,
+                             top_p=top_p)
+    assert got.dtype == torch.float64 and got.shape == (4, 9)
+    for b in range(4):
+        ref = np_softmax_filter(Z[b], T, top_k, top_p)
+        assert np.max(np.abs(got[b].numpy() - ref)) < 1e-12
+        assert abs(got[b].sum().item() - 1) < 1e-12
+
+
+def test_to_distribution_tie_conventions():
+    z = torch.tensor([1.0, 2.0, 2.0, 2.0, 0.0])
+    got = tb.to_distribution(z, top_k=2)
+    assert (got > 0).tolist() == [False, True, True, False, False]  # ties: lower index first
+    probs = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)
+    got = tb.to_distribution(probs, kind="probs", top_p=0.5)  # mass exactly 0.5 after 2 tokens
+    assert got.tolist() == [0.5, 0.5, 0.0, 0.0]
+    got = tb.to_distribution(probs, kind="probs", top_p=0.500001)
+    assert got.tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0], abs=1e-15)
+
+
+def test_to_distribution_low_precision_and_probs():
+    z = torch.randn(3, 50, generator=torch.Generator().manual_seed(1))
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        got = tb.to_distribution(z.to(dt), temperature=0.5)
+        ref = np.stack([np_softmax_filter(r, 0.5, None, None) for r in z.to(dt).double().numpy()])
+        assert got.dtype == torch.float64
+        assert np.max(np.abs(got.numpy() - ref)) < 1e-12
+    # probabilities with temperature: p ** (1/T) renormalised, zeros stay zero
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)
+    got = tb.to_distribution(p, kind="probs", temperature=0.5)
+    ref = np.array([0.25, 0.09, 0.04, 0.0]) / 0.38
+    assert np.max(np.abs(got.numpy() - ref)) < 1e-15
+
+
+def test_to_distribution_errors():
+    with pytest.raises(ValueError, match="temperature"):
+        tb.to_distribution(torch.zeros(3), temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        tb.to_distribution(torch.zeros(3), top_p=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        tb.to_distribution(torch.zeros(3), top_k=0)
+    with pytest.raises(ValueError, match="NaN"):
+        tb.to_distribution(torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="entirely -inf"):
+        tb.to_distribution(torch.full((2,), -float("inf")))
+    with pytest.raises(ValueError, match="normalize=True"):
+        tb.to_distribution(torch.tensor([0.5, 0.6]), kind="probs")
+    with pytest.raises(TypeError, match="dtype"):
+        tb.to_distribution(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="shape"):
+        tb.to_distribution(torch.zeros(2, 2, 2))
+
+
+# ----------------------------------------------------------------------------- optional dependency
+
+
+def test_import_mdsd_ot_does_not_import_torch():
+    code = ("import sys, mdsd_ot, mdsd_ot.backends, mdsd_ot.backends.torch, mdsd_ot.sample, "
+            "mdsd_ot.cli; mdsd_ot.cli.build_parser(); "
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_missing_torch_gives_actionable_import_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    with pytest.raises(ImportError, match=r'pip install "mdsd_ot\[torch\]"'):
+        tb.to_distribution([0.0, 1.0])
+    with pytest.raises(ImportError, match=r"mdsd_ot\[torch\]"):
+        tb.sorted_prefix_bound([0.5, 0.5], [0.5, 0.5], 2)
