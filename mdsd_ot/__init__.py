@@ -1,0 +1,21 @@
+"""mdsd_ot: optimal acceptance rates of multi-draft speculative decoding.
+
+The optimal acceptance rate is the value of an optimal-transport problem between the target
+distribution ``p`` and the law of the ``n`` drafts drawn from ``q``; its dual is a subset selection
+solved exactly by sorting tokens by ``q/p``. See the README and ``MATH.md`` for the mathematics.
+"""
+from .api import METHODS, optimal_acceptance, optimal_acceptance_batch
+from .drafts import SCHEMES, DraftScheme, get_scheme
+from .result import AcceptanceResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "optimal_acceptance",
+    "optimal_acceptance_batch",
+    "AcceptanceResult",
+    "SCHEMES",
+    "DraftScheme",
+    "get_scheme",
+    "METHODS",
+]

@@ -1,0 +1,37 @@
+"""Named tolerances and size thresholds, shared by the code and the tests."""
+
+#: Largest allowed ``|sum(x) - 1|`` for a distribution passed without ``normalize=True``.
+SUM_TOL = 1e-6
+
+#: Agreement required between two exact methods (dual, LP, cvxpy, brute force).
+VALUE_TOL = 1e-9
+
+#: Agreement required between an exact output law and the target ``p``.
+LAW_TOL = 1e-12
+
+#: Tolerance for re-checking a dual certificate (the objective recomputed independently).
+CERT_TOL = 1e-9
+
+#: Feasibility / optimality tolerance handed to HiGHS.
+LP_SOLVER_TOL = 1e-10
+
+#: Number of LP columns above which HiGHS uses interior point instead of dual simplex.
+IPM_COLUMNS = 100_000
+
+#: Largest number of LP columns we agree to build (beyond it: use the dual).
+LP_MAX_COLUMNS = 20_000_000
+
+#: Largest vocabulary for exhaustive subset enumeration (2**V subsets).
+BRUTEFORCE_MAX_V = 20
+
+#: Largest number of ordered draft tuples an exact enumeration may visit.
+ENUMERATION_MAX_TUPLES = 5_000_000
+
+#: Step of the trapezoid rule in s = log t for the exponential-clock integral of W_n (MATH.md 3.2).
+QUAD_STEP = 0.25
+
+#: Tail of the exponential-clock integral left out at each end of the quadrature grid.
+QUAD_TAIL = 1e-17
+
+#: Slack when pruning prefixes with the cheap W_n bounds (never prunes the optimum).
+PRUNE_MARGIN = 1e-12

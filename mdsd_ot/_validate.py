@@ -1,0 +1,119 @@
+"""Input validation with actionable messages (``ValueError`` / ``TypeError``, never ``assert``)."""
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from ._config import SUM_TOL
+
+_FLOAT_KINDS = "f"
+
+
+def _as_float_array(x, name: str) -> np.ndarray:
+    """Convert an array-like (numpy, list, torch tensor) to a float64 ndarray, rejecting non-floats."""
+    if isinstance(x, (str, bytes, dict, set)) or x is None:
+        raise TypeError(f"{name} must be an array of probabilities, got {type(x).__name__}")
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor: convert without importing torch
+        x = x.detach().cpu()
+        if str(getattr(x, "dtype", "")).endswith("bfloat16"):
+            x = x.float()
+        x = x.numpy()
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+        raise TypeError(f"{name} could not be read as a numeric array: {exc}") from None
+    if arr.dtype == object:
+        raise TypeError(f"{name} must be a numeric array, got elements of mixed or non-numeric type")
+    if arr.dtype.kind == "b":
+        raise TypeError(f"{name} has dtype bool; pass probabilities as floats")
+    if arr.dtype.kind in "iu":
+        raise TypeError(
+            f"{name} has integer dtype {arr.dtype}; probabilities must be floats "
+            f"(e.g. {name}.astype(float) / {name}.sum() for counts)"
+        )
+    if arr.dtype.kind == "c":
+        raise TypeError(f"{name} is complex; probabilities must be real floats")
+    if arr.dtype.kind not in _FLOAT_KINDS:
+        raise TypeError(f"{name} must be a float array, got dtype {arr.dtype}")
+    return np.array(arr, dtype=np.float64)  # always a fresh float64 copy
+
+
+def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = False) -> np.ndarray:
+    """Return ``x`` as a validated float64 array of probability vectors along the last axis.
+
+    Parameters
+    ----------
+    x : array_like, shape (V,) or (B, V)
+        Probabilities (float16/32/64 or a torch tensor).
+    name : str
+        Name used in error messages.
+    ndim : {1, 2}
+        Required number of dimensions.
+    normalize : bool
+        Rescale each row to sum to one instead of rejecting sums off one by more than ``SUM_TOL``.
+    """
+    arr = _as_float_array(x, name)
+    if arr.ndim != ndim:
+        shape = "(V,)" if ndim == 1 else "(B, V)"
+        raise ValueError(f"{name} must have shape {shape}; got an array of shape {arr.shape}")
+    if arr.shape[-1] == 0:
+        raise ValueError(f"{name} is empty; a distribution needs at least one token")
+    if ndim == 2 and arr.shape[0] == 0:
+        raise ValueError(f"{name} has no rows; pass at least one distribution")
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)})")
+    if np.any(arr < 0):
+        bad = np.argwhere(arr < 0)[0]
+        raise ValueError(
+            f"{name} has negative entries (first at index {tuple(int(i) for i in bad)}: "
+            f"{arr[tuple(bad)]:.3g}); probabilities must be >= 0"
+        )
+    sums = arr.sum(axis=-1)
+    if np.any(sums <= 0):
+        raise ValueError(f"{name} has total mass 0; a distribution needs positive mass")
+    off = np.abs(sums - 1.0)
+    if normalize:
+        arr /= sums[..., None]
+    elif np.any(off > SUM_TOL):
+        worst = float(np.atleast_1d(sums)[np.argmax(np.atleast_1d(off))])
+        raise ValueError(
+            f"{name} sums to {worst:.9g}, more than {SUM_TOL:g} away from 1; "
+            f"pass normalize=True to rescale it"
+        )
+    return arr
+
+
+def check_pair(p, q, *, ndim: int = 1, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a target/draft pair of the same shape."""
+    p = check_probabilities(p, "p", ndim=ndim, normalize=normalize)
+    q = check_probabilities(q, "q", ndim=ndim, normalize=normalize)
+    if p.shape != q.shape:
+        raise ValueError(
+            f"p and q must have the same shape (one probability per vocabulary token); "
+            f"got p {p.shape} and q {q.shape}"
+        )
+    return p, q
+
+
+def check_n(n) -> int:
+    """Validate the number of drafts: a positive integer (bools rejected)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        if isinstance(n, float) and n.is_integer():
+            raise TypeError(f"n must be an int, got float {n!r}; pass n={int(n)}")
+        raise TypeError(f"n (the number of drafts) must be a positive int, got {type(n).__name__} {n!r}")
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError(f"n (the number of drafts) must be >= 1, got {n}")
+    return n
+
+
+def check_choice(value, name: str, choices) -> str:
+    """Validate a string option against its allowed values."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, one of {sorted(choices)}; got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {sorted(choices)}")
+    return value

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``mdsd-ot`` CLI, one module each (see :mod:`mdsd_ot.cli`)."""

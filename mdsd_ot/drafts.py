@@ -1,0 +1,370 @@
+"""Draft-sampling schemes: how the n drafts are drawn from the draft distribution q.
+
+Each scheme can draw drafts with a :class:`numpy.random.Generator`, enumerate its exact law over
+ordered draft tuples (small vocabularies; the test oracle), and evaluate
+
+.. math:: Q(H) = \\Pr[\\text{every draft lies in } H]
+
+for an arbitrary token subset ``H`` (MATH.md section 1). The dual solver (:mod:`mdsd_ot.dual`) only
+needs ``Q`` along sorted prefixes; :meth:`DraftScheme.mass` is the independent, subset-at-a-time
+evaluation used to re-check its certificates.
+
+Masses "outside a set" (``1 - q(S)``) are always computed as direct sums over the complement, never by
+subtraction from one: near one-hot drafts (``q_max = 1 - 1e-12``) would otherwise lose every digit.
+
+Schemes
+-------
+``with_replacement``      i.i.d. drafts, ``Q(H) = q(H)^n``.
+``without_replacement``   sequential draws without replacement (draw, remove, renormalise; the law
+                          of Gumbel-top-n in draw order), ``Q(H) = W_n(H)``.
+``greedy``                the n-1 most likely tokens (ties by index) plus one draw from q restricted
+                          to the others (Hu et al., 2025).
+``hub``                   SpecHub's n = 2 drafts: ``x1 ~ q``; ``x2 = argmax q`` if ``x1`` differs
+                          from it, else ``x2 ~ q`` on the rest.
+``conditional_poisson``   an n-subset drawn with probability proportional to ``prod q``;
+                          ``Q(H) = e_n(q_H) / e_n(q)``.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ._config import ENUMERATION_MAX_TUPLES
+from ._validate import check_choice
+
+__all__ = ["DraftScheme", "SCHEMES", "get_scheme", "complement_masses", "top_tokens"]
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def complement_masses(q: np.ndarray) -> np.ndarray:
+    """``1 - q_i`` for every token, computed without cancellation.
+
+    Only a token holding more than half of the mass can suffer cancellation in ``sum(q) - q_i``;
+    for it the complement is summed directly.
+    """
+    total = q.sum()
+    rest = total - q
+    big = np.flatnonzero(q > 0.5 * total)
+    for i in big:  # at most one token
+        rest[i] = np.delete(q, i).sum()
+    return rest
+
+
+def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` most likely tokens of ``q``, ties broken by token index (stable)."""
+    return np.argsort(-q, kind="stable")[:k].astype(np.int64)
+
+
+def _as_mask(subset, V: int) -> np.ndarray:
+    mask = np.zeros(V, dtype=bool)
+    subset = np.asarray(subset)
+    if subset.dtype == bool:
+        if subset.shape != (V,):
+            raise ValueError(f"a boolean subset mask must have shape ({V},), got {subset.shape}")
+        return subset.copy()
+    mask[subset.astype(np.int64)] = True
+    return mask
+
+
+def _support_size(q: np.ndarray) -> int:
+    return int(np.count_nonzero(q > 0))
+
+
+def _check_enumerable(count: int) -> None:
+    if count > ENUMERATION_MAX_TUPLES:
+        raise ValueError(
+            f"exact enumeration would visit {count:,} draft tuples (limit "
+            f"{ENUMERATION_MAX_TUPLES:,}); use a smaller vocabulary or the dual solver"
+        )
+
+
+def _sequential_tuple_probs(q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
+    """Probability of each ordered tuple of distinct tokens under sequential sampling.
+
+    The mass left before each draw is summed directly over the tokens not yet drawn.
+    """
+    T, n = tuples.shape
+    probs = np.ones(T)
+    remaining = np.ones((T, q.size), dtype=bool)
+    rows = np.arange(T)
+    for i in range(n):
+        left = (remaining * q).sum(axis=1)
+        probs *= q[tuples[:, i]] / left
+        remaining[rows, tuples[:, i]] = False
+    return probs
+
+
+def _merged_sequential_mass(q_in: np.ndarray, outside: float, n: int) -> float:
+    """``W_n(H)`` by enumerating ordered draws inside ``H``, the complement merged into one token.
+
+    Only the first draw outside ``H`` matters, so the complement can be merged into a single token
+    of mass ``outside`` without changing the event "the first n draws all lie in H".
+    """
+    q_ext = np.append(q_in, outside)
+    support = np.flatnonzero(q_in > 0)
+    if support.size < n:
+        return 0.0
+    tuples = np.array(list(itertools.permutations(support, n)), dtype=np.int64)
+    return float(_sequential_tuple_probs(q_ext, tuples).sum())
+
+
+def _elementary_symmetric(x: np.ndarray, n: int) -> float:
+    """``e_n(x)`` by the stable DP ``e_j(S + x) = e_j(S) + x e_{j-1}(S)`` (non-negative terms)."""
+    e = np.zeros(n + 1)
+    e[0] = 1.0
+    for xi in x:
+        e[1:] = e[1:] + xi * e[:-1]
+    return float(e[n])
+
+
+# ----------------------------------------------------------------------------------------- schemes
+@dataclass(frozen=True)
+class DraftScheme:
+    """A draft-sampling scheme (see the module docstring for the list).
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    description : str
+        One-line description.
+    prefix_optimal : bool
+        True when an optimal dual subset is a prefix of the tokens sorted by ``q/p`` (MATH.md 3).
+    """
+
+    name: str
+    description: str
+    prefix_optimal: bool
+    _sample: Callable
+    _tuples: Callable
+    _mass: Callable
+    _min_support: Callable  # n -> number of tokens with q > 0 the scheme needs
+    fixed_n: int | None = None  # the scheme is only defined for this number of drafts
+
+    # -- validation ------------------------------------------------------------------------------
+    def check(self, q: np.ndarray, n: int) -> None:
+        """Raise ``ValueError`` if ``n`` drafts cannot be drawn from ``q`` under this scheme."""
+        if self.fixed_n is not None and n != self.fixed_n:
+            raise ValueError(f"the {self.name!r} scheme is defined for n = {self.fixed_n} only, got n={n}")
+        need = self._min_support(n)
+        have = _support_size(q)
+        if have < need:
+            raise ValueError(
+                f"the {self.name!r} scheme with n={n} needs at least {need} tokens with q > 0, "
+                f"but q has {have}; lower n or use sampling='with_replacement'"
+            )
+
+    # -- the law --------------------------------------------------------------------------------
+    def sample(self, q: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Draw one ordered draft tuple, shape ``(n,)``, int64."""
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        self.check(q, n)
+        return np.asarray(self._sample(q, n, rng), dtype=np.int64)
+
+    def tuple_law(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """All ordered draft tuples with positive probability: ``(tuples (T, n) int64, probs (T,))``."""
+        self.check(q, n)
+        tuples, probs = self._tuples(q, n)
+        keep = probs > 0
+        return tuples[keep], probs[keep]
+
+    def set_law(self, q: np.ndarray, n: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """The law of the set of distinct drafted tokens: ``(sets, probs)``, sets as sorted tuples."""
+        tuples, probs = self.tuple_law(q, n)
+        law: dict[tuple[int, ...], float] = {}
+        for t, pr in zip(tuples.tolist(), probs.tolist()):
+            key = tuple(sorted(set(t)))
+            law[key] = law.get(key, 0.0) + pr
+        sets = sorted(law, key=lambda s: (len(s), s))
+        return sets, np.array([law[s] for s in sets])
+
+    def mass(self, q: np.ndarray, n: int, subset) -> float:
+        """``Q(H)``: probability that all ``n`` drafts fall in ``subset`` (indices or a bool mask)."""
+        self.check(q, n)
+        return float(self._mass(q, n, _as_mask(subset, q.size)))
+
+
+# with replacement ------------------------------------------------------------------------------
+def _inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draws; a zero-mass token is never returned (``side='right'``, ``u < 1``)."""
+    cdf = np.cumsum(q)
+    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
+    return np.minimum(idx, np.flatnonzero(q > 0)[-1])
+
+
+def _with_sample(q, n, rng):
+    return _inverse_cdf(q, rng.random(n))
+
+
+def _with_tuples(q, n):
+    support = np.flatnonzero(q > 0)
+    _check_enumerable(support.size**n)
+    tuples = np.array(list(itertools.product(support, repeat=n)), dtype=np.int64).reshape(-1, n)
+    return tuples, np.prod(q[tuples], axis=1)
+
+
+def _with_mass(q, n, mask):
+    return q[mask].sum() ** n
+
+
+# without replacement (sequential) --------------------------------------------------------------
+def _without_sample(q, n, rng):
+    with np.errstate(divide="ignore"):
+        keys = np.log(q) + rng.gumbel(size=q.size)
+    keys[q == 0] = -np.inf
+    order = np.argsort(-keys, kind="stable")
+    return order[:n]
+
+
+def _without_tuples(q, n):
+    support = np.flatnonzero(q > 0)
+    count = int(np.prod(np.arange(support.size - n + 1, support.size + 1)))
+    _check_enumerable(count)
+    tuples = np.array(list(itertools.permutations(support, n)), dtype=np.int64).reshape(-1, n)
+    return tuples, _sequential_tuple_probs(q, tuples)
+
+
+def _without_mass(q, n, mask):
+    q_in = q[mask]
+    outside = q[~mask].sum()
+    if n == 1:
+        return q_in.sum()
+    if outside == 0.0:
+        return 1.0 if _support_size(q_in) >= n else 0.0
+    if n == 2:  # W_2(H) = q(H) - R * sum_{i in H} q_i / (1 - q_i), each 1 - q_i summed directly
+        rest = complement_masses(q)[mask]
+        return q_in.sum() - outside * np.sum(q_in / rest)
+    k = _support_size(q_in)
+    if k < n:
+        return 0.0
+    if np.prod(np.arange(k - n + 1, k + 1), dtype=float) <= 200_000:
+        return _merged_sequential_mass(q_in, outside, n)
+    from . import _kernels  # exponential-clock quadrature on this subset alone
+
+    return float(_kernels.sequential_mass_quadrature(np.ascontiguousarray(q_in), outside, n))
+
+
+# greedy (Hu et al.) ------------------------------------------------------------------------------
+def _greedy_parts(q, n):
+    top = top_tokens(q, n - 1)
+    rest_mask = np.ones(q.size, dtype=bool)
+    rest_mask[top] = False
+    rest_mass = q[rest_mask].sum()  # direct sum, never 1 - q(Top)
+    return top, rest_mask, rest_mass
+
+
+def _greedy_sample(q, n, rng):
+    top, rest_mask, _ = _greedy_parts(q, n)
+    q_rest = np.where(rest_mask, q, 0.0)
+    return np.append(top, _inverse_cdf(q_rest, rng.random(1)))
+
+
+def _greedy_tuples(q, n):
+    top, rest_mask, rest_mass = _greedy_parts(q, n)
+    last = np.flatnonzero(rest_mask & (q > 0))
+    tuples = np.column_stack([np.tile(top, (last.size, 1)), last]).astype(np.int64)
+    return tuples, q[last] / rest_mass
+
+
+def _greedy_mass(q, n, mask):
+    top, rest_mask, rest_mass = _greedy_parts(q, n)
+    if not mask[top].all():
+        return 0.0
+    return q[mask & rest_mask].sum() / rest_mass
+
+
+# hub (SpecHub, n = 2) --------------------------------------------------------------------------
+def _hub_sample(q, n, rng):
+    a = int(top_tokens(q, 1)[0])
+    x1 = int(_inverse_cdf(q, rng.random(1))[0])
+    if x1 != a:
+        return np.array([x1, a])
+    q_rest = q.copy()
+    q_rest[a] = 0.0
+    return np.array([a, int(_inverse_cdf(q_rest, rng.random(1))[0])])
+
+
+def _hub_tuples(q, n):
+    a = int(top_tokens(q, 1)[0])
+    others = np.flatnonzero((q > 0) & (np.arange(q.size) != a))
+    rest_mass = np.delete(q, a).sum()
+    first = np.column_stack([others, np.full(others.size, a)])
+    second = np.column_stack([np.full(others.size, a), others])
+    tuples = np.vstack([first, second]).astype(np.int64)
+    probs = np.concatenate([q[others], q[a] * q[others] / rest_mass])
+    return tuples, probs
+
+
+# conditional Poisson -----------------------------------------------------------------------------
+def _cp_sample(q, n, rng):
+    x = q / q.max()  # the law is scale invariant; rescaling avoids underflow of e_n
+    V = x.size
+    # e[i, j] = e_j(x[i:]) for the suffix starting at i
+    e = np.zeros((V + 1, n + 1))
+    e[V, 0] = 1.0
+    for i in range(V - 1, -1, -1):
+        e[i, 0] = 1.0
+        e[i, 1:] = e[i + 1, 1:] + x[i] * e[i + 1, :-1]
+    chosen, need = [], n
+    for i in range(V):
+        if need == 0:
+            break
+        if rng.random() * e[i, need] < x[i] * e[i + 1, need - 1]:
+            chosen.append(i)
+            need -= 1
+    return np.array(chosen)
+
+
+def _cp_tuples(q, n):
+    support = np.flatnonzero(q > 0)
+    from math import comb
+
+    _check_enumerable(comb(support.size, n))
+    tuples = np.array(list(itertools.combinations(support, n)), dtype=np.int64).reshape(-1, n)
+    x = q / q.max()
+    weights = np.prod(x[tuples], axis=1)
+    return tuples, weights / weights.sum()
+
+
+def _cp_mass(q, n, mask):
+    x = q / q.max()
+    return _elementary_symmetric(x[mask], n) / _elementary_symmetric(x, n)
+
+
+SCHEMES: dict[str, DraftScheme] = {
+    s.name: s
+    for s in [
+        DraftScheme(
+            "with_replacement", "n i.i.d. drafts from q", True,
+            _with_sample, _with_tuples, _with_mass, lambda n: 1,
+        ),
+        DraftScheme(
+            "without_replacement", "sequential draws without replacement (Gumbel-top-n order)", True,
+            _without_sample, _without_tuples, _without_mass, lambda n: n,
+        ),
+        DraftScheme(
+            "greedy", "the n-1 most likely tokens plus one draw from the rest", True,
+            _greedy_sample, _greedy_tuples, _greedy_mass, lambda n: n,
+        ),
+        DraftScheme(
+            "hub", "SpecHub drafts (n = 2): x1 ~ q, then argmax q or a draw from the rest", True,
+            _hub_sample, _hub_tuples, lambda q, n, mask: _greedy_mass(q, 2, mask), lambda n: 2,
+            fixed_n=2,
+        ),
+        DraftScheme(
+            "conditional_poisson", "an n-subset with probability proportional to prod q", True,
+            _cp_sample, _cp_tuples, _cp_mass, lambda n: n,
+        ),
+    ]
+}
+
+
+def get_scheme(name) -> DraftScheme:
+    """Look up a scheme by name (``ValueError`` listing the choices when unknown)."""
+    if isinstance(name, DraftScheme):
+        return name
+    return SCHEMES[check_choice(name, "sampling", SCHEMES)]

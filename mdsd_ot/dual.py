@@ -1,0 +1,89 @@
+"""The dual of the optimal-transport LP: subset selection (MATH.md section 3).
+
+.. math:: \\alpha^* = \\min_{H \\subseteq \\Sigma} \\; p(H) + 1 - Q(H)
+
+Two solvers:
+
+* :func:`solve_bruteforce` enumerates all ``2^V`` subsets against the scheme's exact set law (the
+  slow oracle; ``V <= BRUTEFORCE_MAX_V``).
+* :func:`solve_sorted_prefix` scans the ``V + 1`` prefixes of the tokens sorted by ``q/p`` (high to
+  low), which contain an optimal ``H`` for every scheme with ``prefix_optimal``. Greedy and hub drafts
+  have an explicit optimal subset instead (:func:`solve_greedy`), found in O(V).
+
+Both return ``(value, subset)`` with ``subset`` the sorted token indices of an optimal ``H``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _kernels
+from ._config import BRUTEFORCE_MAX_V
+from .drafts import DraftScheme, top_tokens
+
+__all__ = ["sorted_order", "solve_sorted_prefix", "solve_greedy", "solve_bruteforce", "solve_dual"]
+
+
+def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Token order by ``q/p`` from high to low; ``p = 0 < q`` first, ``q = 0`` last, ties by index."""
+    return np.argsort(_kernels.order_keys(p, q), kind="stable")
+
+
+def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, *, parallel: bool = True):
+    """Optimal acceptance by the sorted-prefix scan (one sort + one O(V) or O(nV) pass).
+
+    Sequential sampling without replacement uses the closed form for n = 2 and, for n >= 3, prunes
+    prefixes with cheap bounds before evaluating ``W_n`` by exponential-clock quadrature.
+    """
+    order = sorted_order(p, q)
+    ps = np.ascontiguousarray(p[order])
+    qs = np.ascontiguousarray(q[order])
+    code = _kernels.SCHEME_CODES[scheme.name]
+    if code == 1 and n >= 3 and parallel:
+        value, k = _kernels.scan_without_replacement_parallel(ps, qs, n)
+    else:
+        value, k = _kernels.solve_sorted(ps, qs, n, code)
+    return float(value), np.sort(order[: int(k)]).astype(np.int64)
+
+
+def solve_greedy(p, q, n: int):
+    """Greedy / hub drafts (MATH.md 3.3): ``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))``.
+
+    ``Top`` holds the n-1 most likely draft tokens and ``q'`` is q restricted to the others and
+    renormalised (rest mass summed directly). The optimal subset is ``Top`` plus the tokens with
+    ``q' > p`` (empty when alpha* = 1).
+    """
+    top = top_tokens(q, n - 1)
+    rest = np.ones(q.size, dtype=bool)
+    rest[top] = False
+    q_rest = np.where(rest, q, 0.0) / q[rest].sum()
+    value = p[top].sum() + np.minimum(p, q_rest)[rest].sum()
+    subset = np.union1d(top, np.flatnonzero(rest & (q_rest > p)))
+    return float(min(value, 1.0)), subset.astype(np.int64)
+
+
+def solve_dual(p, q, n: int, scheme: DraftScheme, *, parallel: bool = True):
+    """The fast exact dual for ``scheme``: closed form for greedy/hub, sorted prefixes otherwise."""
+    if scheme.name in ("greedy", "hub"):
+        return solve_greedy(p, q, n)
+    return solve_sorted_prefix(p, q, n, scheme, parallel=parallel)
+
+
+def solve_bruteforce(p, q, n: int, scheme: DraftScheme):
+    """Exhaustive search over all ``2^V`` subsets using the scheme's enumerated set law."""
+    V = p.size
+    if V > BRUTEFORCE_MAX_V:
+        raise ValueError(
+            f"brute force enumerates 2^V subsets; V = {V} exceeds {BRUTEFORCE_MAX_V}. "
+            f"Use method='dual' or 'lp'"
+        )
+    sets, masses = scheme.set_law(q, n)
+    bits = 1 << np.arange(V, dtype=np.int64)
+    set_bits = np.array([sum(1 << t for t in s) for s in sets], dtype=np.int64)
+    subsets = np.arange(1 << V, dtype=np.int64)
+    members = (subsets[:, None] & bits[None, :]) != 0  # (2^V, V)
+    p_h = members.astype(float) @ p
+    inside = (set_bits[None, :] & ~subsets[:, None]) == 0  # set within H
+    q_h = inside.astype(float) @ masses
+    values = p_h + 1.0 - q_h
+    best = int(np.argmin(values))
+    return float(min(max(values[best], 0.0), 1.0)), np.flatnonzero(members[best]).astype(np.int64)
