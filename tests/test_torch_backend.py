@@ -299,3 +299,43 @@ def test_missing_torch_gives_actionable_import_error(monkeypatch):
         tb.to_distribution([0.0, 1.0])
     with pytest.raises(ImportError, match=r"mdsd_ot\[torch\]"):
         tb.sorted_prefix_bound([0.5, 0.5], [0.5, 0.5], 2)
+
+
+def test_multi_n_shares_sort_and_matches_single():
+    rng = np.random.default_rng(5)
+    P, Q = zip(*[_random_pair(rng, 30) for _ in range(5)])
+    P, Q = torch.tensor(np.stack(P)), torch.tensor(np.stack(Q))
+    multi = tb.sorted_prefix_bounds(P, Q, [1, 2, 3, 4])
+    for n in (1, 2, 3, 4):
+        assert torch.equal(multi[n], tb.sorted_prefix_bound(P, Q, n).value)
+    prev = None
+    for n in (1, 2, 3, 4):  # alpha* is non-decreasing in n (MATH.md section 4)
+        if prev is not None:
+            assert bool((multi[n] >= prev - 1e-12).all())
+        prev = multi[n]
+    wo = tb.sorted_prefix_bounds(P, Q, [1, 2], "without_replacement")
+    assert torch.equal(wo[1], multi[1])
+    assert bool((wo[2] >= multi[2] - 1e-12).all())  # without >= with (observed, MATH.md section 4)
+
+
+def test_greedy_bounds_match_numpy_formula_and_enumeration():
+    rng = np.random.default_rng(9)
+    for _ in range(10):
+        V = int(rng.integers(4, 9))
+        p, q = _random_pair(rng, V)
+        if (q > 0).sum() < 4:
+            continue
+        got = tb.greedy_bounds(p, q, [1, 2, 3, 4])
+        for n in (1, 2, 3, 4):
+            top = sorted(range(V), key=lambda i: (-q[i], i))[: n - 1]
+            rest = [i for i in range(V) if i not in top]
+            rmass = sum(q[i] for i in rest)
+            # oracle: brute force over subsets with the greedy set law Q(H) = 1[Top in H] q'(H)
+            best = 0.0
+            for r in range(V + 1):
+                for H in itertools.combinations(range(V), r):
+                    QH = (sum(q[i] for i in H if i in rest) / rmass) if set(top) <= set(H) else 0.0
+                    best = max(best, QH - sum(p[i] for i in H))
+            assert abs(float(got[n]) - (1 - best)) < VALUE_TOL
+    with pytest.raises(ValueError, match="tokens with q > 0"):
+        tb.greedy_bounds([0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [3])

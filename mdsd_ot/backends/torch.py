@@ -12,7 +12,8 @@ Two jobs:
    over the surviving logits (no ``x / x.sum()`` of a float32 vector).
 2. :func:`sorted_prefix_bound` evaluates the optimal acceptance alpha* (MATH.md section 3) for a batch
    of pairs on the tensors' device by one ``torch.sort`` and a few ``cumsum``: sampling with
-   replacement for any ``n`` and sequential sampling without replacement for ``n = 2``.
+   replacement for any ``n`` and sequential sampling without replacement for ``n = 2``;
+   :func:`greedy_bounds` the closed form for greedy drafts (MATH.md 3.3).
 
 Tie and boundary conventions
 ----------------------------
@@ -33,6 +34,7 @@ import math
 from typing import NamedTuple
 
 from .._config import SUM_TOL
+from .._validate import check_n
 from . import TORCH_HINT
 
 __all__ = [
@@ -41,6 +43,8 @@ __all__ = [
     "sorted_prefix_order",
     "sorted_prefix_bound",
     "BatchBound",
+    "sorted_prefix_bounds",
+    "greedy_bounds",
     "SAMPLINGS",
 ]
 
@@ -269,7 +273,8 @@ def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
         Number of drafts, ``>= 1``.
     sampling : {"with_replacement", "without_replacement"}
     normalize : bool
-        Rescale rows that do not sum to one (else sums off by more than ``SUM_TOL`` raise).
+        Rescale rows that do not sum to one (else sums off by more than ``SUM_TOL`` raise). Rows
+        within ``SUM_TOL`` of one are rescaled to one as in :func:`mdsd_ot.optimal_acceptance`.
 
     Returns
     -------
@@ -290,14 +295,52 @@ def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
     >>> round(float(sorted_prefix_bound(p, q, 2, "without_replacement").value), 6)
     0.734524
     """
+    pt, qt, _, squeeze = _prepare(p, q, [n], sampling, normalize)
+    n = check_n(n)
+    order = sorted_prefix_order(pt, qt)
+    value, k = _scan(pt, qt, order, [n], sampling)[n]
+    if squeeze:
+        return BatchBound(value[0], k[0], order[0])
+    return BatchBound(value, k, order)
+
+
+def _scan(pt, qt, order, ns, sampling):
+    """{n: (alpha* per row, first optimal prefix length)} for (B, V) float64 rows sharing ``order``."""
+    torch = require_torch()
+    ps = torch.gather(pt, -1, order)
+    qs = torch.gather(qt, -1, order)
+    zero = torch.zeros_like(ps[:, :1])
+    P = torch.cat([zero, torch.cumsum(ps, -1)], -1)  # P[k] = p(H_k), k = 0..V
+    Q = torch.cat([zero, torch.cumsum(qs, -1)], -1)
+    S = R = None
+    out = {}
+    for n in ns:
+        if sampling == "with_replacement" or n == 1:
+            QH = Q**n
+        else:
+            if S is None:
+                # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
+                R = torch.cat([torch.flip(torch.cumsum(torch.flip(qs, [-1]), -1), [-1]), zero], -1)
+                others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
+                safe = torch.where(others > 0, others, torch.ones_like(others))
+                term = torch.where(qs > 0, qs / safe, torch.zeros_like(qs))
+                S = torch.cat([zero, torch.cumsum(term, -1)], -1)
+            QH = Q - R * S
+        best, k = torch.max(QH - P, dim=-1)  # first maximiser; the k = 0 term is 0, so best >= 0
+        out[n] = ((1.0 - best).clamp(0.0, 1.0), k)
+    return out
+
+
+def _prepare(p, q, ns, sampling, normalize):
+    """Validate inputs of the bound functions; return (pt, qt, ns, squeeze) with 2-D float64 rows."""
     torch = require_torch()
     from .._validate import check_n
 
-    n = check_n(n)
+    ns = [check_n(n) for n in ns]
     if sampling not in SAMPLINGS:
         raise ValueError(f"unknown sampling {sampling!r} for the torch backend; choose one of "
                          f"{list(SAMPLINGS)} (others: use mdsd_ot.optimal_acceptance)")
-    if sampling == "without_replacement" and n > 2:
+    if sampling == "without_replacement" and max(ns) > 2:
         raise ValueError(
             "the torch backend evaluates sequential without-replacement sampling for n <= 2 only; "
             "use mdsd_ot.optimal_acceptance(p, q, n, sampling='without_replacement') for n > 2"
@@ -312,31 +355,72 @@ def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
     squeeze = pt.ndim == 1
     pt = _check_probs(pt.reshape(-1, pt.shape[-1]), "p", normalize)
     qt = _check_probs(qt.reshape(-1, qt.shape[-1]), "q", normalize)
+    # rescale to sum to one exactly as mdsd_ot.optimal_acceptance does (a change of ~1e-16 here)
+    pt = pt / pt.sum(-1, keepdim=True)
+    qt = qt / qt.sum(-1, keepdim=True)
+    if sampling == "without_replacement" and max(ns) == 2 and bool(((qt > 0).sum(-1) < 2).any()):
+        raise ValueError(
+            "sampling without replacement with n = 2 needs at least 2 tokens with q > 0 in "
+            "every row; a row of q is one-hot"
+        )
+    return pt, qt, ns, squeeze
 
+
+def sorted_prefix_bounds(p, q, ns, sampling: str = "with_replacement", *, normalize: bool = False):
+    """alpha* for several ``n`` at once, sharing one sort (see :func:`sorted_prefix_bound`).
+
+    Parameters
+    ----------
+    p, q : torch.Tensor or array_like, shape (V,) or (B, V)
+    ns : iterable of int
+    sampling : {"with_replacement", "without_replacement"}
+    normalize : bool
+
+    Returns
+    -------
+    dict
+        ``{n: torch.Tensor float64 of shape (B,) (or () for 1-D input)}``.
+    """
+    pt, qt, ns, squeeze = _prepare(p, q, list(ns), sampling, normalize)
     order = sorted_prefix_order(pt, qt)
+    res = _scan(pt, qt, order, ns, sampling)
+    return {n: (v[0] if squeeze else v) for n, (v, _) in res.items()}
+
+
+def greedy_bounds(p, q, ns, *, normalize: bool = False):
+    r"""alpha* for greedy drafts (Hu et al.; MATH.md 3.3) for several ``n``, batched.
+
+    .. math:: \alpha^*_{greedy} = p(\mathrm{Top}) + \sum_{x \notin \mathrm{Top}} \min(p(x), q'(x)),
+        \quad q'(x) = q(x) / q(\Sigma \setminus \mathrm{Top})
+
+    ``Top`` holds the ``n - 1`` most likely draft tokens (ties: lower index first); the rest mass
+    is a direct sum over the complement of ``Top`` (never ``1 - q(Top)``).
+
+    Parameters
+    ----------
+    p, q : torch.Tensor or array_like, shape (V,) or (B, V)
+    ns : iterable of int
+        Each needs at least ``n`` tokens with ``q > 0`` in every row.
+    normalize : bool
+
+    Returns
+    -------
+    dict
+        ``{n: torch.Tensor float64 of shape (B,) (or ())}``.
+    """
+    torch = require_torch()
+    pt, qt, ns, squeeze = _prepare(p, q, list(ns), "with_replacement", normalize)
+    need = max(ns)
+    if bool(((qt > 0).sum(-1) < need).any()):
+        raise ValueError(f"greedy drafts with n = {need} need at least {need} tokens with q > 0 "
+                         f"in every row")
+    qs, order = torch.sort(qt, dim=-1, descending=True, stable=True)
     ps = torch.gather(pt, -1, order)
-    qs = torch.gather(qt, -1, order)
-    zero = torch.zeros_like(ps[:, :1])
-    P = torch.cat([zero, torch.cumsum(ps, -1)], -1)  # P[k] = p(H_k), k = 0..V
-    Q = torch.cat([zero, torch.cumsum(qs, -1)], -1)
-    if sampling == "with_replacement" or n == 1:
-        QH = Q**n
-    else:
-        if bool(((qt > 0).sum(-1) < 2).any()):
-            raise ValueError(
-                "sampling without replacement with n = 2 needs at least 2 tokens with q > 0 in "
-                "every row; a row of q is one-hot"
-            )
-        # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
-        R = torch.cat([torch.flip(torch.cumsum(torch.flip(qs, [-1]), -1), [-1]), zero], -1)
-        others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
-        term = torch.where(qs > 0, qs / torch.where(others > 0, others, torch.ones_like(others)),
-                           torch.zeros_like(qs))
-        S = torch.cat([zero, torch.cumsum(term, -1)], -1)
-        QH = Q - R * S
-    obj = QH - P
-    best, k = torch.max(obj, dim=-1)  # first maximiser; obj[:, 0] = 0 so best >= 0
-    value = (1.0 - best).clamp(0.0, 1.0)
-    if squeeze:
-        return BatchBound(value[0], k[0], order[0])
-    return BatchBound(value, k, order)
+    out = {}
+    for n in ns:
+        top = n - 1
+        rest = qs[:, top:].sum(-1, keepdim=True)  # direct sum over the complement of Top
+        tail = torch.minimum(ps[:, top:], qs[:, top:] / rest).sum(-1)
+        val = (ps[:, :top].sum(-1) + tail).clamp(0.0, 1.0)
+        out[n] = val[0] if squeeze else val
+    return out
