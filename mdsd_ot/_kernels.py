@@ -66,26 +66,25 @@ def _argmin_first(a):
 
 
 # --------------------------------------------------------------------------- with replacement
+#
+# Every scan returns (D, k): the largest excess D = Q(H_k) - p(H_k) over the prefixes (>= 0, attained
+# first at k; k = 0 is the empty set) so that alpha* = 1 - D. Q(H_k) and p(H_k) come from prefix sums
+# of the same kind, so p == q gives D = 0 exactly, and every Q(H) is capped by the exact bound q(H).
 
 
 @nb.njit(cache=True)
 def scan_with_replacement(ps, qs, n):
-    """alpha* = min_k P_k + 1 - (1 - R_k)^n over sorted prefixes; returns ``(alpha, k)``.
-
-    ``1 - (1 - R)^n`` is evaluated as ``-expm1(n log1p(-R))``: no cancellation when ``R`` is tiny.
-    """
+    """D = max_k min(Q_k^n, Q_k) - P_k over sorted prefixes; returns ``(D, k)``."""
     P = prefix_sums(ps)
-    R = suffix_sums(qs)
-    best = np.inf
+    Q = prefix_sums(qs)
+    best = 0.0
     best_k = 0
-    for k in range(ps.size + 1):
-        r = min(R[k], 1.0)
-        miss = 1.0 if r >= 1.0 else -math.expm1(n * math.log1p(-r))
-        a = P[k] + miss
-        if a < best:
-            best = a
+    for k in range(1, ps.size + 1):
+        d = min(Q[k] ** n, Q[k]) - P[k]
+        if d > best:
+            best = d
             best_k = k
-    return min(best, 1.0), best_k
+    return best, best_k
 
 
 # ------------------------------------------------------------- without replacement, n = 2 closed form
@@ -93,20 +92,21 @@ def scan_with_replacement(ps, qs, n):
 
 @nb.njit(cache=True)
 def scan_without_replacement_2(ps, qs, rest_s):
-    """n = 2: alpha_k = P_k + R_k (1 + sum_{i in H_k} q_i / (1 - q_i)); ``rest_s[i] = 1 - qs[i]``.
+    """n = 2: W_2(H_k) = Q_k - R_k sum_{i in H_k} q_i / (1 - q_i); ``rest_s[i] = 1 - qs[i]``.
 
-    Every term is non-negative (no cancellation). Returns ``(alpha, k)``.
+    ``R_k`` is a suffix sum and each ``1 - q_i`` a direct sum (no cancellation). Returns ``(D, k)``.
     """
     P = prefix_sums(ps)
+    Q = prefix_sums(qs)
     R = suffix_sums(qs)
-    best = np.inf
+    best = 0.0
     best_k = 0
     s = 0.0
     c = 0.0
     for k in range(ps.size + 1):
-        a = P[k] + R[k] * (1.0 + s + c)
-        if a < best:
-            best = a
+        d = (Q[k] - P[k]) - R[k] * (s + c)
+        if d > best:
+            best = d
             best_k = k
         if k < ps.size:
             v = qs[k] / rest_s[k]
@@ -116,7 +116,7 @@ def scan_without_replacement_2(ps, qs, rest_s):
             else:
                 c += (v - t) + s
             s = t
-    return min(best, 1.0), best_k
+    return best, best_k
 
 
 # --------------------------------------------------------------------------- conditional Poisson
@@ -124,7 +124,7 @@ def scan_without_replacement_2(ps, qs, rest_s):
 
 @nb.njit(cache=True)
 def scan_conditional_poisson(ps, xs, n):
-    """alpha_k = P_k + 1 - e_n(x on H_k) / e_n(x); ``xs`` is q rescaled (the ratio is scale free)."""
+    """Q(H_k) = e_n(x on H_k) / e_n(x); ``xs`` is q rescaled (the ratio is scale free)."""
     V = xs.size
     e = np.zeros(n + 1)
     e[0] = 1.0
@@ -133,19 +133,19 @@ def scan_conditional_poisson(ps, xs, n):
             e[j] += xs[i] * e[j - 1]
     total = e[n]
     P = prefix_sums(ps)
+    X = prefix_sums(xs)
     e[:] = 0.0
     e[0] = 1.0
-    best = np.inf
+    best = 0.0
     best_k = 0
-    for k in range(V + 1):
-        a = P[k] + 1.0 - e[n] / total
-        if a < best:
-            best = a
+    for k in range(1, V + 1):
+        for j in range(n, 0, -1):
+            e[j] += xs[k - 1] * e[j - 1]
+        d = min(e[n] / total, X[k] / X[V]) - P[k]
+        if d > best:
+            best = d
             best_k = k
-        if k < V:
-            for j in range(n, 0, -1):
-                e[j] += xs[k] * e[j - 1]
-    return min(max(best, 0.0), 1.0), best_k
+    return best, best_k
 
 
 # ------------------------------------------------- without replacement, any n: exponential clocks
@@ -234,16 +234,16 @@ def sequential_mass_quadrature(q_in, outside, n):
 def without_replacement_bounds(ps, qs, n):
     """Exact values where trivial, and cheap bounds elsewhere, for every sorted prefix.
 
-    Returns ``(P, R, lo, hi, exact)``: ``lo[k] <= alpha_k <= hi[k]`` where
-    ``alpha_k = P_k + 1 - W_n(H_k)``; ``exact[k]`` is True when ``lo[k] == hi[k]`` is the value
-    (fewer than n drafted tokens in ``H_k``: W = 0; nothing outside: W = 1).
+    Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
+    ``D_k = W_n(H_k) - P_k``; ``exact[k]`` marks prefixes where ``lo[k] == hi[k]`` is the value
+    (fewer than n drafted tokens in ``H_k``: W = 0; no q mass outside: W = 1, taken as ``Q_k``).
     Bounds (MATH.md 3.2): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
-    sum of the j largest masses in H.
+    sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``.
     """
     V = qs.size
     P = prefix_sums(ps)
-    R = suffix_sums(qs)
     Q = prefix_sums(qs)
+    R = suffix_sums(qs)
     lo = np.empty(V + 1)
     hi = np.empty(V + 1)
     exact = np.zeros(V + 1, dtype=np.bool_)
@@ -251,16 +251,15 @@ def without_replacement_bounds(ps, qs, n):
     count = 0
     for k in range(V + 1):
         if count < n:
-            lo[k] = P[k] + 1.0
+            lo[k] = -P[k]
             hi[k] = lo[k]
             exact[k] = True
         elif R[k] <= 0.0:
-            lo[k] = P[k]
-            hi[k] = P[k]
+            lo[k] = Q[k] - P[k]
+            hi[k] = lo[k]
             exact[k] = True
         else:
-            r = min(R[k], 1.0)
-            lo[k] = P[k] - math.expm1(n * math.log1p(-r))
+            hi[k] = min(Q[k] ** n, Q[k]) - P[k]
             w = 1.0
             s = 0.0
             for j in range(n):
@@ -268,7 +267,7 @@ def without_replacement_bounds(ps, qs, n):
                 w *= inside / (R[k] + inside)
                 if j < n - 1:
                     s += top[j]
-            hi[k] = P[k] + 1.0 - w
+            lo[k] = w - P[k]
         if k < V:
             v = qs[k]
             if v > 0.0:
@@ -279,61 +278,62 @@ def without_replacement_bounds(ps, qs, n):
                         top[j] = top[j - 1]
                         j -= 1
                     top[j] = v
-    return P, R, lo, hi, exact
+    return P, Q, R, lo, hi, exact
 
 
 @nb.njit(cache=True)
 def candidate_prefixes(lo, hi, exact):
-    """Prefixes that may attain the minimum: ``(cand (int64, increasing), best exact (value, k))``."""
-    best_hi = hi.min()
-    best_exact = np.inf
-    best_exact_k = -1
+    """Prefixes that may attain the maximum: ``(cand (int64, increasing), best exact (D, k))``."""
+    best_lo = max(lo.max(), 0.0)
+    best = 0.0
+    best_k = 0
     count = 0
     for k in range(lo.size):
         if exact[k]:
-            if lo[k] < best_exact:
-                best_exact = lo[k]
-                best_exact_k = k
-        elif lo[k] <= best_hi + PRUNE_MARGIN:
+            if lo[k] > best:
+                best = lo[k]
+                best_k = k
+        elif hi[k] >= best_lo - PRUNE_MARGIN:
             count += 1
     cand = np.empty(count, dtype=np.int64)
     i = 0
     for k in range(lo.size):
-        if not exact[k] and lo[k] <= best_hi + PRUNE_MARGIN:
+        if not exact[k] and hi[k] >= best_lo - PRUNE_MARGIN:
             cand[i] = k
             i += 1
-    return cand, best_exact, best_exact_k
+    return cand, best, best_k
 
 
 @nb.njit(cache=True)
-def _pick(P, cand, W, best, best_k):
+def _pick(P, Q, cand, W, best, best_k):
     for i in range(cand.size):
-        a = P[cand[i]] + 1.0 - W[i]
-        if a < best:
-            best = a
-            best_k = cand[i]
-    return min(max(best, 0.0), 1.0), best_k
+        k = cand[i]
+        d = min(W[i], Q[k]) - P[k]
+        if d > best or (d == best and k < best_k):
+            best = d
+            best_k = k
+    return best, best_k
 
 
 @nb.njit(cache=True)
 def scan_without_replacement(ps, qs, n):
     """Any n >= 3 (serial): bounds prune the prefixes, quadrature settles the rest."""
-    P, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
+    P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
     cand, best, best_k = candidate_prefixes(lo, hi, exact)
     if cand.size == 0:
-        return min(max(best, 0.0), 1.0), best_k
+        return best, best_k
     W = sequential_masses(qs, cand, R[cand], n)
-    return _pick(P, cand, W, best, best_k)
+    return _pick(P, Q, cand, W, best, best_k)
 
 
 def scan_without_replacement_parallel(ps, qs, n):
     """As :func:`scan_without_replacement`, with the quadrature spread over threads."""
-    P, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
+    P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
     cand, best, best_k = candidate_prefixes(lo, hi, exact)
     if cand.size == 0:
-        return min(max(best, 0.0), 1.0), best_k
+        return best, best_k
     W = sequential_masses_parallel(qs, cand, R[cand], n)
-    return _pick(P, cand, W, best, int(best_k))
+    return _pick(P, Q, cand, W, best, int(best_k))
 
 
 # ----------------------------------------------------------------------------------- ordering
@@ -376,7 +376,7 @@ SCHEME_CODES = {"with_replacement": 0, "without_replacement": 1, "conditional_po
 
 @nb.njit(cache=True)
 def solve_sorted(ps, qs, n, code):
-    """Dispatch on a scheme code (see ``SCHEME_CODES``); returns ``(alpha, k)``."""
+    """Dispatch on a scheme code (see ``SCHEME_CODES``); returns ``(D, k)``, alpha* = 1 - D."""
     if code == 0 or n == 1:
         return scan_with_replacement(ps, qs, n)
     if code == 1:
@@ -395,5 +395,5 @@ def solve_batch(P, Q, n, code):
         order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
         ps = P[b][order]
         qs = Q[b][order]
-        out[b] = solve_sorted(ps, qs, n, code)[0]
+        out[b] = max(1.0 - solve_sorted(ps, qs, n, code)[0], 0.0)
     return out

@@ -14,11 +14,16 @@ __all__ = ["optimal_acceptance", "optimal_acceptance_batch", "METHODS"]
 METHODS = ("auto", "dual", "lp", "cvxpy", "bruteforce")
 
 
-def _recheck(p, q, n, scheme, value, subset) -> tuple[bool, str]:
-    """Recompute ``p(H) + 1 - Q(H)`` for the certificate independently of the solver."""
+def _dual_objective(p, q, n, scheme, subset) -> float:
+    """``p(H) + 1 - Q(H)``, recomputed from scratch for the subset (an upper bound on alpha*)."""
     mask = np.zeros(p.size, dtype=bool)
     mask[subset] = True
-    check = p[mask].sum() + 1.0 - scheme.mass(q, n, mask)
+    return p[mask].sum() + 1.0 - scheme.mass(q, n, mask)
+
+
+def _recheck(p, q, n, scheme, value, subset) -> tuple[bool, str]:
+    """Recompute the certificate's objective independently of the solver and compare."""
+    check = _dual_objective(p, q, n, scheme, subset)
     if abs(check - value) <= CERT_TOL:
         return True, "optimal; certificate re-checked"
     return False, (
@@ -65,7 +70,7 @@ def optimal_acceptance(
     >>> from mdsd_ot import optimal_acceptance
     >>> r = optimal_acceptance([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2)
     >>> round(r.value, 6), r.subset.tolist()
-    (0.69, [2, 3])
+    (0.69, [1, 2, 3])
     """
     p, q = check_pair(p, q, normalize=True) if normalize else check_pair(p, q)
     p = p / p.sum()
@@ -75,7 +80,12 @@ def optimal_acceptance(
     method = check_choice(method, "method", METHODS)
     scheme.check(q, n)
     extra = {}
-    if method in ("auto", "dual"):
+    if np.array_equal(p, q) and method in ("auto", "dual"):
+        # identical distributions: outputting the draft law unchanged is valid, so alpha* = 1
+        # exactly for every scheme (Q(H) <= p(H) for all H); certificate: the empty set
+        value, subset = 1.0, np.empty(0, dtype=np.int64)
+        method = "dual"
+    elif method in ("auto", "dual"):
         value, subset = dual.solve_dual(p, q, n, scheme)
         method = "dual"
     elif method == "bruteforce":
@@ -88,7 +98,10 @@ def optimal_acceptance(
                 float("nan"), np.empty(0, dtype=np.int64), method, scheme.name, n, False,
                 f"LP solver failed: {sol.message}",
             )
-        value, subset = min(sol.value, 1.0), sol.min_cut_subset()
+        # the cut read off a floating-point flow depends on the zero tolerance: keep the best cut
+        cuts = [sol.min_cut_subset(tol) for tol in (1e-13, 1e-11, 1e-9, 1e-7)]
+        subset = min(cuts, key=lambda h: _dual_objective(p, q, n, scheme, h))
+        value = min(sol.value, 1.0)
         extra = dict(plan=sol.plan, draft_sets=lp.sets, residual=sol.residual)
     ok, message = _recheck(p, q, n, scheme, value, subset)
     return AcceptanceResult(float(value), subset, method, scheme.name, n, ok, message, **extra)

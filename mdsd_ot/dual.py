@@ -39,10 +39,10 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, *, parallel: bool = T
     qs = np.ascontiguousarray(q[order])
     code = _kernels.SCHEME_CODES[scheme.name]
     if code == 1 and n >= 3 and parallel:
-        value, k = _kernels.scan_without_replacement_parallel(ps, qs, n)
+        excess, k = _kernels.scan_without_replacement_parallel(ps, qs, n)
     else:
-        value, k = _kernels.solve_sorted(ps, qs, n, code)
-    return float(value), np.sort(order[: int(k)]).astype(np.int64)
+        excess, k = _kernels.solve_sorted(ps, qs, n, code)
+    return max(1.0 - float(excess), 0.0), np.sort(order[: int(k)]).astype(np.int64)
 
 
 def solve_greedy(p, q, n: int):
@@ -56,9 +56,11 @@ def solve_greedy(p, q, n: int):
     rest = np.ones(q.size, dtype=bool)
     rest[top] = False
     q_rest = np.where(rest, q, 0.0) / q[rest].sum()
-    value = p[top].sum() + np.minimum(p, q_rest)[rest].sum()
-    subset = np.union1d(top, np.flatnonzero(rest & (q_rest > p)))
-    return float(min(value, 1.0)), subset.astype(np.int64)
+    gain = rest & (q_rest > p)
+    excess = (q_rest[gain] - p[gain]).sum() - p[top].sum()  # Q(H) - p(H) for H = Top + gain
+    if excess <= 0.0:
+        return 1.0, np.empty(0, dtype=np.int64)
+    return max(1.0 - float(excess), 0.0), np.union1d(top, np.flatnonzero(gain)).astype(np.int64)
 
 
 def solve_dual(p, q, n: int, scheme: DraftScheme, *, parallel: bool = True):

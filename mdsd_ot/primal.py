@@ -178,7 +178,11 @@ def solve_cvxpy(lp: TransportLP) -> PrimalSolution:
     x = cp.Variable(lp.num_columns, nonneg=True)
     problem = cp.Problem(cp.Maximize(cp.sum(x)), [a_sets @ x <= lp.set_mass, a_tok @ x <= lp.p])
     try:
-        problem.solve(solver=cp.HIGHS)
+        problem.solve(
+            solver=cp.HIGHS,
+            primal_feasibility_tolerance=LP_SOLVER_TOL,
+            dual_feasibility_tolerance=LP_SOLVER_TOL,
+        )
     except cp.error.SolverError as exc:  # pragma: no cover - reported, not raised
         return PrimalSolution(float("nan"), np.zeros(lp.num_columns), False, str(exc), lp)
     ok = problem.status == cp.OPTIMAL

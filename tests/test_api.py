@@ -1,0 +1,100 @@
+"""Public API contract: batch == loop, input validation, dtype promotion, result fields."""
+import numpy as np
+import pytest
+
+from mdsd_ot import AcceptanceResult, optimal_acceptance, optimal_acceptance_batch
+
+from conftest import random_pair
+
+BATCH_SCHEMES = ["with_replacement", "without_replacement", "greedy", "conditional_poisson"]
+
+
+@pytest.mark.parametrize("sampling", BATCH_SCHEMES)
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_batch_equals_loop(sampling, n, rng):
+    B, V = 24, 300
+    P = rng.dirichlet(np.full(V, 0.3), size=B)
+    Q = rng.dirichlet(np.full(V, 0.3), size=B)
+    P[:, :20] = 0.0  # zeros in p
+    Q[:, 20:35] = 0.0
+    P /= P.sum(axis=1, keepdims=True)
+    Q /= Q.sum(axis=1, keepdims=True)
+    Q[3] = P[3]  # one row with p == q
+    got = optimal_acceptance_batch(P, Q, n, sampling=sampling)
+    want = [optimal_acceptance(p, q, n, sampling=sampling).value for p, q in zip(P, Q)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert got.shape == (B,)
+
+
+def test_result_fields():
+    r = optimal_acceptance([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2)
+    assert isinstance(r, AcceptanceResult)
+    assert r.value == pytest.approx(0.69, abs=1e-12)
+    assert r.subset.tolist() == [1, 2, 3] and r.subset.dtype == np.int64
+    assert r.method == "dual" and r.sampling == "with_replacement" and r.n == 2
+    assert r.success and r.gap == pytest.approx(0.31)
+    assert float(r) == r.value
+    with pytest.raises(Exception):
+        r.value = 0.5  # frozen
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_dtypes_are_promoted(dtype):
+    p = np.array([0.5, 0.25, 0.25], dtype=dtype)
+    q = np.array([0.25, 0.5, 0.25], dtype=dtype)
+    assert optimal_acceptance(p, q, 1).value == pytest.approx(0.75, abs=1e-12)
+
+
+def test_p_equal_q_is_exactly_one(rng):
+    for scheme in BATCH_SCHEMES + ["hub"]:
+        for _ in range(20):
+            p, _ = random_pair(rng, int(rng.integers(2, 500)))
+            if np.count_nonzero(p) < 3:
+                continue
+            n = 2 if scheme == "hub" else 3
+            assert optimal_acceptance(p, p.copy(), n, sampling=scheme).value == 1.0
+
+
+def test_normalize_rescales():
+    r = optimal_acceptance([2.0, 1.0, 1.0], [1.0, 1.0, 2.0], 1, normalize=True)
+    assert r.value == pytest.approx(0.75)
+
+
+BAD_INPUTS = [
+    (dict(p=[0.5, 0.5], q=[0.5, 0.25, 0.25], n=1), ValueError, "same shape"),
+    (dict(p=[[0.5, 0.5]], q=[[0.5, 0.5]], n=1), ValueError, "shape"),
+    (dict(p=[np.nan, 1.0], q=[0.5, 0.5], n=1), ValueError, "NaN or inf"),
+    (dict(p=[np.inf, 1.0], q=[0.5, 0.5], n=1), ValueError, "NaN or inf"),
+    (dict(p=[1.5, -0.5], q=[0.5, 0.5], n=1), ValueError, "negative"),
+    (dict(p=[0.5, 0.4], q=[0.5, 0.5], n=1), ValueError, "normalize=True"),
+    (dict(p=[0.0, 0.0], q=[0.5, 0.5], n=1), ValueError, "total mass 0"),
+    (dict(p=[], q=[], n=1), ValueError, "empty"),
+    (dict(p=[1, 0], q=[0.5, 0.5], n=1), TypeError, "integer dtype"),
+    (dict(p="0.5 0.5", q=[0.5, 0.5], n=1), TypeError, "array of probabilities"),
+    (dict(p=[0.5, 0.5], q=[0.5, 0.5], n=0), ValueError, ">= 1"),
+    (dict(p=[0.5, 0.5], q=[0.5, 0.5], n=2.0), TypeError, "n=2"),
+    (dict(p=[0.5, 0.5], q=[0.5, 0.5], n=True), TypeError, "positive int"),
+    (dict(p=[0.5, 0.5], q=[0.5, 0.5], n=1, sampling="bogus"), ValueError, "unknown sampling"),
+    (dict(p=[0.5, 0.5], q=[0.5, 0.5], n=1, method="simplex"), ValueError, "unknown method"),
+    (dict(p=[0.5, 0.5, 0], q=[0.5, 0.5, 0], n=3, sampling="without_replacement"), ValueError,
+     "at least 3 tokens with q > 0"),
+    (dict(p=[0.5, 0.5, 0], q=[1.0, 0, 0], n=2, sampling="greedy"), ValueError, "at least 2 tokens"),
+    (dict(p=[0.5, 0.5], q=[0.5, 0.5], n=3, sampling="hub"), ValueError, "n = 2 only"),
+    (dict(p=np.full(30, 1 / 30), q=np.full(30, 1 / 30), n=1, method="bruteforce"), ValueError, "2\\^V"),
+]
+
+
+@pytest.mark.parametrize("kwargs,exc,match", BAD_INPUTS)
+def test_bad_input_raises(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        optimal_acceptance(**kwargs)
+
+
+def test_batch_bad_input():
+    with pytest.raises(ValueError, match="shape \\(B, V\\)"):
+        optimal_acceptance_batch([0.5, 0.5], [0.5, 0.5], 1)
+    with pytest.raises(ValueError, match="same shape"):
+        optimal_acceptance_batch(np.full((2, 3), 1 / 3), np.full((3, 3), 1 / 3), 1)
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        optimal_acceptance_batch([[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [1.0, 0.0]], 2,
+                                 sampling="without_replacement")

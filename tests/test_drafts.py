@@ -1,0 +1,142 @@
+"""Draft-sampling schemes: exact laws, Q(H), sampling, and cancellation-free masses."""
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from mdsd_ot.drafts import SCHEMES, complement_masses, get_scheme
+
+from conftest import random_pair
+
+
+def brute_sequential_mass(q, n, mask):
+    """W_n(H) from the textbook definition: every ordered draw, rest mass recomputed each step."""
+    total = 0.0
+    support = [i for i in range(q.size) if q[i] > 0]
+    for t in itertools.permutations(support, n):
+        pr, left = 1.0, list(range(q.size))
+        for x in t:
+            pr *= q[x] / sum(q[j] for j in left)
+            left.remove(x)
+        if all(mask[x] for x in t):
+            total += pr
+    return total
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_tuple_law_is_a_distribution(name, rng):
+    scheme = get_scheme(name)
+    for _ in range(30):
+        V = int(rng.integers(2, 7))
+        _, q = random_pair(rng, V)
+        n = 2 if name == "hub" else int(rng.integers(1, 4))
+        if np.count_nonzero(q) < n:
+            continue
+        tuples, probs = scheme.tuple_law(q, n)
+        assert tuples.shape[1] == n
+        assert np.all(probs > 0)
+        assert abs(probs.sum() - 1.0) < 1e-12
+        assert np.all(q[tuples] > 0), "a zero-mass token was drafted"
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_mass_equals_enumerated_law(name, rng):
+    """Q(H) from the closed forms == the enumerated probability that every draft lies in H."""
+    scheme = get_scheme(name)
+    for _ in range(60):
+        V = int(rng.integers(2, 8))
+        _, q = random_pair(rng, V)
+        n = 2 if name == "hub" else int(rng.integers(1, 5))
+        if np.count_nonzero(q) < n:
+            continue
+        tuples, probs = scheme.tuple_law(q, n)
+        mask = rng.random(V) < 0.6
+        expected = probs[mask[tuples].all(axis=1)].sum()
+        assert scheme.mass(q, n, mask) == pytest.approx(expected, abs=1e-12)
+
+
+def test_sequential_mass_against_textbook_enumeration(rng):
+    """W_n(H) for n up to 5 against the definition (rest mass recomputed at every draw), to 1e-12."""
+    scheme = get_scheme("without_replacement")
+    for _ in range(80):
+        V = int(rng.integers(5, 8))
+        q = rng.dirichlet(np.full(V, 10 ** rng.uniform(-1, 1)))
+        n = int(rng.integers(2, 6))
+        mask = rng.random(V) < 0.7
+        assert scheme.mass(q, n, mask) == pytest.approx(brute_sequential_mass(q, n, mask), abs=1e-12)
+
+
+def test_quadrature_path_of_sequential_mass(rng):
+    """Large subsets go through the exponential-clock quadrature: compare with the n = 2 closed form
+    (forced through the quadrature kernel) and with enumeration inside a merged complement."""
+    from mdsd_ot import _kernels
+
+    for _ in range(40):
+        V = int(rng.integers(50, 3000))
+        q = rng.dirichlet(np.full(V, 10 ** rng.uniform(-2, 1)))
+        mask = rng.random(V) < 0.5
+        q_in, outside = q[mask], q[~mask].sum()
+        closed = q_in.sum() - outside * np.sum(q_in / complement_masses(q)[mask])
+        quad = _kernels.sequential_mass_quadrature(np.ascontiguousarray(q_in), outside, 2)
+        assert quad == pytest.approx(closed, abs=1e-13)
+    # n = 3 on a subset of 100 tokens (10^6 ordered tuples: the quadrature path inside mass())
+    # against the double-sum closed form W_3 = sum_{i != j} q_i q_j/(1-q_i) (q(H)-q_i-q_j)/(1-q_i-q_j)
+    q = rng.dirichlet(np.ones(120))
+    mask = np.zeros(120, dtype=bool)
+    mask[:100] = True
+    q_in, outside = q[mask], q[~mask].sum()
+    qi, qj = q_in[:, None], q_in[None, :]
+    left2 = outside + (q_in.sum() - qi - qj)  # mass left after drawing i and j, as a direct sum
+    terms = qi * qj / complement_masses(q)[mask][:, None] * (q_in.sum() - qi - qj) / left2
+    closed = terms.sum() - np.trace(terms)
+    assert get_scheme("without_replacement").mass(q, 3, mask) == pytest.approx(closed, abs=1e-13)
+
+
+def test_near_one_hot_draft_has_no_cancellation():
+    """q_max = 1 - 1e-12: 1 - q_max must come from the direct sum of the other masses."""
+    V = 1000
+    q = np.full(V, 1e-12 / (V - 1))
+    q[3] = 1.0 - 1e-12
+    rest = complement_masses(q)
+    assert rest[3] == pytest.approx(1e-12, rel=1e-12)
+    scheme = get_scheme("without_replacement")
+    mask = np.zeros(V, dtype=bool)
+    mask[:500] = True  # holds the big token and half of the tiny ones
+    # second draw lands in H with probability (499 tiny) / (999 tiny)
+    expected = (1.0 - 1e-12) * 499 / 999 + (499 * 1e-12 / 999) * (1.0 - 1e-12) / (1.0 - 1e-12 / 999)
+    assert scheme.mass(q, 2, mask) == pytest.approx(expected, rel=1e-9)
+    g = get_scheme("greedy")
+    assert g.mass(q, 2, mask) == pytest.approx(499 / 999, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_sampling_matches_the_law(name):
+    """Seeded chi-square smoke test: sampled draft tuples follow tuple_law."""
+    rng = np.random.default_rng(7)
+    q = np.array([0.4, 0.25, 0.2, 0.0, 0.15])
+    n = 2
+    scheme = get_scheme(name)
+    tuples, probs = scheme.tuple_law(q, n)
+    index = {tuple(t): i for i, t in enumerate(tuples.tolist())}
+    counts = np.zeros(len(index))
+    draws = 4000
+    for _ in range(draws):
+        t = tuple(scheme.sample(q, n, rng).tolist())
+        if name == "conditional_poisson":
+            t = tuple(sorted(t))
+        assert t in index, f"sampled {t}, which has probability 0"
+        counts[index[t]] += 1
+    assert stats.chisquare(counts, probs * draws).pvalue > 1e-4
+
+
+def test_scheme_errors():
+    q = np.array([0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match="at least 3 tokens with q > 0"):
+        get_scheme("without_replacement").check(q, 3)
+    with pytest.raises(ValueError, match="n = 2 only"):
+        get_scheme("hub").check(q, 3)
+    with pytest.raises(ValueError, match="unknown sampling"):
+        get_scheme("bogus")
+    with pytest.raises(TypeError, match="Generator"):
+        get_scheme("with_replacement").sample(q, 2, rng=42)
