@@ -1,0 +1,184 @@
+"""Published multi-draft verification algorithms, their exact output laws and acceptance rates.
+
+Registry (:data:`VERIFIERS`, name -> verifier; each module cites its paper):
+
+==========================  =====================  ==========================================
+name                        draft scheme           method
+==========================  =====================  ==========================================
+``naive``                   with_replacement (any)  independent target sample, accepted if drafted
+``rrs``                     with_replacement       SpecInfer recursive rejection sampling
+``rrs_without_replacement``  without_replacement    RSD (recursive speculative decoding)
+``spectr``                  with_replacement       SpecTr K-SEQ at the smallest valid rho
+``spechub``                 hub (n = 2)            SpecHub
+``greedy``                  greedy                 Hu et al., optimal for greedy drafts
+``optimal``                 any (small V)          the LP transport plan, attains alpha*
+==========================  =====================  ==========================================
+
+:func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (closed forms of MATH.md
+section 5) or by Monte Carlo with a standard error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validate import check_choice, check_n
+from .base import PreparedVerifier, Verdict, Verifier
+from .greedy import GreedyVerifier
+from .naive import NaiveVerifier
+from .optimal import OptimalVerifier
+from .rsd import RSDVerifier
+from .spechub import SpecHubVerifier
+from .specinfer import SpecInferVerifier
+from .spectr import SpecTrVerifier
+
+__all__ = [
+    "VERIFIERS",
+    "Verifier",
+    "PreparedVerifier",
+    "Verdict",
+    "VerifierAcceptance",
+    "get_verifier",
+    "verifier_acceptance",
+    "ACCEPTANCE_METHODS",
+    "DEFAULT_SAMPLES",
+]
+
+#: name -> verifier, in the order used by :func:`mdsd_ot.compare.compare`.
+VERIFIERS: dict[str, Verifier] = {
+    v.name: v
+    for v in (
+        NaiveVerifier(),
+        SpecInferVerifier(),
+        RSDVerifier(),
+        SpecTrVerifier(),
+        SpecHubVerifier(),
+        GreedyVerifier(),
+        OptimalVerifier(),
+    )
+}
+
+ACCEPTANCE_METHODS = ("auto", "exact", "monte_carlo")
+
+#: Default number of Monte Carlo draft tuples.
+DEFAULT_SAMPLES = 20_000
+
+
+def get_verifier(name) -> Verifier:
+    """Look up a verifier by name (``ValueError`` listing the choices when unknown)."""
+    if isinstance(name, Verifier):
+        return name
+    return VERIFIERS[check_choice(name, "verifier", VERIFIERS)]
+
+
+@dataclass(frozen=True)
+class VerifierAcceptance:
+    """Acceptance rate of one verifier on one problem.
+
+    Attributes
+    ----------
+    value : float
+        Acceptance rate (exact, or the Monte Carlo mean).
+    stderr : float
+        Standard error of ``value``; 0.0 when exact.
+    method : str
+        ``"exact"`` or ``"monte_carlo"``.
+    verifier : str
+        Registry name of the verifier.
+    sampling : str
+        The draft scheme.
+    n : int
+        Number of drafts.
+    samples : int
+        Number of Monte Carlo draft tuples (0 when exact).
+    """
+
+    value: float
+    stderr: float
+    method: str
+    verifier: str
+    sampling: str
+    n: int
+    samples: int = 0
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def _monte_carlo(prepared: PreparedVerifier, samples: int, rng: np.random.Generator) -> np.ndarray:
+    """Per-sample P(accepted | drafts) for ``samples`` draft tuples (Rao-Blackwellised over coins)."""
+    if hasattr(prepared, "monte_carlo"):
+        return prepared.monte_carlo(samples, rng)
+    scheme, q, n = prepared.scheme, prepared.q, prepared.n
+    return np.array([prepared.accept_probability(scheme.sample(q, n, rng)) for _ in range(samples)])
+
+
+def verifier_acceptance(
+    name,
+    p,
+    q,
+    n,
+    *,
+    method: str = "auto",
+    samples: int = DEFAULT_SAMPLES,
+    rng=None,
+    sampling=None,
+    normalize: bool = False,
+) -> VerifierAcceptance:
+    """Acceptance rate of a published verifier: exact closed form or Monte Carlo.
+
+    .. math:: \\alpha = P(\\text{output token} \\in \\text{drafts}) = E_{\\bar x}\\bigl[P(Y \\in S(\\bar x) \\mid \\bar x)\\bigr]
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`VERIFIERS`.
+    p, q : array_like, shape (V,)
+        Target and draft distributions.
+    n : int
+        Number of drafts.
+    method : {"auto", "exact", "monte_carlo"}
+        ``"exact"`` uses the closed form / recursion of MATH.md section 5 (``ValueError`` when none
+        applies at this size); ``"monte_carlo"`` averages the exact P(accepted | drafts) over
+        ``samples`` sampled draft tuples; ``"auto"`` is exact when possible.
+    samples : int
+        Number of Monte Carlo draft tuples.
+    rng : numpy.random.Generator, int or None
+        Randomness for Monte Carlo (``np.random.default_rng(rng)`` if not a Generator).
+    sampling : str or None
+        Draft scheme; default: the verifier's own (a scheme it does not support is a ``ValueError``).
+    normalize : bool
+        Rescale p and q to sum to one instead of rejecting unnormalised input.
+
+    Returns
+    -------
+    VerifierAcceptance
+        ``value``, ``stderr`` (0.0 when exact), ``method``, ``verifier``, ``sampling``.
+
+    Examples
+    --------
+    >>> from mdsd_ot.verifiers import verifier_acceptance
+    >>> r = verifier_acceptance("rrs", [0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2)
+    >>> round(r.value, 6), r.stderr, r.method
+    (0.65, 0.0, 'exact')
+    """
+    verifier = get_verifier(name)
+    method = check_choice(method, "method", ACCEPTANCE_METHODS)
+    prepared = verifier.prepare(p, q, n, sampling=sampling, normalize=normalize)
+    sampling_name = prepared.scheme.name
+    if method in ("auto", "exact") and prepared.exact_available():
+        return VerifierAcceptance(float(prepared.acceptance()), 0.0, "exact", verifier.name, sampling_name, prepared.n)
+    if method == "exact":
+        raise ValueError(
+            f"no exact acceptance for verifier {verifier.name!r} with sampling {sampling_name!r} at "
+            f"V={prepared.p.size}, n={prepared.n}; use method='monte_carlo'"
+        )
+    samples = check_n(samples)  # a positive int
+    if samples < 2:
+        raise ValueError(f"samples must be >= 2 for a standard error, got {samples}")
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    acc = _monte_carlo(prepared, samples, rng)
+    stderr = float(acc.std(ddof=1) / np.sqrt(samples))
+    return VerifierAcceptance(float(acc.mean()), stderr, "monte_carlo", verifier.name, sampling_name, prepared.n, samples)

@@ -1,0 +1,274 @@
+"""The verifier protocol shared by every published method in :mod:`mdsd_ot.verifiers`.
+
+A *verifier* receives the target ``p``, the draft distribution ``q`` and the ``n`` drafts (drawn from
+``q`` under the draft scheme the verifier assumes) and outputs one token. It is **valid** when the
+output token is distributed exactly as ``p``; its **acceptance** is the probability that the output
+token is one of the drafts (MATH.md, preamble).
+
+Two layers:
+
+* :class:`Verifier` -- a stateless registry entry (name, assumed draft scheme(s), paper). Its
+  convenience methods (:meth:`Verifier.verify`, :meth:`Verifier.output_law`,
+  :meth:`Verifier.acceptance`) validate the input and delegate to a prepared instance.
+* :class:`PreparedVerifier` -- the verifier bound to one ``(p, q, n, scheme)``; it precomputes what does
+  not depend on the drafts (residual chains, thresholds, transport plans) so that verifying many draft
+  tuples, enumerating a draft law or running Monte Carlo costs little per tuple.
+
+Numerical conventions (MATH.md section 7): float64 throughout; every ``(r - s)_+`` is clamped at zero
+and every normalisation is guarded (a zero residual is a branch of probability zero, never a NaN); a
+draft is accepted when ``u < ratio`` with ``u ~ U[0, 1)``, so a zero-probability token is never
+accepted; every mass "outside a set" is a direct sum over the complement.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .._validate import check_n, check_pair
+from ..drafts import DraftScheme, get_scheme, top_tokens
+
+__all__ = ["Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one draft tuple.
+
+    Attributes
+    ----------
+    token : int
+        The output token.
+    accepted : bool
+        True when the output token is one of the drafts.
+    """
+
+    token: int
+    accepted: bool
+
+
+# ------------------------------------------------------------------------------------ helpers
+def residual(r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, float]:
+    """``res(r, s) = (r - s)_+`` normalised, and its mass ``sum (r - s)_+``.
+
+    The mass is the rejection probability ``1 - beta(r, s)`` of one speculative-sampling step,
+    computed as a sum of non-negative terms (no cancellation). When it is zero the rejection branch
+    has probability zero; ``r`` itself is returned as a harmless placeholder law (never NaN).
+
+    Complexity O(V).
+    """
+    d = np.maximum(r - s, 0.0)
+    mass = float(d.sum())
+    if mass > 0.0:
+        return d / mass, mass
+    return r, 0.0
+
+
+def sample_index(w: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw from non-negative weights ``w`` (not necessarily normalised), ``u in [0, 1)``.
+
+    A zero-weight token is never returned (``side='right'`` and a clamp to the last positive weight).
+    """
+    cdf = np.cumsum(w)
+    total = cdf[-1]
+    if not total > 0.0:
+        raise ValueError("internal error: sampling from an all-zero law; please report this input")
+    # cdf[idx - 1] <= u * total < cdf[idx] forces w[idx] > 0; only rounding can push idx past the end
+    idx = int(np.searchsorted(cdf, u * total, side="right"))
+    if idx >= w.size:
+        idx = int(np.flatnonzero(w > 0)[-1])
+    return idx
+
+
+def _check_drafts(drafts, q: np.ndarray, n: int, scheme: DraftScheme) -> np.ndarray:
+    """Validate a draft tuple against the scheme: shape, range, q > 0, and the scheme's structure."""
+    arr = np.asarray(drafts)
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and arr.size and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise TypeError(f"drafts must be integer token indices, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64).reshape(-1)
+    if arr.size != n:
+        raise ValueError(f"expected {n} drafts, got {arr.size}")
+    V = q.size
+    if np.any(arr < 0) or np.any(arr >= V):
+        raise ValueError(f"draft token indices must lie in [0, {V}); got {arr.tolist()}")
+    if np.any(q[arr] <= 0):
+        bad = int(arr[np.argmax(q[arr] <= 0)])
+        raise ValueError(f"draft token {bad} has q = 0 and cannot have been drafted")
+    name = scheme.name
+    if name in ("without_replacement", "conditional_poisson", "hub") and np.unique(arr).size != n:
+        raise ValueError(f"the {name!r} scheme drafts distinct tokens; got {arr.tolist()}")
+    if name == "greedy":
+        top = top_tokens(q, n - 1)
+        if set(arr[: n - 1].tolist()) != set(top.tolist()) or arr[-1] in top:
+            raise ValueError(
+                f"greedy drafts are the {n - 1} most likely tokens {sorted(top.tolist())} followed by "
+                f"one other token; got {arr.tolist()}"
+            )
+    if name == "hub":
+        a = int(top_tokens(q, 1)[0])
+        if a not in arr:
+            raise ValueError(f"hub drafts always contain the hub token {a} (argmax q); got {arr.tolist()}")
+    return arr
+
+
+# ------------------------------------------------------------------------------------ protocol
+class PreparedVerifier(ABC):
+    """A verifier bound to one problem ``(p, q, n, scheme)``; build it with :meth:`Verifier.prepare`.
+
+    Attributes
+    ----------
+    verifier : Verifier
+        The registry entry.
+    p, q : ndarray, shape (V,)
+        Target and draft distributions (float64, summing to one).
+    n : int
+        Number of drafts.
+    scheme : DraftScheme
+        The draft scheme.
+    """
+
+    def __init__(self, verifier: "Verifier", p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme):
+        self.verifier = verifier
+        self.p = p
+        self.q = q
+        self.n = n
+        self.scheme = scheme
+
+    # -- per draft tuple ---------------------------------------------------------------------
+    def check_drafts(self, drafts) -> np.ndarray:
+        """Validate one draft tuple (shape ``(n,)``) against the scheme; int64 copy."""
+        return _check_drafts(drafts, self.q, self.n, self.scheme)
+
+    def verify(self, drafts, rng: np.random.Generator) -> Verdict:
+        """Run the verification algorithm on one draft tuple with the generator ``rng``."""
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        x = self.check_drafts(drafts)
+        token = int(self._verify(x, rng))
+        return Verdict(token, bool(np.any(x == token)))
+
+    def output_law(self, drafts) -> tuple[np.ndarray, float]:
+        """Exact law of the output token given the drafts, and P(output is a draft | drafts).
+
+        Returns
+        -------
+        law : ndarray, shape (V,)
+        accept : float
+        """
+        x = self.check_drafts(drafts)
+        law = self._law(x)
+        return law, float(law[np.unique(x)].sum())
+
+    def accept_probability(self, drafts) -> float:
+        """P(output is a draft | drafts); subclasses may override with a cheaper formula."""
+        return self.output_law(drafts)[1]
+
+    # -- overall acceptance --------------------------------------------------------------------
+    def exact_available(self) -> bool:
+        """True when :meth:`acceptance` can be evaluated exactly (closed form or recursion)."""
+        return True
+
+    def acceptance(self) -> float:
+        """Exact acceptance rate ``E[P(output is a draft | drafts)]``."""
+        raise NotImplementedError  # pragma: no cover
+
+    # -- to implement ------------------------------------------------------------------------
+    @abstractmethod
+    def _verify(self, drafts: np.ndarray, rng: np.random.Generator) -> int:
+        """Sample the output token (drafts already validated)."""
+
+    @abstractmethod
+    def _law(self, drafts: np.ndarray) -> np.ndarray:
+        """Exact output law, shape (V,) (drafts already validated)."""
+
+
+class Verifier(ABC):
+    """A published multi-draft verification method (a stateless registry entry).
+
+    Class attributes
+    ----------------
+    name : str
+        Registry name.
+    schemes : tuple of str
+        Draft schemes the method is valid for; the first is its default.
+    fixed_n : int or None
+        The only number of drafts the method is defined for, if any.
+    reference : str
+        The paper.
+    """
+
+    name: ClassVar[str]
+    schemes: ClassVar[tuple[str, ...]]
+    fixed_n: ClassVar[int | None] = None
+    reference: ClassVar[str] = ""
+
+    @property
+    def scheme(self) -> str:
+        """The draft scheme this verifier assumes by default."""
+        return self.schemes[0]
+
+    def resolve_scheme(self, sampling=None) -> DraftScheme:
+        """The scheme to use: ``sampling`` if given (it must be supported), else the default."""
+        if sampling is None:
+            return get_scheme(self.scheme)
+        scheme = get_scheme(sampling)
+        if scheme.name not in self.schemes:
+            raise ValueError(
+                f"verifier {self.name!r} assumes draft sampling {' or '.join(map(repr, self.schemes))}, "
+                f"not {scheme.name!r}; its acceptance and validity do not hold for other draft laws"
+            )
+        return scheme
+
+    def check_n(self, n: int) -> None:
+        """``ValueError`` when the method is not defined for ``n`` drafts."""
+        if self.fixed_n is not None and n != self.fixed_n:
+            raise ValueError(f"verifier {self.name!r} is defined for n = {self.fixed_n} drafts only, got n={n}")
+
+    def prepare(self, p, q, n, *, sampling=None, normalize: bool = False) -> PreparedVerifier:
+        """Validate ``(p, q, n)`` and bind the verifier to it.
+
+        ``p`` and ``q`` are validated by :func:`mdsd_ot._validate.check_pair` (sums within ``SUM_TOL``
+        of one, or anything positive with ``normalize=True``) and rescaled to sum to one exactly, as
+        :func:`mdsd_ot.optimal_acceptance` does.
+        """
+        p, q = check_pair(p, q, normalize=normalize)
+        p = p / p.sum()
+        q = q / q.sum()
+        n = check_n(n)
+        scheme = self.resolve_scheme(sampling)
+        self.check_n(n)
+        scheme.check(q, n)
+        return self._prepare(p, q, n, scheme)
+
+    @abstractmethod
+    def _prepare(self, p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme) -> PreparedVerifier:
+        """Bind to validated, normalised input."""
+
+    # -- convenience wrappers ------------------------------------------------------------------
+    def verify(self, p, q, drafts, rng: np.random.Generator, *, sampling=None) -> Verdict:
+        """Verify one draft tuple: ``Verdict(token, accepted)``. ``n`` is ``len(drafts)``."""
+        n = int(np.size(drafts))
+        return self.prepare(p, q, n, sampling=sampling).verify(drafts, rng)
+
+    def output_law(self, p, q, drafts, *, sampling=None) -> tuple[np.ndarray, float]:
+        """Exact law of the output token given the drafts, and P(output is a draft | drafts)."""
+        n = int(np.size(drafts))
+        return self.prepare(p, q, n, sampling=sampling).output_law(drafts)
+
+    def acceptance(self, p, q, n, *, sampling=None, normalize: bool = False) -> float:
+        """Exact acceptance rate (``ValueError`` when no exact method applies to this size)."""
+        prepared = self.prepare(p, q, n, sampling=sampling, normalize=normalize)
+        if not prepared.exact_available():
+            raise ValueError(
+                f"no exact acceptance for verifier {self.name!r} at V={p.size if hasattr(p, 'size') else len(p)}, "
+                f"n={n}; use verifier_acceptance(..., method='monte_carlo')"
+            )
+        return prepared.acceptance()
+
+    def __repr__(self) -> str:
+        return f"<verifier {self.name!r}: drafts {self.scheme!r}; {self.reference}>"

@@ -1,0 +1,91 @@
+"""The optimal verifier for greedy multi-draft sampling.
+
+Reference: Hu, Zheng, Liu & Huang, "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025,
+arXiv:2502.18779. MATH.md sections 3.3 and 5.6.
+
+Drafts: the ``n - 1`` most likely tokens ``Top`` of ``q`` (ties by index), then one token ``x_n`` drawn
+from ``q' = q / q(rest)`` on the remaining tokens (``q(rest)`` summed directly over the rest, never
+``1 - q(Top)``). Verification: accept ``x_n`` with probability ``min(1, p(x_n) / q'(x_n))``; on
+rejection sample ``R(y) \\propto p(y)`` on ``Top`` and ``(p(y) - q'(y))_+`` elsewhere. An output in
+``Top`` is a drafted token, so it counts as accepted.
+
+.. math:: \\alpha = p(\\mathrm{Top}) + \\sum_{y \\notin \\mathrm{Top}} \\min(p(y), q'(y))
+
+which equals the optimal acceptance for the greedy draft law. Complexity O(V) after the top-(n-1)
+selection (O(V log V) with a stable sort).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..drafts import top_tokens
+from .base import PreparedVerifier, Verifier, sample_index
+
+__all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
+
+
+def hub_or_greedy_parts(p: np.ndarray, q: np.ndarray, top: np.ndarray):
+    """``(q', R, accept_mass)`` for the fixed drafts ``top`` and one draw from the rest.
+
+    ``q'`` is ``q`` restricted to the rest and renormalised by the direct rest sum; ``R`` is the
+    unnormalised rejection law (``p`` on ``top``, ``(p - q')_+`` elsewhere); ``accept_mass`` is
+    ``p(top) + sum_rest min(p, q')``.
+    """
+    rest = np.ones(q.size, dtype=bool)
+    rest[top] = False
+    rest_mass = q[rest].sum()  # direct sum over the complement of Top
+    qp = np.where(rest, q, 0.0) / rest_mass
+    R = np.where(rest, np.maximum(p - qp, 0.0), p)
+    accept = float(p[top].sum() + np.minimum(p[rest], qp[rest]).sum())
+    return qp, R, accept
+
+
+class _PreparedGreedy(PreparedVerifier):
+    def __init__(self, verifier, p, q, n, scheme, top):
+        super().__init__(verifier, p, q, n, scheme)
+        self.top = top
+        self.qp, self.R, self._accept = hub_or_greedy_parts(p, q, top)
+        self.R_mass = float(self.R.sum())
+
+    def _last(self, drafts):
+        rest = drafts[~np.isin(drafts, self.top)]
+        return int(rest[0])
+
+    def _verify(self, drafts, rng):
+        x = self._last(drafts)
+        if rng.random() < self.p[x] / self.qp[x]:
+            return x
+        if self.R_mass > 0.0:
+            return sample_index(self.R, rng.random())
+        return sample_index(self.p, rng.random())  # rejection has probability zero here
+
+    def _law(self, drafts):
+        x = self._last(drafts)
+        a = min(1.0, self.p[x] / self.qp[x])
+        law = np.zeros(self.p.size)
+        law[x] += a
+        if a < 1.0:
+            law += (1.0 - a) * (self.R / self.R_mass if self.R_mass > 0.0 else self.p)
+        return law
+
+    def acceptance(self):
+        """``p(Top) + sum_{y not in Top} min(p(y), q'(y))``. O(V)."""
+        return self._accept
+
+
+class GreedyVerifier(Verifier):
+    """Hu et al.'s verifier for greedy drafts (optimal for that draft law).
+
+    Examples
+    --------
+    >>> from mdsd_ot.verifiers import VERIFIERS
+    >>> round(VERIFIERS["greedy"].acceptance([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 3), 6)
+    0.833333
+    """
+
+    name = "greedy"
+    schemes = ("greedy",)
+    reference = "Hu et al., Towards Optimal Multi-draft Speculative Decoding, ICLR 2025, arXiv:2502.18779"
+
+    def _prepare(self, p, q, n, scheme):
+        return _PreparedGreedy(self, p, q, n, scheme, top_tokens(q, n - 1))

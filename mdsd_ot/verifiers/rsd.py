@@ -1,0 +1,123 @@
+"""Recursive speculative decoding (RSD) with sequential drafts without replacement.
+
+Reference: Jeon, Gagrani, Goel, Park, Lee & Lott, "Recursive Speculative Decoding: Accelerating LLM
+Inference via Sampling Without Replacement", arXiv:2402.14160 (registry name
+``"rrs_without_replacement"``). MATH.md section 5.3.
+
+Start with ``r = p, s = q``. For each draft in draw order: accept ``x_i`` with probability
+``min(1, r(x_i) / s(x_i))``; on rejection set ``r = (r - s)_+`` normalised, then remove ``x_i`` from
+``s`` and renormalise (by the direct sum of the remaining mass). If every draft is rejected, sample
+``r``.
+
+Exact acceptance, in its rejection form (sums of non-negative terms only):
+
+.. math:: \\mathrm{Rej}(r, s, 1) = \\sum_y (r_y - s_y)_+, \\qquad
+          \\mathrm{Rej}(r, s, m) = \\sum_{x:\\, s_x > r_x} (s_x - r_x)\\,
+          \\mathrm{Rej}\\bigl(\\mathrm{res}(r, s),\\, s_{-x} / s(\\Sigma \\setminus x),\\, m - 1\\bigr)
+
+and ``alpha = 1 - Rej(p, q, n)``. ``m = 2`` is evaluated in O(V log V) by
+:func:`mdsd_ot.verifiers._kernels.rsd2_rejection`, so ``n = 2`` costs O(V log V) at any vocabulary
+size and ``n >= 3`` costs O(V^(n-2) V log V) (used up to ``EXACT_MAX_WORK``); beyond that the
+acceptance is estimated by Monte Carlo with a standard error
+(:func:`mdsd_ot.verifiers._kernels.rsd_mc_accept`, O(samples n V)).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..drafts import complement_masses
+from . import _kernels
+from .base import PreparedVerifier, Verifier, residual, sample_index
+
+__all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK"]
+
+#: Largest ``support^(n-1)`` for which the exact recursion is attempted (n >= 3).
+EXACT_MAX_WORK = 5_000_000
+
+
+def _drop(s: np.ndarray, x: int) -> np.ndarray:
+    """``s`` with token ``x`` removed and renormalised by the direct sum of what is left."""
+    out = s.copy()
+    out[x] = 0.0
+    return out / out.sum()
+
+
+def rsd_rejection(r: np.ndarray, s: np.ndarray, m: int) -> float:
+    """``Rej(r, s, m)`` of the module docstring: P(all ``m`` RSD steps reject).
+
+    ``m = 1``: O(V); ``m = 2``: O(V log V) numba kernel; ``m >= 3``: recursion over the rejected
+    first draft, O(V^(m-2) V log V).
+    """
+    if m == 1:
+        return float(np.maximum(r - s, 0.0).sum())
+    if m == 2:
+        return float(_kernels.rsd2_rejection(r, s, complement_masses(s)))
+    nxt, tv = residual(r, s)
+    if tv <= 0.0:
+        return 0.0
+    total = 0.0
+    for x in np.flatnonzero(s > r):
+        total += (s[x] - r[x]) * rsd_rejection(nxt, _drop(s, int(x)), m - 1)
+    return float(total)
+
+
+class _PreparedRSD(PreparedVerifier):
+    def _verify(self, drafts, rng):
+        r, s = self.p, self.q
+        for i, x in enumerate(drafts):
+            x = int(x)
+            if rng.random() < r[x] / s[x]:
+                return x
+            r, _ = residual(r, s)
+            if i + 1 < drafts.size:
+                s = _drop(s, x)
+        return sample_index(r, rng.random())
+
+    def _law(self, drafts):
+        law = np.zeros(self.p.size)
+        alive = 1.0
+        r, s = self.p, self.q
+        for i, x in enumerate(drafts):
+            x = int(x)
+            a = min(1.0, r[x] / s[x])
+            law[x] += alive * a
+            alive *= 1.0 - a
+            r, _ = residual(r, s)
+            if i + 1 < drafts.size:
+                s = _drop(s, x)
+        law += alive * r
+        return law
+
+    def exact_available(self):
+        if self.n <= 2:
+            return True
+        support = int(np.count_nonzero(self.q > 0))
+        return float(support) ** (self.n - 1) <= EXACT_MAX_WORK
+
+    def acceptance(self):
+        """``1 - Rej(p, q, n)``; O(V) for n = 1, O(V log V) for n = 2, O(V^(n-1) log V) beyond."""
+        return float(1.0 - rsd_rejection(self.p, self.q, self.n))
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """Per-sample P(accepted | drafts) for ``samples`` draft tuples drawn with ``rng``."""
+        u = rng.random((samples, self.n))
+        return _kernels.rsd_mc_accept(self.p, self.q, self.n, u)
+
+
+class RSDVerifier(Verifier):
+    """Recursive speculative decoding for sequential drafts without replacement.
+
+    Examples
+    --------
+    >>> from mdsd_ot.verifiers import VERIFIERS
+    >>> v = VERIFIERS["rrs_without_replacement"]
+    >>> round(v.acceptance([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2), 6)
+    0.680952
+    """
+
+    name = "rrs_without_replacement"
+    schemes = ("without_replacement",)
+    reference = "Jeon et al., Recursive Speculative Decoding, arXiv:2402.14160"
+
+    def _prepare(self, p, q, n, scheme):
+        return _PreparedRSD(self, p, q, n, scheme)

@@ -1,0 +1,91 @@
+"""SpecHub: provably optimal verification for two drafts sharing a hub token.
+
+Reference: Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh (Ryan Sun et al.), "SpecHub:
+Provable Acceleration to Multi-Draft Speculative Decoding", EMNLP 2024, arXiv:2411.05289.
+MATH.md section 5.5.
+
+Drafts (n = 2): the hub ``a = argmax q`` (ties by index); ``x_1 ~ q``; ``x_2 = a`` if ``x_1 != a``,
+else ``x_2 ~ q`` on the other tokens. The draft set is always ``{a, b}`` with
+``P(b) = q'(b) = q(b) / (1 - q(a))`` (``1 - q(a)`` summed directly over ``b != a``). Verification
+accepts the non-hub draft ``b`` with probability ``min(1, p(b) / q'(b))``; otherwise it outputs the
+hub ``a`` with probability ``p(a) / (1 - S)`` and else samples ``(p - q')_+`` on the non-hub tokens.
+
+.. math:: \\alpha = S + \\min(p(a), 1 - S), \\qquad S = \\sum_{i \\ne a} \\min\\bigl(p(i), q'(i)\\bigr)
+
+Since ``S <= 1 - p(a)``, ``alpha = S + p(a)``: the optimum for the hub draft law (whose set law is the
+greedy law with n = 2). Complexity O(V).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..drafts import top_tokens
+from .base import PreparedVerifier, Verifier, sample_index
+from .greedy import hub_or_greedy_parts
+
+__all__ = ["SpecHubVerifier"]
+
+
+class _PreparedHub(PreparedVerifier):
+    def __init__(self, verifier, p, q, n, scheme):
+        super().__init__(verifier, p, q, n, scheme)
+        self.a = int(top_tokens(q, 1)[0])
+        self.qp, self.R, _ = hub_or_greedy_parts(p, q, np.array([self.a]))
+        mask = np.arange(p.size) != self.a
+        self.S = float(np.minimum(p[mask], self.qp[mask]).sum())
+        # P(reject b) = 1 - S, as a sum of non-negative terms
+        self.reject = float(np.maximum(self.qp[mask] - p[mask], 0.0).sum())
+        self.tail = self.R.copy()
+        self.tail[self.a] = 0.0
+
+    def _other(self, drafts):
+        return int(drafts[drafts != self.a][0])
+
+    def _verify(self, drafts, rng):
+        b = self._other(drafts)
+        if rng.random() < self.p[b] / self.qp[b]:
+            return b
+        if self.reject <= 0.0:
+            return sample_index(self.p, rng.random())  # rejection has probability zero here
+        if rng.random() < self.p[self.a] / self.reject:
+            return self.a
+        return sample_index(self.tail, rng.random())
+
+    def _law(self, drafts):
+        b = self._other(drafts)
+        acc = min(1.0, self.p[b] / self.qp[b])
+        law = np.zeros(self.p.size)
+        law[b] += acc
+        if acc < 1.0:
+            if self.reject > 0.0:
+                hub = min(1.0, self.p[self.a] / self.reject)
+                law[self.a] += (1.0 - acc) * hub
+                tail_mass = self.tail.sum()
+                if tail_mass > 0.0:
+                    law += (1.0 - acc) * (1.0 - hub) * self.tail / tail_mass
+            else:
+                law += (1.0 - acc) * self.p
+        return law
+
+    def acceptance(self):
+        """``S + min(p(a), 1 - S)``. O(V)."""
+        return float(self.S + min(self.p[self.a], self.reject))
+
+
+class SpecHubVerifier(Verifier):
+    """SpecHub (n = 2, hub drafts); optimal for its draft law.
+
+    Examples
+    --------
+    >>> from mdsd_ot.verifiers import VERIFIERS
+    >>> round(VERIFIERS["spechub"].acceptance([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2), 6)
+    0.666667
+    """
+
+    name = "spechub"
+    schemes = ("hub",)
+    fixed_n = 2
+    reference = "Sun et al., SpecHub, EMNLP 2024, arXiv:2411.05289"
+
+    def _prepare(self, p, q, n, scheme):
+        return _PreparedHub(self, p, q, n, scheme)

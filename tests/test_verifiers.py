@@ -1,0 +1,464 @@
+"""Verifiers: exact validity by enumeration, closed forms against enumeration, bounds, Monte Carlo.
+
+Oracles used here are independent of the code under test: the exact output law summed over every
+draft tuple of ``scheme.tuple_law``; the optimal acceptance by brute force over all 2^V subsets of
+the scheme's set law; 50-digit mpmath arithmetic for near one-hot drafts.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+
+from mdsd_ot import optimal_acceptance
+from mdsd_ot._config import LAW_TOL, VALUE_TOL
+from mdsd_ot.drafts import get_scheme
+from mdsd_ot.verifiers import VERIFIERS, VerifierAcceptance, get_verifier, verifier_acceptance
+from mdsd_ot.verifiers import _kernels
+from mdsd_ot.verifiers.rsd import rsd_rejection
+from mdsd_ot.verifiers.spectr import kseq_rho
+
+NAMES = list(VERIFIERS)
+CLOSED_FORM = [name for name in NAMES if name != "optimal"]
+
+
+# ---------------------------------------------------------------- instances and oracles
+def random_pair(rng: np.random.Generator, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """A random (p, q) with zeros and ties on purpose."""
+    def one():
+        kind = rng.integers(3)
+        if kind == 0:  # small integer weights: ties and zeros
+            w = rng.integers(0, 4, size=V).astype(float)
+        elif kind == 1:  # Dirichlet with a random zero
+            w = rng.dirichlet(np.ones(V))
+            w[rng.integers(V)] = 0.0 if rng.random() < 0.5 else w[0]
+        else:  # peaked
+            w = rng.dirichlet(np.full(V, 0.3))
+        if w.sum() == 0:
+            w[rng.integers(V)] = 1.0
+        return w / w.sum()
+
+    return one(), one()
+
+
+def instances(count: int, seed: int, max_v: int = 5, max_n: int = 3):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        V = int(rng.integers(2, max_v + 1))
+        n = int(rng.integers(1, max_n + 1))
+        p, q = random_pair(rng, V)
+        yield p, q, n
+
+
+def supported(name, p, q, n, sampling=None) -> bool:
+    v = VERIFIERS[name]
+    try:
+        v.check_n(n)
+        v.resolve_scheme(sampling).check(q, n)
+    except ValueError:
+        return False
+    return True
+
+
+def enumerate_verifier(prepared):
+    """Sum the exact per-drafts output law over every draft tuple: (output law, acceptance)."""
+    tuples, probs = prepared.scheme.tuple_law(prepared.q, prepared.n)
+    law = np.zeros(prepared.p.size)
+    acc = 0.0
+    for t, pr in zip(tuples, probs):
+        lt, at = prepared.output_law(t)
+        law += pr * lt
+        acc += pr * at
+    return law, acc
+
+
+def brute_force_bound(q, n, p, sampling) -> float:
+    """alpha* = min over all subsets H of p(H) + 1 - Q(H), Q(H) from the scheme's set law."""
+    sets, masses = get_scheme(sampling).set_law(q, n)
+    V = p.size
+    best = np.inf
+    for r in range(V + 1):
+        for H in itertools.combinations(range(V), r):
+            Hs = set(H)
+            inside = sum(m for s, m in zip(sets, masses) if set(s) <= Hs)
+            best = min(best, p[list(H)].sum() + 1.0 - inside)
+    return float(best)
+
+
+# ---------------------------------------------------------------- MATH.md section 6
+VECTORS = [
+    # p, q, n, naive, rrs, rrs_wor, spectr, alpha*_with, alpha*_without, greedy, spechub
+    ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2,
+     .537037, .861111, .888889, .888889, .972222, 1.0, 1.0, 1.0),
+    ((.5, .3, .2, 0), (.1, .2, .3, .4), 2, .305, .65, .680952, .658443, .69, .734524, .666667, .666667),
+    ((.5, .3, .2, 0), (.1, .2, .3, .4), 3, .4133, .685, .781714, .710003, .771, .94881, .833333, None),
+    ((.6, .2, .1, .1), (.7, .2, .05, .05), 2, .6375, .91, .933333, .927016, .99, 1.0, 1.0, 1.0),
+]
+COLUMNS = [
+    ("naive", None), ("rrs", None), ("rrs_without_replacement", None), ("spectr", None),
+    ("optimal", "with_replacement"), ("optimal", "without_replacement"), ("greedy", None), ("spechub", None),
+]
+
+
+@pytest.mark.parametrize("row", VECTORS, ids=[f"row{i}" for i in range(len(VECTORS))])
+def test_math_section6_vectors(row):
+    p, q, n, *expected = row
+    for (name, sampling), want in zip(COLUMNS, expected):
+        if want is None:
+            with pytest.raises(ValueError, match="n = 2"):
+                verifier_acceptance(name, p, q, n)
+            continue
+        got = verifier_acceptance(name, p, q, n, sampling=sampling)
+        assert got.method == "exact" and got.stderr == 0.0
+        assert round(got.value, 6) == pytest.approx(want, abs=1e-12), (name, sampling)
+
+
+# ---------------------------------------------------------------- validity by enumeration
+def _validity_cases():
+    cases = {name: [] for name in NAMES}
+    for k, (p, q, n) in enumerate(instances(170, seed=20260301)):
+        for name in NAMES:
+            if name == "optimal":
+                sampling = ("with_replacement", "without_replacement", "greedy")[k % 3]
+            else:
+                sampling = None
+            if supported(name, p, q, n, sampling):
+                cases[name].append((p, q, n, sampling))
+    # spechub is n = 2 only: add dedicated n = 2 instances so it also gets >= 100
+    rng = np.random.default_rng(7)
+    while len(cases["spechub"]) < 110:
+        p, q = random_pair(rng, int(rng.integers(2, 6)))
+        if supported("spechub", p, q, 2):
+            cases["spechub"].append((p, q, 2, None))
+    return cases
+
+
+CASES = _validity_cases()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_output_law_is_p_and_acceptance_matches_enumeration(name):
+    cases = CASES[name]
+    assert len(cases) >= 100
+    verifier = VERIFIERS[name]
+    for p, q, n, sampling in cases:
+        prepared = verifier.prepare(p, q, n, sampling=sampling)
+        law, acc = enumerate_verifier(prepared)
+        np.testing.assert_allclose(law, p, rtol=0, atol=LAW_TOL, err_msg=f"{name} p={p} q={q} n={n}")
+        assert prepared.exact_available()
+        assert prepared.acceptance() == pytest.approx(acc, abs=LAW_TOL), (name, p, q, n)
+        bound = brute_force_bound(q, n, p, prepared.scheme.name)
+        assert acc <= bound + LAW_TOL, (name, p, q, n)
+        if name in ("greedy", "spechub"):
+            assert acc == pytest.approx(bound, abs=LAW_TOL)
+        if name == "optimal":
+            assert acc == pytest.approx(bound, abs=VALUE_TOL)
+        if name == "spectr":
+            assert acc >= (1 - 1 / math.e) * bound - LAW_TOL
+
+
+def test_bounds_against_optimal_acceptance():
+    """Every verifier stays below the library's alpha* for its scheme (the dual solver)."""
+    for p, q, n in instances(40, seed=11):
+        for name in CLOSED_FORM:
+            if not supported(name, p, q, n):
+                continue
+            v = verifier_acceptance(name, p, q, n)
+            bound = optimal_acceptance(p, q, n, sampling=v.sampling).value
+            assert v.value <= bound + VALUE_TOL
+            if name in ("greedy", "spechub"):
+                assert v.value == pytest.approx(bound, abs=VALUE_TOL)
+
+
+# ---------------------------------------------------------------- kernels vs slow twins
+def test_rsd2_kernel_matches_slow_twin():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        V = int(rng.integers(2, 40))
+        p, q = random_pair(rng, V)
+        if np.count_nonzero(q) < 2:
+            continue
+        from mdsd_ot.drafts import complement_masses
+
+        fast = _kernels.rsd2_rejection(p, q, complement_masses(q))
+        slow = _kernels.rsd2_rejection_slow(p, q)
+        assert fast == pytest.approx(slow, abs=LAW_TOL)
+
+
+def test_rsd_mc_kernel_matches_slow_twin():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        V = int(rng.integers(3, 12))
+        n = int(rng.integers(1, 4))
+        p, q = random_pair(rng, V)
+        if np.count_nonzero(q) < n:
+            continue
+        u = rng.random((50, n))
+        fast = _kernels.rsd_mc_accept(p, q, n, u)
+        slow = _kernels.rsd_mc_accept_slow(p, q, n, u)
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
+
+
+def test_rsd_fast_n2_matches_recursion_at_larger_v():
+    """O(V log V) path against the MATH.md recursion (slow twin) on V = 300."""
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(300, 0.5))
+    q = rng.dirichlet(np.full(300, 0.5))
+    exact = verifier_acceptance("rrs_without_replacement", p, q, 2).value
+    assert exact == pytest.approx(1 - _kernels.rsd2_rejection_slow(p, q), abs=1e-12)
+
+
+def test_rsd_n3_recursion_matches_monte_carlo_kernel():
+    rng = np.random.default_rng(6)
+    p = rng.dirichlet(np.ones(30))
+    q = rng.dirichlet(np.ones(30))
+    exact = 1 - rsd_rejection(p, q, 3)
+    mc = verifier_acceptance("rrs_without_replacement", p, q, 3, method="monte_carlo", samples=4000, rng=1)
+    assert abs(mc.value - exact) <= 4 * mc.stderr + 1e-12
+
+
+def test_spectr_rho_is_smallest_valid():
+    rng = np.random.default_rng(8)
+    for _ in range(100):
+        V = int(rng.integers(2, 8))
+        n = int(rng.integers(1, 5))
+        p, q = random_pair(rng, V)
+        rho = kseq_rho(p, q, n)
+        assert 1.0 <= rho <= n
+
+        def gap(r):
+            b = np.minimum(q, p / r).sum()
+            return r * b - (1 - np.maximum(q - p / r, 0).sum() ** n)
+
+        assert gap(rho) >= -1e-12
+        if rho > 1.0:  # a slightly smaller rho violates the condition (grid check)
+            grid = np.linspace(1.0, rho, 50)[:-1]
+            assert all(gap(r) < 1e-12 for r in grid)
+
+
+# ---------------------------------------------------------------- Monte Carlo and sampling
+@pytest.mark.parametrize("name", CLOSED_FORM)
+def test_monte_carlo_within_four_standard_errors(name):
+    rng = np.random.default_rng(9)
+    checked = 0
+    for p, q, n in instances(40, seed=12):
+        if not supported(name, p, q, n):
+            continue
+        samples = 1000
+        # CLT regime only: a draft tuple rarer than ~1/samples may never be drawn, and then the sample
+        # standard error cannot see it (it can even be 0)
+        _, probs = VERIFIERS[name].resolve_scheme().tuple_law(q, n)
+        if probs.min() < 20 / samples:
+            continue
+        exact = verifier_acceptance(name, p, q, n, method="exact")
+        mc = verifier_acceptance(name, p, q, n, method="monte_carlo", samples=samples, rng=rng)
+        assert mc.method == "monte_carlo" and mc.samples == samples
+        assert abs(mc.value - exact.value) <= 4 * mc.stderr + 1e-12, (name, p, q, n)
+        checked += 1
+    assert checked >= 5
+
+
+CHI_P = np.array([0.35, 0.25, 0.2, 0.15, 0.05, 0.0])
+CHI_Q = np.array([0.1, 0.3, 0.05, 0.25, 0.2, 0.1])
+
+
+@pytest.mark.parametrize(
+    "name,n,sampling",
+    [(name, 2 if name == "spechub" else 3, None) for name in NAMES] + [("optimal", 2, "without_replacement")],
+)
+def test_verify_sampling_chi_square(name, n, sampling):
+    rng = np.random.default_rng(2024)
+    prepared = VERIFIERS[name].prepare(CHI_P, CHI_Q, n, sampling=sampling)
+    draws = 6000
+    counts = np.zeros(CHI_P.size)
+    accepted = 0
+    for _ in range(draws):
+        drafts = prepared.scheme.sample(CHI_Q, n, rng)
+        verdict = prepared.verify(drafts, rng)
+        counts[verdict.token] += 1
+        accepted += verdict.accepted
+        assert verdict.accepted == (verdict.token in drafts)
+    assert counts[CHI_P == 0].sum() == 0  # zero-probability tokens are never output
+    pos = CHI_P > 0
+    _, pvalue = stats.chisquare(counts[pos], draws * CHI_P[pos])
+    assert pvalue > 1e-4
+    alpha = prepared.acceptance()
+    sd = math.sqrt(alpha * (1 - alpha) / draws)
+    assert abs(accepted / draws - alpha) <= 5 * sd + 1e-9
+
+
+# ---------------------------------------------------------------- pitfalls of MATH.md section 7
+def _near_one_hot(V=6, eps=1e-12):
+    q = np.array([1 - eps] + [eps / (V - 1)] * (V - 1))
+    p = np.array([0.4, 0.3, 0.1, 0.1, 0.05, 0.05])[:V]
+    return p / p.sum(), q
+
+
+def _mp_rsd2(p, q):
+    """RSD n = 2 acceptance in 50-digit arithmetic, the recursion of MATH.md 5.3 verbatim."""
+    with mpmath.workdps(50):
+        P = [mpmath.mpf(float(x)) for x in p]
+        Q = [mpmath.mpf(float(x)) for x in q]
+        tP, tQ = sum(P), sum(Q)
+        P = [x / tP for x in P]
+        Q = [x / tQ for x in Q]
+        V = len(P)
+        beta = sum(min(a, b) for a, b in zip(P, Q))
+        tv = sum(max(a - b, 0) for a, b in zip(P, Q))
+        r = [max(a - b, 0) / tv for a, b in zip(P, Q)] if tv > 0 else P
+        total = beta
+        for x in range(V):
+            if Q[x] > P[x]:
+                rest = sum(Q[y] for y in range(V) if y != x)
+                s = [Q[y] / rest if y != x else 0 for y in range(V)]
+                total += (Q[x] - P[x]) * sum(min(a, b) for a, b in zip(r, s))
+        return float(total)
+
+
+def _mp_greedy(p, q, n):
+    with mpmath.workdps(50):
+        P = [mpmath.mpf(float(x)) for x in p]
+        Q = [mpmath.mpf(float(x)) for x in q]
+        tP, tQ = sum(P), sum(Q)
+        P = [x / tP for x in P]
+        Q = [x / tQ for x in Q]
+        top = set(np.argsort(-np.asarray(q), kind="stable")[: n - 1].tolist())
+        rest = sum(Q[y] for y in range(len(Q)) if y not in top)
+        return float(sum(P[y] for y in top) + sum(min(P[y], Q[y] / rest) for y in range(len(Q)) if y not in top))
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-9, 1e-15])
+def test_near_one_hot_drafts_match_50_digit_arithmetic(eps):
+    p, q = _near_one_hot(eps=eps)
+    got = verifier_acceptance("rrs_without_replacement", p, q, 2).value
+    assert got == pytest.approx(_mp_rsd2(p, q), abs=1e-12)
+    for n in (2, 3):
+        assert verifier_acceptance("greedy", p, q, n).value == pytest.approx(_mp_greedy(p, q, n), abs=1e-12)
+    assert verifier_acceptance("spechub", p, q, 2).value == pytest.approx(_mp_greedy(p, q, 2), abs=1e-12)
+    for name in CLOSED_FORM:
+        if supported(name, p, q, 2):
+            value = verifier_acceptance(name, p, q, 2).value
+            assert 0.0 <= value <= 1.0 and math.isfinite(value)
+
+
+def test_near_one_hot_validity_by_enumeration():
+    p, q = _near_one_hot(V=5, eps=1e-12)
+    for name in NAMES:
+        for n in (2, 3):
+            if not supported(name, p, q, n):
+                continue
+            prepared = VERIFIERS[name].prepare(p, q, n)
+            law, acc = enumerate_verifier(prepared)
+            np.testing.assert_allclose(law, p, rtol=0, atol=LAW_TOL, err_msg=name)
+            assert prepared.acceptance() == pytest.approx(acc, abs=1e-11), name
+
+
+def test_equal_distributions_give_no_nan():
+    """p == q: every residual is zero (probability-zero branches), no NaN, no warning."""
+    p = np.array([0.5, 0.25, 0.25, 0.0])
+    for name in NAMES:
+        for n in (1, 2, 3):
+            if not supported(name, p, p, n):
+                continue
+            prepared = VERIFIERS[name].prepare(p, p, n)
+            law, acc = enumerate_verifier(prepared)
+            np.testing.assert_allclose(law, p, atol=LAW_TOL)
+            if name != "naive":
+                assert prepared.acceptance() == pytest.approx(1.0, abs=LAW_TOL)
+
+
+def test_disjoint_supports():
+    p = np.array([0.5, 0.5, 0.0, 0.0])
+    q = np.array([0.0, 0.0, 0.5, 0.5])
+    for name in CLOSED_FORM:
+        if supported(name, p, q, 2):
+            assert verifier_acceptance(name, p, q, 2).value == pytest.approx(0.0, abs=LAW_TOL), name
+
+
+def test_n1_reduces_to_speculative_sampling():
+    rng = np.random.default_rng(13)
+    for _ in range(20):
+        p, q = random_pair(rng, 6)
+        tv = 1 - np.minimum(p, q).sum()
+        for name in ("rrs", "rrs_without_replacement", "spectr", "greedy"):
+            assert verifier_acceptance(name, p, q, 1).value == pytest.approx(1 - tv, abs=1e-12), name
+
+
+def test_acceptance_invariant_under_permutation():
+    rng = np.random.default_rng(14)
+    for _ in range(20):
+        p = rng.dirichlet(np.ones(7))
+        q = rng.dirichlet(np.ones(7))  # no ties almost surely
+        perm = rng.permutation(7)
+        for name in CLOSED_FORM:
+            n = 2
+            a = verifier_acceptance(name, p, q, n).value
+            b = verifier_acceptance(name, p[perm], q[perm], n).value
+            assert a == pytest.approx(b, abs=1e-12), name
+
+
+# ---------------------------------------------------------------- API and errors
+def test_result_type_and_registry():
+    r = verifier_acceptance("spectr", [0.5, 0.5], [0.25, 0.75], 2)
+    assert isinstance(r, VerifierAcceptance)
+    assert r.verifier == "spectr" and r.sampling == "with_replacement" and r.n == 2
+    with pytest.raises(AttributeError):
+        r.value = 0.0  # frozen
+    assert float(r) == r.value
+    assert get_verifier("rrs") is VERIFIERS["rrs"]
+    for name, v in VERIFIERS.items():
+        assert v.name == name and v.reference and v.scheme in v.schemes
+        assert name in repr(v)
+
+
+def test_errors_are_actionable():
+    p, q = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
+    with pytest.raises(ValueError, match="unknown verifier"):
+        verifier_acceptance("nope", p, q, 2)
+    with pytest.raises(ValueError, match="assumes draft sampling"):
+        verifier_acceptance("rrs", p, q, 2, sampling="without_replacement")
+    with pytest.raises(ValueError, match="n = 2"):
+        verifier_acceptance("spechub", p, q, 3)
+    with pytest.raises(ValueError, match="unknown method"):
+        verifier_acceptance("rrs", p, q, 2, method="magic")
+    with pytest.raises(ValueError, match="sums to"):
+        verifier_acceptance("rrs", [0.5, 0.6, 0.2], q, 2)
+    assert verifier_acceptance("rrs", [1.0, 1.0, 0.0], [1.0, 1.0, 2.0], 1, normalize=True).value == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="needs at least"):
+        verifier_acceptance("rrs_without_replacement", [0.5, 0.5, 0.0], [1.0, 0.0, 0.0], 2)
+    with pytest.raises(ValueError, match="samples"):
+        verifier_acceptance("rrs", p, q, 2, method="monte_carlo", samples=1)
+    v = VERIFIERS["rrs"]
+    rng = np.random.default_rng(0)
+    with pytest.raises(TypeError, match="Generator"):
+        v.verify(p, q, [0, 1], 42)
+    with pytest.raises(ValueError, match="q = 0"):
+        v.verify([0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0, 2], rng)
+    with pytest.raises(ValueError, match="lie in"):
+        v.verify(p, q, [0, 7], rng)
+    with pytest.raises(ValueError, match="distinct"):
+        VERIFIERS["rrs_without_replacement"].verify(p, q, [1, 1], rng)
+    with pytest.raises(ValueError, match="most likely"):
+        VERIFIERS["greedy"].output_law(p, q, [0, 1])
+    with pytest.raises(ValueError, match="hub token"):
+        VERIFIERS["spechub"].output_law(p, q, [0, 1])
+
+
+def test_exact_unavailable_falls_back_to_monte_carlo():
+    from mdsd_ot.verifiers import rsd
+
+    rng = np.random.default_rng(15)
+    V = 200
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+    n = 4
+    assert V ** (n - 1) > rsd.EXACT_MAX_WORK
+    with pytest.raises(ValueError, match="monte_carlo"):
+        verifier_acceptance("rrs_without_replacement", p, q, n, method="exact")
+    r = verifier_acceptance("rrs_without_replacement", p, q, n, samples=500, rng=0)
+    assert r.method == "monte_carlo" and r.stderr > 0 and 0 < r.value < 1
+    again = verifier_acceptance("rrs_without_replacement", p, q, n, samples=500, rng=0)
+    assert again == r  # seeded: reproducible
