@@ -1,0 +1,177 @@
+"""Reading target/draft distributions from files (used by the ``mdsd-ot`` CLI).
+
+Formats, chosen by the file extension:
+
+``.npy``   one array: shape ``(V,)`` is one distribution, shape ``(2, V)`` is ``p`` then ``q``.
+``.npz``   an archive with arrays ``p`` and ``q``.
+``.json``  a list of numbers (one distribution), a list of two lists (``p`` then ``q``), or an object
+           with keys ``"p"`` and ``"q"``.
+other      text: numbers separated by whitespace and/or commas; ``#`` starts a comment. One number
+           per line, or all on one line, is one distribution; two lines of several numbers each are
+           ``p`` then ``q``.
+
+:func:`load_pair` accepts either one file holding both distributions or two files holding one each.
+Values are returned as float64 (``.npy``/``.npz`` keep their dtype so that validation can report an
+integer or boolean array); checking that they are probabilities is left to
+:func:`mdsd_ot._validate.check_pair`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["load_arrays", "load_distribution", "load_pair"]
+
+_SEP = re.compile(r"[\s,;]+")
+
+
+def _path(path) -> Path:
+    p = Path(os.fspath(path))
+    if not p.exists():
+        raise FileNotFoundError(f"no such file: {p}")
+    if p.is_dir():
+        raise IsADirectoryError(f"{p} is a directory; pass a .npy, .npz, .json or text file")
+    return p
+
+
+def _numbers(values, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must contain only numbers") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{where} must be a flat list of numbers, got nesting of depth {arr.ndim}")
+    return arr
+
+
+def _from_json(path: Path) -> list[np.ndarray]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a UTF-8 text file") from None
+    if isinstance(data, dict):
+        missing = [k for k in ("p", "q") if k not in data]
+        if missing:
+            raise ValueError(f"{path}: a JSON object needs keys 'p' and 'q'; missing {missing}, found {sorted(data)}")
+        return [_numbers(data["p"], f"{path}: 'p'"), _numbers(data["q"], f"{path}: 'q'")]
+    if isinstance(data, list):
+        if data and all(isinstance(x, list) for x in data):
+            if len(data) != 2:
+                raise ValueError(f"{path}: a JSON list of lists must hold exactly two (p and q), got {len(data)}")
+            return [_numbers(data[0], f"{path}: p"), _numbers(data[1], f"{path}: q")]
+        return [_numbers(data, str(path))]
+    raise ValueError(f"{path}: expected a JSON list of numbers or an object with 'p' and 'q'")
+
+
+def _from_text(path: Path) -> list[np.ndarray]:
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file (use .npy, .npz or .json for binary/structured data)") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = [f for f in _SEP.split(line) if f]
+        try:
+            rows.append([float(f) for f in fields])
+        except ValueError:
+            bad = next(f for f in fields if not _is_float(f))
+            raise ValueError(f"{path}, line {lineno}: {bad!r} is not a number") from None
+    if not rows:
+        raise ValueError(f"{path} contains no numbers")
+    if all(len(r) == 1 for r in rows):
+        return [np.array([r[0] for r in rows])]
+    if len(rows) == 1:
+        return [np.array(rows[0])]
+    if len(rows) == 2:
+        return [np.array(rows[0]), np.array(rows[1])]
+    raise ValueError(
+        f"{path}: expected one distribution (one line, or one number per line) or two lines (p and q); "
+        f"got {len(rows)} lines of several numbers"
+    )
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _from_npy(path: Path) -> list[np.ndarray]:
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path} could not be read as a .npy array: {exc}") from None
+    if arr.ndim == 1:
+        return [arr]
+    if arr.ndim == 2 and arr.shape[0] == 2:
+        return [arr[0], arr[1]]
+    raise ValueError(f"{path}: expected shape (V,) or (2, V), got {arr.shape}")
+
+
+def _from_npz(path: Path) -> list[np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            keys = sorted(data.files)
+            if "p" not in keys or "q" not in keys:
+                raise ValueError(f"{path}: a .npz archive needs arrays 'p' and 'q'; found {keys}")
+            return [np.asarray(data["p"]).reshape(-1), np.asarray(data["q"]).reshape(-1)]
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path} could not be read as a .npz archive: {exc}") from None
+
+
+_READERS = {".npy": _from_npy, ".npz": _from_npz, ".json": _from_json}
+
+
+def load_arrays(path) -> list[np.ndarray]:
+    """The one or two distributions stored in ``path`` (see the module docstring for formats)."""
+    path = _path(path)
+    return _READERS.get(path.suffix.lower(), _from_text)(path)
+
+
+def load_distribution(path) -> np.ndarray:
+    """Exactly one distribution from ``path`` (``ValueError`` if the file holds two)."""
+    arrays = load_arrays(path)
+    if len(arrays) != 1:
+        raise ValueError(f"{path} holds both p and q; pass it alone, not together with another file")
+    return arrays[0]
+
+
+def load_pair(path, path_q=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, q)`` from one file holding both, or from two files holding one each.
+
+    Parameters
+    ----------
+    path : path-like
+        A file with both distributions, or with ``p`` alone when ``path_q`` is given.
+    path_q : path-like, optional
+        A file with ``q``.
+
+    Examples
+    --------
+    >>> import json, tempfile, os
+    >>> f = os.path.join(tempfile.mkdtemp(), "pq.json")
+    >>> _ = open(f, "w").write(json.dumps({"p": [0.5, 0.5], "q": [0.25, 0.75]}))
+    >>> [a.tolist() for a in load_pair(f)]
+    [[0.5, 0.5], [0.25, 0.75]]
+    """
+    if path_q is None:
+        arrays = load_arrays(path)
+        if len(arrays) != 2:
+            raise ValueError(
+                f"{path} holds one distribution; pass a second file for q, or store both "
+                f"(.npz with p and q, JSON object with p and q, .npy of shape (2, V), two text lines)"
+            )
+        return arrays[0], arrays[1]
+    return load_distribution(path), load_distribution(path_q)

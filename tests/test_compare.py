@@ -1,0 +1,93 @@
+"""compare(): records against independent values, skipping rules, table and JSON output."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mdsd_ot import optimal_acceptance
+from mdsd_ot._config import VALUE_TOL
+from mdsd_ot.compare import Comparison, compare
+from mdsd_ot.verifiers import VERIFIERS
+
+P = [0.5, 0.3, 0.2, 0.0]
+Q = [0.1, 0.2, 0.3, 0.4]
+
+
+def test_records_match_math_vectors():
+    table = compare(P, Q, 2)
+    assert isinstance(table, Comparison) and table.n == 2 and table.V == 4
+    assert [r.verifier for r in table] == list(VERIFIERS)  # all can run at n = 2, V = 4
+    expected = {  # MATH.md section 6, row 2
+        "naive": (0.305, 0.69), "rrs": (0.65, 0.69), "rrs_without_replacement": (0.680952, 0.734524),
+        "spectr": (0.658443, 0.69), "greedy": (0.666667, 0.666667), "spechub": (0.666667, 0.666667),
+        "optimal": (0.69, 0.69),
+    }
+    for r in table:
+        acc, bound = expected[r.verifier]
+        assert r.acceptance == pytest.approx(acc, abs=1e-6)
+        assert r.bound == pytest.approx(bound, abs=1e-6)
+        assert r.gap == pytest.approx(r.bound - r.acceptance, abs=1e-15)
+        assert r.ratio == pytest.approx(r.acceptance / r.bound, rel=1e-12)
+        assert r.gap >= -VALUE_TOL and r.stderr == 0.0 and r.method == "exact"
+    assert table["rrs_without_replacement"].sampling == "without_replacement"
+    assert table["spechub"].sampling == "hub"
+    with pytest.raises(KeyError, match="no record"):
+        table["nope"]
+
+
+def test_skips_with_note_unless_requested():
+    table = compare(P, Q, 3)
+    assert "spechub" not in [r.verifier for r in table]
+    assert any(name == "spechub" and "n = 2" in why for name, why in table.skipped)
+    assert "skipped spechub" in str(table)
+    with pytest.raises(ValueError, match="n = 2"):
+        compare(P, Q, 3, verifiers=["spechub"])
+    with pytest.raises(ValueError, match="unknown verifier"):
+        compare(P, Q, 2, verifiers="rrs,bogus")
+
+
+def test_optimal_skipped_for_large_inputs_and_monte_carlo_rows():
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(200)), rng.dirichlet(np.ones(200))
+    table = compare(p, q, 4, samples=300, rng=1)
+    names = [r.verifier for r in table]
+    assert "optimal" not in names and any(n == "optimal" for n, _ in table.skipped)
+    rsd = table["rrs_without_replacement"]
+    assert rsd.method == "monte_carlo" and rsd.stderr > 0
+    bound = optimal_acceptance(p, q, 4, sampling="without_replacement").value
+    assert rsd.bound == pytest.approx(bound, abs=1e-12)
+
+
+def test_sampling_filter():
+    table = compare(P, Q, 2, sampling="without_replacement")
+    assert {r.verifier for r in table} == {"naive", "rrs_without_replacement", "optimal"}
+    assert all(r.sampling == "without_replacement" for r in table)
+    with pytest.raises(ValueError, match="assumes draft sampling"):
+        compare(P, Q, 2, verifiers=["rrs"], sampling="without_replacement")
+
+
+def test_text_and_json_output():
+    table = compare(P, Q, 2, verifiers="rrs, greedy")
+    text = str(table)
+    lines = text.splitlines()
+    assert lines[0].startswith("n = 2")
+    assert lines[1].split() == ["verifier", "sampling", "acceptance", "stderr", "bound", "gap", "ratio", "method"]
+    # aligned columns: every numeric cell ends where its (right-justified) header ends
+    for header in ("acceptance", "bound", "ratio"):
+        end = lines[1].index(header) + len(header)
+        for line in lines[3:5]:
+            assert line[end - 1] != " " and line[end] == " ", (header, line)
+    assert "0.650000" in text and "0.690000" in text
+    data = json.loads(table.to_json())
+    assert data["n"] == 2 and data["V"] == 4 and data["skipped"] == []
+    assert [r["verifier"] for r in data["records"]] == ["rrs", "greedy"]
+    assert table.to_dicts() == data["records"]
+
+
+def test_normalize_and_validation():
+    a = compare([5, 3, 2, 0.0], [1, 2, 3, 4.0], 2, verifiers=["rrs"], normalize=True)
+    assert a["rrs"].acceptance == pytest.approx(0.65, abs=1e-12)
+    with pytest.raises(ValueError, match="normalize=True"):
+        compare([5, 3, 2, 0.0], Q, 2)

@@ -1,0 +1,114 @@
+"""File loading for the CLI: every format, one-file and two-file forms, actionable errors."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mdsd_ot.io import load_arrays, load_distribution, load_pair
+
+P = np.array([0.5, 0.3, 0.2, 0.0])
+Q = np.array([0.1, 0.2, 0.3, 0.4])
+
+
+def _check(pair):
+    p, q = pair
+    np.testing.assert_array_equal(p, P)
+    np.testing.assert_array_equal(q, Q)
+
+
+def test_npz(tmp_path):
+    f = tmp_path / "pq.npz"
+    np.savez(f, p=P, q=Q)
+    _check(load_pair(f))
+
+
+def test_npy_one_and_two_files(tmp_path):
+    both = tmp_path / "pq.npy"
+    np.save(both, np.vstack([P, Q]))
+    _check(load_pair(both))
+    fp, fq = tmp_path / "p.npy", tmp_path / "q.npy"
+    np.save(fp, P)
+    np.save(fq, Q)
+    _check(load_pair(fp, fq))
+    _check(load_pair(str(fp), str(fq)))
+
+
+def test_json_forms(tmp_path):
+    obj = tmp_path / "obj.json"
+    obj.write_text(json.dumps({"p": P.tolist(), "q": Q.tolist()}))
+    _check(load_pair(obj))
+    lists = tmp_path / "lists.json"
+    lists.write_text(json.dumps([P.tolist(), Q.tolist()]))
+    _check(load_pair(lists))
+    fp, fq = tmp_path / "p.json", tmp_path / "q.json"
+    fp.write_text(json.dumps(P.tolist()))
+    fq.write_text(json.dumps([1, 2, 3, 4]))  # integers in text formats become floats
+    p, q = load_pair(fp, fq)
+    assert q.dtype == np.float64 and q.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_text_forms(tmp_path):
+    two = tmp_path / "pq.txt"
+    two.write_text("# target then draft\n0.5 0.3 0.2 0\n0.1, 0.2, 0.3, 0.4  # draft\n")
+    _check(load_pair(two))
+    column = tmp_path / "p.csv"
+    column.write_text("0.5\n0.3\n0.2\n0\n")
+    np.testing.assert_array_equal(load_distribution(column), P)
+    row = tmp_path / "q.dat"
+    row.write_text("0.1,0.2,0.3,0.4\n")
+    _check(load_pair(column, row))
+
+
+@pytest.mark.parametrize(
+    "name,content,match",
+    [
+        ("bad.json", "{not json", "not valid JSON"),
+        ("keys.json", '{"p": [0.5, 0.5]}', "missing \\['q'\\]"),
+        ("three.json", "[[1], [2], [3]]", "exactly two"),
+        ("words.json", '["a", "b"]', "only numbers"),
+        ("bad.txt", "0.5 zero 0.5\n", "'zero' is not a number"),
+        ("empty.txt", "# nothing\n", "no numbers"),
+        ("many.txt", "0.5 0.5\n0.5 0.5\n0.5 0.5\n", "two lines"),
+    ],
+)
+def test_bad_files(tmp_path, name, content, match):
+    f = tmp_path / name
+    f.write_text(content)
+    with pytest.raises(ValueError, match=match):
+        load_arrays(f)
+
+
+def test_bad_binary_and_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_pair(tmp_path / "missing.npz")
+    with pytest.raises(IsADirectoryError):
+        load_pair(tmp_path)
+    f = tmp_path / "junk.npy"
+    f.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(ValueError, match="could not be read"):
+        load_pair(f)
+    z = tmp_path / "junk.npz"
+    z.write_bytes(b"PK\x03\x04garbage")
+    with pytest.raises(ValueError, match="could not be read"):
+        load_pair(z)
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, target=P, draft=Q)
+    with pytest.raises(ValueError, match="needs arrays 'p' and 'q'"):
+        load_pair(wrong)
+    cube = tmp_path / "cube.npy"
+    np.save(cube, np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError, match="shape"):
+        load_pair(cube)
+
+
+def test_one_vs_two_distributions(tmp_path):
+    single = tmp_path / "p.npy"
+    np.save(single, P)
+    with pytest.raises(ValueError, match="second file"):
+        load_pair(single)
+    both = tmp_path / "pq.npz"
+    np.savez(both, p=P, q=Q)
+    with pytest.raises(ValueError, match="holds both"):
+        load_pair(both, single)
