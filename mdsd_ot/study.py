@@ -112,6 +112,9 @@ class StudyConfig:
     every : dict
         ``{method-key prefix: K}``: evaluate expensive methods at every K-th position only
         (see :func:`parse_every`), e.g. ``{"bound:without_replacement@3": 8}``.
+    mc_samples : int or None
+        Monte Carlo draft tuples for verifiers without an exact form at this size (default: the
+        verifier module's default).
     """
 
     temperatures: list = field(default_factory=lambda: [0.3, 0.5, 0.7, 1.0])
@@ -128,6 +131,7 @@ class StudyConfig:
     seed: int = 0
     bound_backend: str = "auto"
     every: dict = field(default_factory=dict)
+    mc_samples: int | None = None
 
     def validate(self) -> "StudyConfig":
         """Check the fields; return self."""
@@ -153,7 +157,7 @@ class StudyConfig:
         d = asdict(self)
         return {k: d[k] for k in ("temperatures", "ns", "schemes", "verifiers", "top_k", "top_p",
                                   "max_positions_per_record", "continuation", "max_new_tokens",
-                                  "sample_temperature", "seed", "every")}
+                                  "sample_temperature", "seed", "every", "mc_samples")}
 
 
 # --------------------------------------------------------------------------------------- prompts
@@ -369,22 +373,34 @@ def _core():
 
 
 def verifier_scheme(name: str) -> str:
-    """The draft scheme whose bound verifier ``name`` should be compared with."""
-    try:
-        import mdsd_ot
+    """The bound (a member of :data:`SCHEMES`) that verifier ``name`` should be compared with.
 
-        spec = getattr(mdsd_ot, "VERIFIERS", {}).get(name)
-        for attr in ("sampling", "scheme", "draft_sampling"):
-            val = getattr(spec, attr, None)
-            if isinstance(val, str) and val in SCHEMES:
-                return val
-    except Exception:  # registry not available: use the table
+    Read from the registry (``mdsd_ot.VERIFIERS[name].scheme``) when available; the hub scheme of
+    SpecHub (n = 2) has the same draft-set law as greedy drafts, so it maps to ``"greedy"``.
+    """
+    scheme = None
+    try:
+        from .verifiers import VERIFIERS
+
+        scheme = getattr(VERIFIERS.get(name), "scheme", None)
+    except ImportError:  # registry not available: use the table
         pass
+    if scheme == "hub":
+        scheme = "greedy"
+    if isinstance(scheme, str) and scheme in SCHEMES:
+        return scheme
     return VERIFIER_SCHEME.get(name, "with_replacement")
 
 
 def _verifier_applies(name: str, n: int) -> bool:
-    return not (name == "spechub" and n != 2)
+    fixed = None
+    try:
+        from .verifiers import VERIFIERS
+
+        fixed = getattr(VERIFIERS.get(name), "fixed_n", None)
+    except ImportError:
+        fixed = 2 if name == "spechub" else None
+    return fixed is None or fixed == n
 
 
 def parse_every(spec) -> dict:
@@ -425,7 +441,8 @@ def _step(key: str, every: dict) -> int:
 
 
 def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed: int = 0,
-                  check: bool = False, every=None, positions=None) -> list[dict]:
+                  check: bool = False, every=None, positions=None,
+                  mc_samples: int | None = None) -> list[dict]:
     """Bounds and verifier acceptances for each row of (P, Q).
 
     Parameters
@@ -445,6 +462,8 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
         pattern is evaluated only at positions ``pos % K == 0`` (absent from the other rows).
     positions : sequence of int or None
         Position index of each row (default ``0..m-1``), used by ``every``.
+    mc_samples : int or None
+        ``samples`` passed to ``verifier_acceptance`` (Monte Carlo fallback).
 
     Returns
     -------
@@ -508,7 +527,7 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
                 if not _verifier_applies(name, n) or positions[i] % _step(key, every):
                     continue
                 try:
-                    res = _call_verifier(core, name, p, q, n, seed + positions[i])
+                    res = _call_verifier(core, name, p, q, n, seed + positions[i], mc_samples)
                 except ValueError as exc:
                     row[key] = None
                     errors[key] = str(exc)
@@ -522,16 +541,18 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
     return rows
 
 
-def _call_verifier(core, name, p, q, n, seed):
+def _call_verifier(core, name, p, q, n, seed, samples=None):
     fn = getattr(core, "verifier_acceptance", None)
     if fn is None:
-        raise ImportError("mdsd_ot.verifier_acceptance is not available in this installation")
-    try:
-        return fn(name, p, q, n, rng=np.random.default_rng(seed))
-    except TypeError as exc:
-        if "rng" not in str(exc):
-            raise
-        return fn(name, p, q, n)
+        try:
+            from .verifiers import verifier_acceptance as fn
+        except ImportError:
+            raise ImportError("mdsd_ot.verifier_acceptance is not available in this "
+                              "installation") from None
+    kw = {"rng": np.random.default_rng(seed)}
+    if samples:
+        kw["samples"] = int(samples)
+    return fn(name, p, q, n, **kw)
 
 
 # ------------------------------------------------------------------------------------- the study
@@ -671,7 +692,8 @@ def run_study(target_model, draft_model, records, out, config: StudyConfig | Non
                 Q = to_distribution(ld, temperature=T, top_k=config.top_k, top_p=config.top_p)
                 vals = evaluate_rows(P, Q, ns=config.ns, schemes=config.schemes,
                                      verifiers=config.verifiers, backend=config.bound_backend,
-                                     seed=config.seed, check=check, every=config.every)
+                                     seed=config.seed, check=check, every=config.every,
+                                     positions=range(len(b)), mc_samples=config.mc_samples)
                 for j, v in enumerate(vals):
                     lines.append(json.dumps({"record": rec["id"], "pos": j, "token": int(b[j]),
                                              "T": float(T), **v}))

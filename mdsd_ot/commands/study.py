@@ -56,6 +56,8 @@ def add_arguments(parser):
     parser.add_argument("--every", default="",
                         help="evaluate expensive methods at every K-th position only, e.g. "
                              "'bound:without_replacement@3=8,verifier:rrs_without_replacement=4'")
+    parser.add_argument("--mc-samples", type=int, default=None,
+                        help="Monte Carlo draft tuples for verifiers without an exact form")
     parser.add_argument("--shard", default=None, help="i/N: process every N-th prompt from i")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -70,6 +72,7 @@ def run(args) -> int:
         continuation=args.continuation, max_new_tokens=args.max_new_tokens,
         sample_temperature=args.sample_temperature, seed=args.seed,
         bound_backend=args.bound_backend, every=args.every,
+        mc_samples=args.mc_samples,
     ).validate()
     records = load_prompts(args.prompts)
     t0 = time.time()
