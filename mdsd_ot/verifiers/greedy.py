@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafts import top_tokens
-from .base import PreparedVerifier, Verifier, sample_index
+from .base import PreparedVerifier, Verifier, sample_index, top_k
 
 __all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
 
@@ -88,4 +87,4 @@ class GreedyVerifier(Verifier):
     reference = "Hu et al., Towards Optimal Multi-draft Speculative Decoding, ICLR 2025, arXiv:2502.18779"
 
     def _prepare(self, p, q, n, scheme):
-        return _PreparedGreedy(self, p, q, n, scheme, top_tokens(q, n - 1))
+        return _PreparedGreedy(self, p, q, n, scheme, top_k(q, n - 1))

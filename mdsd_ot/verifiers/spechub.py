@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafts import top_tokens
 from .base import PreparedVerifier, Verifier, sample_index
 from .greedy import hub_or_greedy_parts
 
@@ -29,7 +28,7 @@ __all__ = ["SpecHubVerifier"]
 class _PreparedHub(PreparedVerifier):
     def __init__(self, verifier, p, q, n, scheme):
         super().__init__(verifier, p, q, n, scheme)
-        self.a = int(top_tokens(q, 1)[0])
+        self.a = int(np.argmax(q))  # the first maximum: ties by index
         self.qp, self.R, _ = hub_or_greedy_parts(p, q, np.array([self.a]))
         mask = np.arange(p.size) != self.a
         self.S = float(np.minimum(p[mask], self.qp[mask]).sum())
