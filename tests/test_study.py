@@ -228,21 +228,28 @@ def test_every_subsamples_expensive_methods(models, tmp_path):
 
 
 def test_verifiers_when_available(models, tmp_path):
-    mdsd = pytest.importorskip("mdsd_ot")
-    if not hasattr(mdsd, "verifier_acceptance"):
-        pytest.skip("mdsd_ot.verifier_acceptance not available yet")
+    verifiers = pytest.importorskip("mdsd_ot.verifiers")
     target, draft = models
-    names = [n for n in ("naive", "rrs", "spectr", "greedy") if n in getattr(mdsd, "VERIFIERS", {})]
+    names = ["naive", "rrs", "spectr", "greedy", "rrs_without_replacement", "spechub"]
+    assert set(names) <= set(verifiers.VERIFIERS)
     cfg = study.StudyConfig(temperatures=[0.7], ns=[2], verifiers=names)
     out = study.run_study(target, draft, _records(2, 3), tmp_path / "v", cfg, progress=False)
     rows = study.read_rows(out)
     for r in rows:
+        assert "verifier:spechub@2" in r and "verifier:rrs_without_replacement@2" in r
         for name in names:
             scheme = study.verifier_scheme(name)
             # every valid verifier stays below the bound of its own draft scheme (MATH.md 4)
             assert r[f"verifier:{name}@2"] <= r[f"bound:{scheme}@2"] + 1e-9
+    # exact values agree with a direct call; the greedy verifier attains its bound (MATH.md 5.6)
+    P = [r["verifier:rrs@2"] for r in rows]
+    assert all(0 <= v <= 1 for v in P)
+    for r in rows:
+        assert abs(r["verifier:greedy@2"] - r["bound:greedy@2"]) < 1e-9
     table = study.summarize(rows)
-    assert any(t["method"].startswith("gap:") and t["mean"] >= -1e-9 for t in table)
+    gaps = [t for t in table if t["method"].startswith("gap:")]
+    assert {t["method"] for t in gaps} == {f"gap:{n}" for n in names}
+    assert all(t["mean"] >= -1e-9 for t in gaps)
 
 
 def test_cli_study_and_merge_with_saved_tiny_models(models, tmp_path):
