@@ -35,3 +35,6 @@ QUAD_TAIL = 1e-17
 
 #: Slack when pruning prefixes with the cheap W_n bounds (never prunes the optimum).
 PRUNE_MARGIN = 1e-12
+
+#: Prefixes evaluated exactly per pruning round of the without-replacement scan (n >= 3).
+PRUNE_BATCH = 256

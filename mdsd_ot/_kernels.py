@@ -11,7 +11,7 @@ import math
 import numba as nb
 import numpy as np
 
-from ._config import PRUNE_MARGIN, QUAD_STEP, QUAD_TAIL
+from ._config import PRUNE_BATCH, PRUNE_MARGIN, QUAD_STEP, QUAD_TAIL
 
 # ------------------------------------------------------------------------------- prefix bookkeeping
 
@@ -206,24 +206,6 @@ def sequential_masses(qs, cand, Rc, n):
     return acc
 
 
-@nb.njit(cache=True, parallel=True)
-def _sequential_masses_parallel(qs, cand, Rc, n, threads):
-    s_lo, h, M = quad_grid(n, Rc.min())
-    blocks = min(M, 4 * threads)
-    acc = np.zeros((blocks, cand.size))
-    for b in nb.prange(blocks):
-        _quad_nodes(qs, cand, Rc, n, s_lo, h, b, blocks, M, acc[b])
-    out = np.zeros(cand.size)
-    for b in range(blocks):
-        out += acc[b]
-    return out
-
-
-def sequential_masses_parallel(qs, cand, Rc, n):
-    """As :func:`sequential_masses`, with the quadrature nodes spread over threads."""
-    return _sequential_masses_parallel(qs, cand, Rc, n, nb.get_num_threads())
-
-
 def sequential_mass_quadrature(q_in, outside, n):
     """W_n(H) for one subset with masses ``q_in`` inside and ``outside > 0`` outside."""
     cand = np.array([q_in.size], dtype=np.int64)
@@ -304,38 +286,6 @@ def candidate_prefixes(lo, hi, exact):
     return cand, best, best_k
 
 
-@nb.njit(cache=True)
-def _pick(P, Q, cand, W, best, best_k):
-    for i in range(cand.size):
-        k = cand[i]
-        d = min(W[i], Q[k]) - P[k]
-        if d > best or (d == best and k < best_k):
-            best = d
-            best_k = k
-    return best, best_k
-
-
-@nb.njit(cache=True)
-def scan_without_replacement(ps, qs, n):
-    """Any n >= 3 (serial): bounds prune the prefixes, quadrature settles the rest."""
-    P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
-    cand, best, best_k = candidate_prefixes(lo, hi, exact)
-    if cand.size == 0:
-        return best, best_k
-    W = sequential_masses(qs, cand, R[cand], n)
-    return _pick(P, Q, cand, W, best, best_k)
-
-
-def scan_without_replacement_parallel(ps, qs, n):
-    """As :func:`scan_without_replacement`, with the quadrature spread over threads."""
-    P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
-    cand, best, best_k = candidate_prefixes(lo, hi, exact)
-    if cand.size == 0:
-        return best, best_k
-    W = sequential_masses_parallel(qs, cand, R[cand], n)
-    return _pick(P, Q, cand, W, best, int(best_k))
-
-
 # ----------------------------------------------------------------------------------- ordering
 
 
@@ -397,3 +347,248 @@ def solve_batch(P, Q, n, code):
         qs = Q[b][order]
         out[b] = max(1.0 - solve_sorted(ps, qs, n, code)[0], 0.0)
     return out
+
+
+# ------------------------------------------- without replacement, any n: the fast evaluation path
+#
+# The DP above costs one exp per token and quadrature node. The fast path splits, at each node t,
+# the tokens into "big" ones (q t > SMALL_QT; few: handled by the same DP) and "small" ones, whose
+# Poisson-binomial law comes from power sums: with r_i = e^{q_i t} - 1,
+#   P(N_small = j) = e^{-t q(small)} e_j(r),   p_j(r) = sum_i r_i^j = sum_m c[j, m] t^m sum_i q_i^m,
+# c[j, m] the x^m coefficient of (e^x - 1)^j (series truncated at m = J; q t <= SMALL_QT makes the
+# remainder < SMALL_QT^(J - j + 1)), and e_j from p_j by Newton's identities (no cancellation since
+# r_i <= e^SMALL_QT - 1). Tokens are binned by q in powers of two, so the per-query power sums come
+# from one pass over the tokens and small tokens cost nothing per node.
+
+SMALL_QT = 0.05
+NBANDS = 80
+SERIES_EXTRA = 11
+
+
+@nb.njit(cache=True)
+def series_coefficients(n, J):
+    """``c[j, m]`` = coefficient of x^m in (e^x - 1)^j for j < n, m <= J."""
+    base = np.zeros(J + 1)
+    f = 1.0
+    for m in range(1, J + 1):
+        f *= m
+        base[m] = 1.0 / f
+    c = np.zeros((n, J + 1))
+    c[0, 0] = 1.0
+    for j in range(1, n):
+        for a in range(J + 1):
+            if c[j - 1, a] != 0.0:
+                for b in range(1, J + 1 - a):
+                    c[j, a + b] += c[j - 1, a] * base[b]
+    return c
+
+
+@nb.njit(cache=True)
+def _bands(qs):
+    out = np.empty(qs.size, dtype=np.int64)
+    for i in range(qs.size):
+        v = qs[i]
+        if v <= 0.0:
+            out[i] = NBANDS - 1
+        else:
+            out[i] = min(int(math.floor(-math.log2(v))), NBANDS - 1)
+    return out
+
+
+@nb.njit(cache=True)
+def _band_suffix_power_sums(qs, bands, queries, J):
+    """``S[c, b, m] = sum of q_i^m over i < queries[c] with band(i) >= b``, m = 1..J."""
+    C = queries.size
+    acc = np.zeros((NBANDS, J + 1))
+    S = np.zeros((C, NBANDS + 1, J + 1))
+    i = 0
+    for c in range(C):
+        while i < queries[c]:
+            v = qs[i]
+            x = v
+            b = bands[i]
+            for m in range(1, J + 1):
+                acc[b, m] += x
+                x *= v
+            i += 1
+        for b in range(NBANDS - 1, -1, -1):
+            for m in range(1, J + 1):
+                S[c, b, m] = S[c, b + 1, m] + acc[b, m]
+    return S
+
+
+@nb.njit(cache=True)
+def _node_band(t):
+    """Bands >= this index hold tokens with q <= 2^-index <= SMALL_QT / t (small at node t)."""
+    return max(int(math.ceil(math.log2(t / SMALL_QT))), 0)
+
+
+@nb.njit(cache=True)
+def _big_lists(bands, top, s_lo, h, M):
+    """For every node: the positions (< top, increasing) of its big tokens, concatenated.
+
+    Returns ``(flat, start)``: node m's big tokens are ``flat[start[m, 0]:start[m, 1]]``; nodes
+    with the same band threshold share one list.
+    """
+    start = np.empty((M, 2), dtype=np.int64)
+    total = 0
+    prev = -1
+    size = 0
+    for m in range(M):  # the node thresholds increase with m
+        bm = _node_band(math.exp(s_lo + m * h))
+        if bm != prev:
+            size = 0
+            for i in range(top):
+                if bands[i] < bm:
+                    size += 1
+            total += size
+            prev = bm
+    flat = np.empty(total, dtype=np.int64)
+    pos = 0
+    prev = -1
+    first = 0
+    for m in range(M):
+        bm = _node_band(math.exp(s_lo + m * h))
+        if bm != prev:
+            first = pos
+            for i in range(top):
+                if bands[i] < bm:
+                    flat[pos] = i
+                    pos += 1
+            prev = bm
+        start[m, 0] = first
+        start[m, 1] = pos
+    return flat, start
+
+
+@nb.njit(cache=True)
+def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, mstep, M, acc):
+    """Trapezoid terms of nodes m0, m0 + mstep, ... for every query prefix (fast path)."""
+    J = coef.shape[1] - 1
+    dp = np.empty(n)
+    pw = np.empty(J + 1)
+    psum = np.empty(n)
+    e = np.empty(n)
+    small = np.empty(n)
+    C = queries.size
+    for m in range(m0, M, mstep):
+        t = math.exp(s_lo + m * h)
+        bm = _node_band(t)
+        big = flat[start[m, 0]:start[m, 1]]
+        pw[0] = 1.0
+        for mm in range(1, J + 1):
+            pw[mm] = pw[mm - 1] * t
+        for j in range(n):
+            dp[j] = 0.0
+        dp[0] = 1.0
+        ptr = 0
+        for c in range(C):
+            stop = queries[c]
+            while ptr < big.size and big[ptr] < stop:
+                i = big[ptr]
+                ptr += 1
+                x = qs[i] * t
+                if x < 0.5:
+                    a = -math.expm1(-x)
+                    ee = 1.0 - a
+                else:
+                    ee = math.exp(-x)
+                    a = 1.0 - ee
+                for j in range(n - 1, 0, -1):
+                    dp[j] = dp[j] * ee + dp[j - 1] * a
+                dp[0] *= ee
+            # the small tokens of this prefix
+            if bm < NBANDS:
+                lam = t * S[c, bm, 1]
+                for j in range(1, n):
+                    v = 0.0
+                    for mm in range(j, J + 1):
+                        v += coef[j, mm] * pw[mm] * S[c, bm, mm]
+                    psum[j] = v
+                e[0] = 1.0
+                for k in range(1, n):
+                    v = 0.0
+                    sign = 1.0
+                    for i2 in range(1, k + 1):
+                        v += sign * e[k - i2] * psum[i2]
+                        sign = -sign
+                    e[k] = max(v / k, 0.0)
+                for j in range(n):
+                    if e[j] > 0.0:
+                        small[j] = math.exp(math.log(e[j]) - lam)
+                    else:
+                        small[j] = 0.0
+            else:
+                small[0] = 1.0
+                for j in range(1, n):
+                    small[j] = 0.0
+            below = 0.0  # P(N < n)
+            for i2 in range(n):
+                for j in range(n - i2):
+                    below += dp[i2] * small[j]
+            r = Rq[c]
+            acc[c] += h * t * r * math.exp(-r * t) * max(1.0 - below, 0.0)
+
+
+@nb.njit(cache=True)
+def sequential_masses_fast(qs, queries, Rq, n):
+    """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
+    s_lo, h, M = quad_grid(n, Rq.min())
+    J = n - 1 + SERIES_EXTRA
+    coef = series_coefficients(n, J)
+    bands = _bands(qs)
+    flat, start = _big_lists(bands, queries[-1], s_lo, h, M)
+    S = _band_suffix_power_sums(qs, bands, queries, J)
+    acc = np.zeros(queries.size)
+    _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, 0, 1, M, acc)
+    return acc
+
+
+@nb.njit(cache=True)
+def scan_without_replacement(ps, qs, n):
+    """Any n >= 3: exact W_n at a few prefixes, the rest bounded away. Returns ``(D, k)``.
+
+    ``W_n`` is non-decreasing along the prefixes, so for an evaluated prefix ``b >= k``,
+    ``D_k <= W_n(H_b) - P_k``; with the cheap bounds of :func:`without_replacement_bounds` this
+    discards every prefix that cannot beat the best excess found so far. Each round evaluates up to
+    ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature.
+    """
+    P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
+    todo, best, best_k = candidate_prefixes(lo, hi, exact)
+    V1 = P.size
+    evaluated = np.zeros(V1, dtype=np.bool_)
+    w_at = np.zeros(V1)
+    while todo.size > 0:
+        step = max(1, todo.size // PRUNE_BATCH)
+        count = (todo.size - 1) // step + 1
+        last_extra = 1 if (todo.size - 1) % step != 0 else 0
+        pick = np.empty(count + last_extra, dtype=np.int64)
+        for i in range(count):
+            pick[i] = todo[i * step]
+        if last_extra:
+            pick[count] = todo[todo.size - 1]
+        w = sequential_masses_fast(qs, pick, R[pick], n)
+        for i in range(pick.size):
+            k = pick[i]
+            wk = min(w[i], Q[k])
+            evaluated[k] = True
+            w_at[k] = wk
+            d = wk - P[k]
+            if d > best or (d == best and k < best_k):
+                best = d
+                best_k = k
+        # cap[k] = W_n at the nearest evaluated prefix >= k (an upper bound on W_n(H_k))
+        cap = np.empty(V1)
+        nxt = np.inf
+        for k in range(V1 - 1, -1, -1):
+            if evaluated[k]:
+                nxt = w_at[k]
+            cap[k] = nxt
+        keep = 0
+        for i in range(todo.size):
+            k = todo[i]
+            if not evaluated[k] and min(hi[k], cap[k] - P[k]) >= best - PRUNE_MARGIN:
+                todo[keep] = k
+                keep += 1
+        todo = todo[:keep].copy()
+    return best, best_k

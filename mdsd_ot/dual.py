@@ -28,20 +28,18 @@ def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.argsort(_kernels.order_keys(p, q), kind="stable")
 
 
-def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, *, parallel: bool = True):
+def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
     """Optimal acceptance by the sorted-prefix scan (one sort + one O(V) or O(nV) pass).
 
-    Sequential sampling without replacement uses the closed form for n = 2 and, for n >= 3, prunes
-    prefixes with cheap bounds before evaluating ``W_n`` by exponential-clock quadrature.
+    Sequential sampling without replacement uses the closed form for n = 2; for n >= 3 it evaluates
+    ``W_n`` by exponential-clock quadrature at a few prefixes and bounds the others away
+    (:func:`mdsd_ot._kernels.scan_without_replacement`).
     """
     order = sorted_order(p, q)
     ps = np.ascontiguousarray(p[order])
     qs = np.ascontiguousarray(q[order])
     code = _kernels.SCHEME_CODES[scheme.name]
-    if code == 1 and n >= 3 and parallel:
-        excess, k = _kernels.scan_without_replacement_parallel(ps, qs, n)
-    else:
-        excess, k = _kernels.solve_sorted(ps, qs, n, code)
+    excess, k = _kernels.solve_sorted(ps, qs, n, code)
     return max(1.0 - float(excess), 0.0), np.sort(order[: int(k)]).astype(np.int64)
 
 
@@ -63,11 +61,11 @@ def solve_greedy(p, q, n: int):
     return max(1.0 - float(excess), 0.0), np.union1d(top, np.flatnonzero(gain)).astype(np.int64)
 
 
-def solve_dual(p, q, n: int, scheme: DraftScheme, *, parallel: bool = True):
+def solve_dual(p, q, n: int, scheme: DraftScheme):
     """The fast exact dual for ``scheme``: closed form for greedy/hub, sorted prefixes otherwise."""
     if scheme.name in ("greedy", "hub"):
         return solve_greedy(p, q, n)
-    return solve_sorted_prefix(p, q, n, scheme, parallel=parallel)
+    return solve_sorted_prefix(p, q, n, scheme)
 
 
 def solve_bruteforce(p, q, n: int, scheme: DraftScheme):

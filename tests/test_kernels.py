@@ -1,0 +1,105 @@
+"""Numba kernels against slow pure-numpy twins (the sorted-prefix scans and the W_n quadrature)."""
+import numpy as np
+import pytest
+
+from mdsd_ot import _kernels as K
+from mdsd_ot.dual import sorted_order
+from mdsd_ot.drafts import complement_masses, get_scheme
+
+from conftest import random_pair
+
+
+def llm_like(V, rng, temperature):
+    z = rng.standard_normal(V) * 2.5 - 1.1 * np.log(np.arange(1, V + 1))
+    zq = z + rng.standard_normal(V)
+    p = np.exp((z - z.max()) / temperature)
+    q = np.exp((zq - zq.max()) / temperature)
+    return p / p.sum(), q / q.sum()
+
+
+def sorted_pair(p, q):
+    o = sorted_order(p, q)
+    return np.ascontiguousarray(p[o]), np.ascontiguousarray(q[o])
+
+
+def slow_excess(ps, qs, n, scheme):
+    """max_k Q(H_k) - p(H_k) with Q from the scheme's subset-at-a-time ``mass`` (no prefix code)."""
+    V = ps.size
+    best, best_k = 0.0, 0
+    for k in range(1, V + 1):
+        mask = np.zeros(V, dtype=bool)
+        mask[:k] = True
+        d = get_scheme(scheme).mass(qs, n, mask) - ps[:k].sum()
+        if d > best + 1e-15:
+            best, best_k = d, k
+    return best
+
+
+@pytest.mark.parametrize("scheme,code", [("with_replacement", 0), ("without_replacement", 1),
+                                         ("conditional_poisson", 2)])
+def test_prefix_scans_against_subset_masses(scheme, code, rng):
+    for _ in range(60):
+        V = int(rng.integers(2, 12))
+        p, q = random_pair(rng, V)
+        n = int(rng.integers(1, 5))
+        if scheme != "with_replacement" and np.count_nonzero(q) < n:
+            continue
+        ps, qs = sorted_pair(p, q)
+        d, k = K.solve_sorted(ps, qs, n, code)
+        assert d == pytest.approx(slow_excess(ps, qs, n, scheme), abs=1e-12)
+        assert 0 <= k <= V
+
+
+def test_prefix_sums_are_compensated():
+    x = np.full(262_144, 1.0 / 262_144) * (1 + 1e-3 * np.sin(np.arange(262_144)))
+    exact = np.cumsum(x.astype(np.longdouble))
+    got = K.prefix_sums(x)[1:]
+    assert np.max(np.abs(got - exact.astype(float))) < 1e-15
+    assert K.suffix_sums(x)[0] == pytest.approx(float(exact[-1]), abs=1e-15)
+
+
+def test_fast_sequential_masses_against_dp(rng):
+    """Power-sum fast path == the plain Poisson-binomial DP on the same quadrature grid."""
+    for trial in range(40):
+        V = int(rng.integers(5, 3000))
+        n = int(rng.integers(2, 9))
+        if trial % 3 == 0:
+            _, q = llm_like(V, rng, rng.choice([0.3, 1.0]))
+        else:
+            q = rng.dirichlet(np.full(V, 10 ** rng.uniform(-2, 1)))
+        ks = np.unique(rng.integers(n, V, size=15))
+        R = K.suffix_sums(q)[ks]
+        ks, R = ks[R > 0], R[R > 0]
+        if ks.size == 0:
+            continue
+        np.testing.assert_allclose(K.sequential_masses_fast(q, ks, R, n),
+                                   K.sequential_masses(q, ks, R, n), rtol=0, atol=1e-13)
+
+
+def test_quadrature_against_n2_closed_form_at_full_vocabulary(rng):
+    """At V = 152,064 (LLM-like, T = 0.3 and 1): the quadrature with n = 2 equals the closed form."""
+    for T in (0.3, 1.0):
+        _, q = llm_like(152_064, rng, T)
+        ks = np.array([10, 1000, 50_000, 140_000], dtype=np.int64)
+        R = K.suffix_sums(q)[ks]
+        rest = complement_masses(q)
+        closed = [q[:k].sum() - r * np.sum(q[:k] / rest[:k]) for k, r in zip(ks, R)]
+        np.testing.assert_allclose(K.sequential_masses_fast(q, ks, R, 2), closed, rtol=0, atol=1e-12)
+
+
+def test_pruned_scan_against_every_prefix(rng):
+    """The pruned n >= 3 scan equals the maximum over every prefix evaluated by the plain DP."""
+    for trial in range(60):
+        V = int(rng.integers(5, 1500))
+        n = int(rng.integers(3, 9))
+        p, q = llm_like(V, rng, rng.choice([0.3, 1.0])) if trial % 2 else random_pair(rng, V)
+        if np.count_nonzero(q) < n:
+            continue
+        ps, qs = sorted_pair(p, q)
+        P, Q, R, lo, _, exact = K.without_replacement_bounds(ps, qs, n)
+        best = max(0.0, lo[exact].max())
+        ks = np.flatnonzero(~exact).astype(np.int64)
+        if ks.size:
+            W = K.sequential_masses(qs, ks, R[ks], n)
+            best = max(best, float(np.max(np.minimum(W, Q[ks]) - P[ks])))
+        assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=1e-13)
