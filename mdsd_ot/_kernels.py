@@ -321,6 +321,26 @@ def complement_masses_sorted(qs):
     return rest
 
 
+@nb.njit(cache=True)
+def break_ties_by_index(keys, order):
+    """Sort each run of equal finite keys in ``order`` (a sort of ``keys``) by token index, in place.
+
+    Runs of infinite keys (``p = 0 < q`` first, ``q = 0`` last) are left alone: inside them the
+    excess is monotone, so neither the value nor the first maximising prefix depends on their order.
+    """
+    V = order.size
+    i = 0
+    while i < V:
+        j = i + 1
+        ki = keys[order[i]]
+        while j < V and keys[order[j]] == ki:
+            j += 1
+        if j - i > 1 and np.isfinite(ki):
+            order[i:j] = np.sort(order[i:j])
+        i = j
+    return order
+
+
 SCHEME_CODES = {"with_replacement": 0, "without_replacement": 1, "conditional_poisson": 2}
 
 

@@ -18,7 +18,7 @@ def _dual_objective(p, q, n, scheme, subset) -> float:
     """``p(H) + 1 - Q(H)``, recomputed from scratch for the subset (an upper bound on alpha*)."""
     mask = np.zeros(p.size, dtype=bool)
     mask[subset] = True
-    return p[mask].sum() + 1.0 - scheme.mass(q, n, mask)
+    return p.sum(where=mask) + 1.0 - scheme.mass(q, n, mask)
 
 
 def _recheck(p, q, n, scheme, value, subset) -> tuple[bool, str]:

@@ -208,7 +208,7 @@ def _with_tuples(q, n):
 
 
 def _with_mass(q, n, mask):
-    return q[mask].sum() ** n
+    return q.sum(where=mask) ** n
 
 
 # without replacement (sequential) --------------------------------------------------------------

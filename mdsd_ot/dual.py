@@ -24,8 +24,13 @@ __all__ = ["sorted_order", "solve_sorted_prefix", "solve_greedy", "solve_brutefo
 
 
 def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token order by ``q/p`` from high to low; ``p = 0 < q`` first, ``q = 0`` last, ties by index."""
-    return np.argsort(_kernels.order_keys(p, q), kind="stable")
+    """Token order by ``q/p`` from high to low; ``p = 0 < q`` first, ``q = 0`` last, ties by index.
+
+    numpy's default (introsort) argsort is about twice as fast as its stable sort; runs of equal
+    ratios are then put in index order, which makes the order deterministic.
+    """
+    keys = _kernels.order_keys(p, q)
+    return _kernels.break_ties_by_index(keys, np.argsort(keys))
 
 
 def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
@@ -36,11 +41,10 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
     (:func:`mdsd_ot._kernels.scan_without_replacement`).
     """
     order = sorted_order(p, q)
-    ps = np.ascontiguousarray(p[order])
-    qs = np.ascontiguousarray(q[order])
-    code = _kernels.SCHEME_CODES[scheme.name]
-    excess, k = _kernels.solve_sorted(ps, qs, n, code)
-    return max(1.0 - float(excess), 0.0), np.sort(order[: int(k)]).astype(np.int64)
+    excess, k = _kernels.solve_sorted(p[order], q[order], n, _kernels.SCHEME_CODES[scheme.name])
+    mask = np.zeros(p.size, dtype=bool)
+    mask[order[: int(k)]] = True
+    return max(1.0 - float(excess), 0.0), np.flatnonzero(mask)
 
 
 def solve_greedy(p, q, n: int):
