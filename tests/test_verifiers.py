@@ -474,3 +474,70 @@ def test_exact_unavailable_falls_back_to_monte_carlo():
     assert r.method == "monte_carlo" and r.stderr > 0 and 0 < r.value < 1
     again = verifier_acceptance("rrs_without_replacement", p, q, n, samples=500, rng=0)
     assert again == r  # seeded: reproducible
+
+
+# ---------------------------------------------------------------- RSD rejection-path Monte Carlo
+def _sorted_positions(p, q):
+    keep = np.flatnonzero((p > 0) | (q > 0))
+    t = np.full(keep.size, np.inf)
+    m = q[keep] > 0
+    t[m] = p[keep][m] / q[keep][m]
+    tok = keep[np.argsort(t, kind="stable")]
+    return {int(x): i for i, x in enumerate(tok)}
+
+
+def test_rsd_path_value_kernel_matches_slow_twin_and_sums_to_exact():
+    """Every rejection path: theta algebra (numba) == residuals (numpy); path-weighted sum == exact."""
+    rng = np.random.default_rng(17)
+    checked = 0
+    for trial in range(60):
+        V = int(rng.integers(3, 7))
+        n = int(rng.integers(1, 5))
+        p, q = random_pair(rng, V)
+        if np.count_nonzero(q) < n:
+            continue
+        t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q = _kernels.rsd_path_tables(p, q, n)
+        inv = _sorted_positions(p, q)
+        total = 0.0
+        for path in itertools.permutations(np.flatnonzero(q > 0), n - 1):
+            value, prob = _kernels.rsd_path_value_slow(p, q, path)
+            if prob == 0.0:
+                continue
+            fast = _kernels.rsd_path_value(t, ps, qs, Ps, Qs, atoms, rest_q,
+                                           np.array([inv[int(x)] for x in path], dtype=np.int64))
+            assert fast == pytest.approx(value, abs=1e-12)
+            total += prob * value
+        assert total == pytest.approx(rsd_rejection(p, q, n), abs=1e-12)
+        checked += 1
+    assert checked >= 30
+
+
+def test_rsd_path_monte_carlo_is_unbiased():
+    rng = np.random.default_rng(18)
+    for trial in range(25):
+        V = int(rng.integers(3, 9))
+        n = int(rng.integers(2, 5))
+        p, q = random_pair(rng, V)
+        if np.count_nonzero(q) < n:
+            continue
+        exact = verifier_acceptance("rrs_without_replacement", p, q, n, method="exact").value
+        mc = verifier_acceptance("rrs_without_replacement", p, q, n, method="monte_carlo", samples=3000, rng=trial)
+        assert abs(mc.value - exact) <= 4 * mc.stderr + 1e-12, (p, q, n)
+
+
+def test_rsd_path_monte_carlo_agrees_with_draft_tuple_estimator():
+    """Two independent estimators (rejection paths vs draft tuples) at V = 2000, n = 4."""
+    rng = np.random.default_rng(19)
+    p, q = rng.dirichlet(np.full(2000, 0.3)), rng.dirichlet(np.full(2000, 0.3))
+    path = verifier_acceptance("rrs_without_replacement", p, q, 4, method="monte_carlo", samples=4000, rng=0)
+    tuples = _kernels.rsd_mc_accept(p, q, 4, np.random.default_rng(1).random((3000, 4)))
+    se = math.hypot(path.stderr, tuples.std(ddof=1) / math.sqrt(tuples.size))
+    assert abs(path.value - tuples.mean()) <= 4 * se
+    assert path.stderr < tuples.std(ddof=1) / math.sqrt(tuples.size)  # the variance reduction
+
+
+def test_rsd_path_monte_carlo_near_one_hot():
+    p, q = _near_one_hot(V=6, eps=1e-12)
+    exact = verifier_acceptance("rrs_without_replacement", p, q, 3, method="exact").value
+    mc = verifier_acceptance("rrs_without_replacement", p, q, 3, method="monte_carlo", samples=2000, rng=3)
+    assert abs(mc.value - exact) <= 4 * mc.stderr + 1e-12

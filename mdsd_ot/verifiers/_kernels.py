@@ -8,7 +8,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["rsd2_rejection", "rsd2_rejection_slow", "rsd_mc_accept", "rsd_mc_accept_slow"]
+__all__ = [
+    "rsd2_rejection", "rsd2_rejection_slow",
+    "rsd_path_tables", "rsd_path_mc", "rsd_path_value", "rsd_path_value_slow",
+    "rsd_mc_accept", "rsd_mc_accept_slow",
+]
 
 
 # ------------------------------------------------------------------ RSD, n = 2, O(V log V)
@@ -110,10 +114,13 @@ def rsd2_rejection_slow(p, q):
     return float(total)
 
 
-# ------------------------------------------------------------------ RSD Monte Carlo, any n
+# ------------------------------------------------------------------ RSD Monte Carlo over draft tuples
 @njit(cache=True)
 def rsd_mc_accept(p, q, n, u):
     """Per-sample P(accepted | drafts) of RSD, drafts drawn sequentially without replacement.
+
+    The plain estimator, O(S n V): the library uses :func:`rsd_path_mc`; this one is kept as an
+    independent cross-check of it in the tests.
 
     Row ``j`` of ``u`` (shape ``(S, n)``, uniforms in [0, 1)) draws the ``n`` drafts of sample ``j``
     by inverse CDF over the tokens not yet drawn (their mass is re-summed directly, never
@@ -207,3 +214,245 @@ def rsd_mc_accept_slow(p, q, n, u):
             live[x] = False
         out[j] = 1.0 - alive
     return out
+
+
+# ------------------------------------------------------------------ RSD along rejection paths
+#
+# With t_y = p_y / q_y, RSD's residual after k - 1 rejections is r_k(y) = (p_y - theta_k q_y)_+ / E(theta_k),
+# E(theta) = sum_y (p_y - theta q_y)_+, theta_1 = 0 and theta_{k+1} = theta_k + E(theta_k) / M_k, where M_k is
+# the q-mass not yet drafted. Step k rejects with probability Z_k = E(theta_{k+1}) / E(theta_k), and the
+# rejected token is distributed as w_k(y) = (min(theta_{k+1} q_y - p_y, (theta_{k+1} - theta_k) q_y))_+ on the
+# tokens not yet drafted. Sampling the rejected tokens from w_k, the product of the Z_k telescopes:
+#     P(all n steps reject) = E[ E(theta_{n+1}) ],
+# an unbiased estimate per rejection path, costing O(n log V) with prefix sums over tokens sorted by t.
+
+
+def rsd_path_tables(p, q, n):
+    """Sorted tables for :func:`rsd_path_mc` (tokens with p = q = 0 dropped; ascending ``t = p/q``).
+
+    Returns ``(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q)``. The ``n`` most likely draft tokens are
+    *atoms*: drafts are mostly among them and their mass would swamp the others' in prefix sums, so
+    ``Pa``/``Qa`` (prefix sums) leave them out and they are handled one by one; ``rest_q`` is the
+    q-mass of the other tokens (a direct sum). ``Ps``/``Qs`` are suffix sums over all tokens.
+    """
+    keep = (p > 0) | (q > 0)
+    idx = np.flatnonzero(keep)
+    qk = q[idx]
+    t = np.full(idx.size, np.inf)
+    pos = qk > 0
+    t[pos] = p[idx][pos] / qk[pos]
+    order = np.argsort(t, kind="stable")
+    idx, t = idx[order], t[order]
+    ps, qs = p[idx], q[idx]
+    L = min(max(n, 1), idx.size)
+    atoms = np.sort(np.argsort(-qs, kind="stable")[:L]).astype(np.int64)
+    ps_ex, qs_ex = ps.copy(), qs.copy()
+    ps_ex[atoms] = 0.0
+    qs_ex[atoms] = 0.0
+    Pa = np.concatenate([[0.0], np.cumsum(ps_ex)])
+    Qa = np.concatenate([[0.0], np.cumsum(qs_ex)])
+    Ps = np.concatenate([np.cumsum(ps[::-1])[::-1], [0.0]])
+    Qs = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+    return t, ps, qs, Pa, Qa, Ps, Qs, atoms, float(qs_ex.sum())
+
+
+@njit(cache=True)
+def _excess(t, Ps, Qs, theta):
+    """E(theta) = sum_{t_y > theta} (p_y - theta q_y), O(log V)."""
+    k = np.searchsorted(t, theta, side="right")
+    e = Ps[k] - theta * Qs[k]
+    return e if e > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _weight(ps, qs, j, theta, theta_next):
+    """w(y) = (min(theta_next q_y - p_y, (theta_next - theta) q_y))_+ at sorted position j."""
+    w = theta_next * qs[j] - ps[j]
+    d = (theta_next - theta) * qs[j]
+    if d < w:
+        w = d
+    return w if w > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _member(j, arr, count):
+    for i in range(count):
+        if arr[i] == j:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _undrafted_mass(qs, atoms, rest_q, drawn, nd):
+    """q-mass not yet drafted: atoms one by one, the others as ``rest_q`` minus their drafts."""
+    m = rest_q
+    for i in range(nd):
+        if not _member(drawn[i], atoms, atoms.size):
+            m -= qs[drawn[i]]
+    if m < 1e-6 * rest_q:  # drafts took nearly all the non-atom mass: re-sum it directly
+        m = 0.0
+        for j in range(qs.size):
+            if not _member(j, atoms, atoms.size) and not _member(j, drawn, nd):
+                m += qs[j]
+    for i in range(atoms.size):
+        if not _member(atoms[i], drawn, nd):
+            m += qs[atoms[i]]
+    return m
+
+
+@njit(cache=True)
+def _draw_rejected(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next):
+    """One draw from w(y) on the tokens not in ``drawn[:nd]`` (sorted positions); -1 if all are 0."""
+    m = t.size
+    delta = theta_next - theta
+    k1 = np.searchsorted(t, theta, side="right")  # t <= theta: weight delta * q
+    k2 = np.searchsorted(t, theta_next, side="left")  # theta < t < theta_next: theta_next q - p
+    wa = 0.0
+    for i in range(atoms.size):
+        if not _member(atoms[i], drawn, nd):
+            wa += _weight(ps, qs, atoms[i], theta, theta_next)
+    w1 = delta * Qa[k1]
+    w2 = theta_next * (Qa[k2] - Qa[k1]) - (Pa[k2] - Pa[k1])
+    if w2 < 0.0:
+        w2 = 0.0
+    total = wa + w1 + w2
+    if total > 0.0:
+        for _ in range(64):  # rejection of drafted non-atom tokens: exact, usually one round
+            v = np.random.random() * total
+            if v < wa:
+                last = -1
+                for i in range(atoms.size):
+                    a = atoms[i]
+                    if _member(a, drawn, nd):
+                        continue
+                    w = _weight(ps, qs, a, theta, theta_next)
+                    if w > 0.0:
+                        last = a
+                        if v < w:
+                            return a
+                        v -= w
+                if last >= 0:
+                    return last
+                continue
+            v -= wa
+            if v < w1:
+                j = np.searchsorted(Qa[1 : k1 + 1], v / delta, side="right")
+                if j >= k1:
+                    j = k1 - 1
+            else:
+                v -= w1
+                lo = k1
+                hi = k2 - 1
+                while lo < hi:  # smallest j with theta_next (Qa[j+1]-Qa[k1]) - (Pa[j+1]-Pa[k1]) > v
+                    mid = (lo + hi) // 2
+                    if theta_next * (Qa[mid + 1] - Qa[k1]) - (Pa[mid + 1] - Pa[k1]) > v:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                j = lo
+                if j < k1 or j >= k2:
+                    continue
+            if j < 0 or _member(j, atoms, atoms.size) or _member(j, drawn, nd):
+                continue
+            if _weight(ps, qs, j, theta, theta_next) > 0.0:
+                return j
+    # exact O(V) fallback (drafted tokens hold nearly all the weight, or rounding)
+    tot = 0.0
+    for j in range(m):
+        if not _member(j, drawn, nd):
+            tot += _weight(ps, qs, j, theta, theta_next)
+    if tot <= 0.0:
+        return -1
+    v = np.random.random() * tot
+    acc = 0.0
+    last = -1
+    for j in range(m):
+        if _member(j, drawn, nd):
+            continue
+        w = _weight(ps, qs, j, theta, theta_next)
+        if w > 0.0:
+            last = j
+            acc += w
+            if acc > v:
+                return j
+    return last
+
+
+@njit(cache=True)
+def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
+    """Per-sample P(accepted) estimates of RSD along sampled rejection paths (see the block comment).
+
+    Each estimate is ``1 - E(theta_{n+1})`` for one path of ``n - 1`` rejected tokens drawn from
+    ``w_1, ..., w_{n-1}``; its mean is the exact acceptance. Uses numba's generator seeded with
+    ``seed``. Complexity O(samples n (n + log V)), plus an O(V) fallback in degenerate steps.
+    """
+    np.random.seed(seed)
+    out = np.empty(samples, dtype=np.float64)
+    drawn = np.empty(max(n, 1), dtype=np.int64)
+    for s in range(samples):
+        theta = 0.0
+        e = _excess(t, Ps, Qs, 0.0)
+        mass = _undrafted_mass(qs, atoms, rest_q, drawn, 0)
+        nd = 0
+        for k in range(n - 1):
+            theta_next = theta + e / mass
+            e_next = _excess(t, Ps, Qs, theta_next)
+            if e_next <= 0.0:
+                e = 0.0
+                break
+            x = _draw_rejected(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next)
+            if x < 0:
+                e = 0.0
+                break
+            drawn[nd] = x
+            nd += 1
+            mass = _undrafted_mass(qs, atoms, rest_q, drawn, nd)
+            theta = theta_next
+            e = e_next
+        if e > 0.0 and mass > 0.0:
+            e = _excess(t, Ps, Qs, theta + e / mass)
+        out[s] = 1.0 - e
+    return out
+
+
+@njit(cache=True)
+def rsd_path_value(t, ps, qs, Ps, Qs, atoms, rest_q, path):
+    """``E(theta_{n+1})`` along a given path of rejected tokens (sorted positions), O(n (n + log V)).
+
+    The deterministic part of :func:`rsd_path_mc`, exposed for the tests: it equals ``prod_k Z_k`` of
+    :func:`rsd_path_value_slow`.
+    """
+    theta = 0.0
+    e = _excess(t, Ps, Qs, 0.0)
+    mass = _undrafted_mass(qs, atoms, rest_q, path, 0)
+    for k in range(path.size):
+        theta = theta + e / mass
+        e = _excess(t, Ps, Qs, theta)
+        if e <= 0.0:
+            return 0.0
+        mass = _undrafted_mass(qs, atoms, rest_q, path, k + 1)
+    return _excess(t, Ps, Qs, theta + e / mass)
+
+
+def rsd_path_value_slow(p, q, path):
+    """Pure-numpy twin of :func:`rsd_path_value`, straight from the residuals (no theta algebra).
+
+    Returns ``(prod_k Z_k, probability of the path under the w-sampler)`` for the rejected tokens
+    ``path`` (token ids), with ``Z_k = sum_y (s_k - r_k)_+`` the rejection probability of step k.
+    Summing ``value * probability`` over all paths of length ``n - 1`` gives P(all n steps reject).
+    """
+    r, s = p.copy(), q.copy()
+    value, prob = 1.0, 1.0
+    for x in list(path) + [None]:
+        w = np.maximum(s - r, 0.0)
+        z = w.sum()
+        value *= z
+        if x is None or z <= 0.0:
+            break
+        prob *= w[x] / z
+        d = np.maximum(r - s, 0.0)
+        r = d / d.sum()
+        s = s.copy()
+        s[x] = 0.0
+        s = s / s[np.arange(s.size) != x].sum()
+    return value, prob

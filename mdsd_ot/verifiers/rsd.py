@@ -19,7 +19,13 @@ and ``alpha = 1 - Rej(p, q, n)``. ``m = 2`` is evaluated in O(V log V) by
 :func:`mdsd_ot.verifiers._kernels.rsd2_rejection`, so ``n = 2`` costs O(V log V) at any vocabulary
 size and ``n >= 3`` costs O(V^(n-2) V log V) (used up to ``EXACT_MAX_WORK``); beyond that the
 acceptance is estimated by Monte Carlo with a standard error
-(:func:`mdsd_ot.verifiers._kernels.rsd_mc_accept`, O(samples n V)).
+(:func:`mdsd_ot.verifiers._kernels.rsd_path_mc`: rejection paths sampled from their exact laws,
+O(samples n (n + log V)) after one sort).
+
+The whole chain is governed by one scalar: with ``t = p/q``, the residual after ``k - 1`` rejections
+is ``r_k = (p - theta_k q)_+ / E(theta_k)`` with ``E(theta) = sum_y (p_y - theta q_y)_+``,
+``theta_1 = 0`` and ``theta_{k+1} = theta_k + E(theta_k) / M_k`` (``M_k`` the q-mass not yet drafted),
+and ``P(all n steps reject) = E[E(theta_{n+1})]`` over the law of the rejected tokens.
 """
 from __future__ import annotations
 
@@ -99,9 +105,16 @@ class _PreparedRSD(PreparedVerifier):
         return float(1.0 - rsd_rejection(self.p, self.q, self.n))
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
-        """Per-sample P(accepted | drafts) for ``samples`` draft tuples drawn with ``rng``."""
-        u = rng.random((samples, self.n))
-        return _kernels.rsd_mc_accept(self.p, self.q, self.n, u)
+        """Unbiased per-sample acceptance estimates along sampled rejection paths.
+
+        Each sample draws the ``n - 1`` rejected tokens from their exact conditional laws and
+        returns ``1 - E(theta_{n+1})`` (see :mod:`mdsd_ot.verifiers._kernels`); every step costs
+        O(n + log V) after one O(V log V) sort, and the variance is far below that of sampling draft
+        tuples. The numba generator is seeded from ``rng``.
+        """
+        tables = _kernels.rsd_path_tables(self.p, self.q, self.n)
+        seed = int(rng.integers(0, 2**32 - 1))
+        return _kernels.rsd_path_mc(*tables, self.n, samples, seed)
 
 
 class RSDVerifier(Verifier):
