@@ -5,8 +5,10 @@ distribution ``p`` and the law of the ``n`` drafts drawn from ``q``; its dual is
 solved exactly by sorting tokens by ``q/p``. See the README and ``MATH.md`` for the mathematics.
 """
 from .api import METHODS, optimal_acceptance, optimal_acceptance_batch
+from .compare import Comparison, compare
 from .drafts import SCHEMES, DraftScheme, get_scheme
 from .result import AcceptanceResult
+from .verifiers import VERIFIERS, verifier_acceptance
 
 __version__ = "0.1.0"
 
@@ -18,4 +20,8 @@ __all__ = [
     "DraftScheme",
     "get_scheme",
     "METHODS",
+    "VERIFIERS",
+    "verifier_acceptance",
+    "compare",
+    "Comparison",
 ]
