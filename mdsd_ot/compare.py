@@ -100,7 +100,7 @@ class Comparison:
         head = ["verifier", "sampling", "acceptance", "stderr", "bound", "gap", "ratio", "method"]
         rows = [
             [r.verifier, r.sampling, f"{r.acceptance:.6f}", f"{r.stderr:.1e}" if r.stderr else "0",
-             f"{r.bound:.6f}", f"{r.gap:.6f}", f"{r.ratio:.4f}", r.method]
+             f"{r.bound:.6f}", f"{_shown(r.gap):.6f}", f"{r.ratio:.4f}", r.method]
             for r in self.records
         ]
         widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
@@ -113,6 +113,11 @@ class Comparison:
         lines += [fmt(row) for row in rows]
         lines += [f"skipped {name}: {why}" for name, why in self.skipped]
         return "\n".join(line.rstrip() for line in lines)
+
+
+def _shown(x: float) -> float:
+    """Rounding noise below the printed precision is shown as 0.000000, not -0.000000."""
+    return 0.0 if abs(x) < 5e-7 else x
 
 
 def _parse_names(verifiers) -> list[str]:
