@@ -541,3 +541,31 @@ def test_rsd_path_monte_carlo_near_one_hot():
     exact = verifier_acceptance("rrs_without_replacement", p, q, 3, method="exact").value
     mc = verifier_acceptance("rrs_without_replacement", p, q, 3, method="monte_carlo", samples=2000, rng=3)
     assert abs(mc.value - exact) <= 4 * mc.stderr + 1e-12
+
+
+def test_optimal_plan_is_feasible_and_matches_the_lp():
+    """The projected plan respects every capacity exactly and keeps the LP's value and residual."""
+    rng = np.random.default_rng(20)
+    for sampling in ("with_replacement", "without_replacement", "conditional_poisson"):
+        for _ in range(5):
+            p, q = random_pair(rng, 5)
+            if not supported("optimal", p, q, 2, sampling):
+                continue
+            prepared = VERIFIERS["optimal"].prepare(p, q, 2, sampling=sampling)
+            flow = prepared.plan * prepared.set_mass[:, None]
+            assert np.all(flow >= 0)
+            assert np.all(flow.sum(axis=1) <= prepared.set_mass * (1 + 1e-15))
+            assert np.all(flow.sum(axis=0) <= p * (1 + 1e-15) + 1e-300)
+            lp = optimal_acceptance(p, q, 2, sampling=sampling, method="lp")
+            assert prepared.acceptance() == pytest.approx(lp.value, abs=VALUE_TOL)
+            if lp.residual.sum() > 0 and prepared.acceptance() < 1 - 1e-6:
+                np.testing.assert_allclose(prepared.residual, lp.residual, atol=1e-6)
+            for s, row in zip(prepared.sets, prepared.plan):  # output only drafted tokens
+                assert row[[y for y in range(p.size) if y not in s]].sum() == 0.0
+
+
+def test_exact_unavailable_message():
+    rng = np.random.default_rng(21)
+    p, q = rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300))
+    with pytest.raises(ValueError, match="V=300, n=4"):
+        VERIFIERS["rrs_without_replacement"].acceptance(p, q, 4)

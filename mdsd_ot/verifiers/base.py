@@ -287,8 +287,8 @@ class Verifier(ABC):
         prepared = self.prepare(p, q, n, sampling=sampling, normalize=normalize)
         if not prepared.exact_available():
             raise ValueError(
-                f"no exact acceptance for verifier {self.name!r} at V={p.size if hasattr(p, 'size') else len(p)}, "
-                f"n={n}; use verifier_acceptance(..., method='monte_carlo')"
+                f"no exact acceptance for verifier {self.name!r} at V={prepared.p.size}, n={prepared.n}; "
+                f"use verifier_acceptance(..., method='monte_carlo')"
             )
         return prepared.acceptance()
 
