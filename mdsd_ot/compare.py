@@ -103,11 +103,13 @@ class Comparison:
              f"{r.bound:.6f}", f"{_shown(r.gap):.6f}", f"{r.ratio:.4f}", r.method]
             for r in self.records
         ]
-        widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+        widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(head)]
         numeric = {2, 3, 4, 5, 6}
 
         def fmt(cells):
-            return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+            return "  ".join(
+                c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            )
 
         lines = [f"n = {self.n} drafts, V = {self.V} tokens", fmt(head), fmt(["-" * w for w in widths])]
         lines += [fmt(row) for row in rows]
@@ -193,7 +195,8 @@ def compare(
     for name in names:
         verifier = VERIFIERS[name]
         if not explicit and name == "optimal" and float(support) ** n > OPTIMAL_DEFAULT_MAX_TUPLES:
-            skipped.append((name, f"the LP has ~{support}^{n} draft tuples; request it explicitly to build it"))
+            why = f"the LP has ~{support}^{n} draft tuples; request it explicitly to build it"
+            skipped.append((name, why))
             continue
         try:
             if sampling is not None:

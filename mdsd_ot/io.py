@@ -59,12 +59,16 @@ def _from_json(path: Path) -> list[np.ndarray]:
     if isinstance(data, dict):
         missing = [k for k in ("p", "q") if k not in data]
         if missing:
-            raise ValueError(f"{path}: a JSON object needs keys 'p' and 'q'; missing {missing}, found {sorted(data)}")
+            raise ValueError(
+                f"{path}: a JSON object needs keys 'p' and 'q'; missing {missing}, found {sorted(data)}"
+            )
         return [_numbers(data["p"], f"{path}: 'p'"), _numbers(data["q"], f"{path}: 'q'")]
     if isinstance(data, list):
         if data and all(isinstance(x, list) for x in data):
             if len(data) != 2:
-                raise ValueError(f"{path}: a JSON list of lists must hold exactly two (p and q), got {len(data)}")
+                raise ValueError(
+                    f"{path}: a JSON list of lists must hold exactly two (p and q), got {len(data)}"
+                )
             return [_numbers(data[0], f"{path}: p"), _numbers(data[1], f"{path}: q")]
         return [_numbers(data, str(path))]
     raise ValueError(f"{path}: expected a JSON list of numbers or an object with 'p' and 'q'")
@@ -74,7 +78,9 @@ def _from_text(path: Path) -> list[np.ndarray]:
     try:
         text = path.read_text()
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text file (use .npy, .npz or .json for binary/structured data)") from None
+        raise ValueError(
+            f"{path} is not a text file (use .npy, .npz or .json for binary/structured data)"
+        ) from None
     rows = []
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()

@@ -44,7 +44,8 @@ def test_bound_two_files_text_and_all_schemes(files, capsys):
     assert main(["bound", str(files["p.npy"]), str(files["q.json"]), "--sampling", "all"]) == 0
     out = capsys.readouterr().out
     assert "alpha* = 0.690000000" in out and "alpha* = 0.734523810" in out
-    assert main(["bound", str(files["npz"]), "--n", "3", "--sampling", "without_replacement,greedy", "--json"]) == 0
+    argv = ["bound", str(files["npz"]), "--n", "3", "--sampling", "without_replacement,greedy", "--json"]
+    assert main(argv) == 0
     values = {r["sampling"]: r["value"] for r in json.loads(capsys.readouterr().out)["results"]}
     assert values["without_replacement"] == pytest.approx(0.948810, abs=1e-6)
     assert values["greedy"] == pytest.approx(0.833333, abs=1e-6)
@@ -92,7 +93,8 @@ def test_bad_input_exits_2_with_one_line(files, tmp_path, capsys):
     _one_line_error(capsys, ["bound", str(files["npz"]), "--sampling", "sideways"], "unknown sampling")
     _one_line_error(capsys, ["bound", str(files["npz"]), "--n", "0"], "n (the number of drafts)")
     _one_line_error(capsys, ["bound", str(files["p.npy"])], "second file")
-    _one_line_error(capsys, ["bound", str(files["p.npy"]), str(files["p.npy"]), str(files["p.npy"])], "two files")
+    three = [str(files["p.npy"])] * 3
+    _one_line_error(capsys, ["bound", *three], "two files")
     mismatch = tmp_path / "mismatch.json"
     mismatch.write_text(json.dumps({"p": [0.5, 0.5], "q": [0.2, 0.3, 0.5]}))
     _one_line_error(capsys, ["compare", str(mismatch)], "same shape")

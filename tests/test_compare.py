@@ -73,7 +73,8 @@ def test_text_and_json_output():
     text = str(table)
     lines = text.splitlines()
     assert lines[0].startswith("n = 2")
-    assert lines[1].split() == ["verifier", "sampling", "acceptance", "stderr", "bound", "gap", "ratio", "method"]
+    head = ["verifier", "sampling", "acceptance", "stderr", "bound", "gap", "ratio", "method"]
+    assert lines[1].split() == head
     # aligned columns: every numeric cell ends where its (right-justified) header ends
     for header in ("acceptance", "bound", "ratio"):
         end = lines[1].index(header) + len(header)

@@ -340,7 +340,8 @@ def _mp_greedy(p, q, n):
         Q = [x / tQ for x in Q]
         top = set(np.argsort(-np.asarray(q), kind="stable")[: n - 1].tolist())
         rest = sum(Q[y] for y in range(len(Q)) if y not in top)
-        return float(sum(P[y] for y in top) + sum(min(P[y], Q[y] / rest) for y in range(len(Q)) if y not in top))
+        outside = sum(min(P[y], Q[y] / rest) for y in range(len(Q)) if y not in top)
+        return float(sum(P[y] for y in top) + outside)
 
 
 @pytest.mark.parametrize("eps", [1e-12, 1e-9, 1e-15])
@@ -439,7 +440,8 @@ def test_errors_are_actionable():
         verifier_acceptance("rrs", p, q, 2, method="magic")
     with pytest.raises(ValueError, match="sums to"):
         verifier_acceptance("rrs", [0.5, 0.6, 0.2], q, 2)
-    assert verifier_acceptance("rrs", [1.0, 1.0, 0.0], [1.0, 1.0, 2.0], 1, normalize=True).value == pytest.approx(0.5)
+    scaled = verifier_acceptance("rrs", [1.0, 1.0, 0.0], [1.0, 1.0, 2.0], 1, normalize=True)
+    assert scaled.value == pytest.approx(0.5)
     with pytest.raises(ValueError, match="needs at least"):
         verifier_acceptance("rrs_without_replacement", [0.5, 0.5, 0.0], [1.0, 0.0, 0.0], 2)
     with pytest.raises(ValueError, match="samples"):
@@ -521,7 +523,9 @@ def test_rsd_path_monte_carlo_is_unbiased():
         if np.count_nonzero(q) < n:
             continue
         exact = verifier_acceptance("rrs_without_replacement", p, q, n, method="exact").value
-        mc = verifier_acceptance("rrs_without_replacement", p, q, n, method="monte_carlo", samples=3000, rng=trial)
+        mc = verifier_acceptance(
+            "rrs_without_replacement", p, q, n, method="monte_carlo", samples=3000, rng=trial
+        )
         assert abs(mc.value - exact) <= 4 * mc.stderr + 1e-12, (p, q, n)
 
 

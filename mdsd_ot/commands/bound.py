@@ -28,7 +28,8 @@ def run(args) -> int:
     p, q = load_inputs(args)
     p, q = check_pair(p, q, normalize=args.normalize)
     results = [
-        optimal_acceptance(p, q, args.n, sampling=s, method=args.method) for s in parse_samplings(args.sampling)
+        optimal_acceptance(p, q, args.n, sampling=s, method=args.method)
+        for s in parse_samplings(args.sampling)
     ]
     if args.json:
         out = {

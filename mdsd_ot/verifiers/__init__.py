@@ -128,7 +128,8 @@ def verifier_acceptance(
 ) -> VerifierAcceptance:
     """Acceptance rate of a published verifier: exact closed form or Monte Carlo.
 
-    .. math:: \\alpha = P(\\text{output token} \\in \\text{drafts}) = E_{\\bar x}\\bigl[P(Y \\in S(\\bar x) \\mid \\bar x)\\bigr]
+    .. math:: \\alpha = P(\\text{output} \\in \\text{drafts})
+              = E_{\\bar x}\\bigl[P(Y \\in S(\\bar x) \\mid \\bar x)\\bigr]
 
     Parameters
     ----------
@@ -168,7 +169,9 @@ def verifier_acceptance(
     prepared = verifier.prepare(p, q, n, sampling=sampling, normalize=normalize)
     sampling_name = prepared.scheme.name
     if method in ("auto", "exact") and prepared.exact_available():
-        return VerifierAcceptance(float(prepared.acceptance()), 0.0, "exact", verifier.name, sampling_name, prepared.n)
+        return VerifierAcceptance(
+            float(prepared.acceptance()), 0.0, "exact", verifier.name, sampling_name, prepared.n
+        )
     if method == "exact":
         raise ValueError(
             f"no exact acceptance for verifier {verifier.name!r} with sampling {sampling_name!r} at "
@@ -181,4 +184,6 @@ def verifier_acceptance(
         rng = np.random.default_rng(rng)
     acc = _monte_carlo(prepared, samples, rng)
     stderr = float(acc.std(ddof=1) / np.sqrt(samples))
-    return VerifierAcceptance(float(acc.mean()), stderr, "monte_carlo", verifier.name, sampling_name, prepared.n, samples)
+    return VerifierAcceptance(
+        float(acc.mean()), stderr, "monte_carlo", verifier.name, sampling_name, prepared.n, samples
+    )

@@ -249,7 +249,9 @@ class Verifier(ABC):
     def check_n(self, n: int) -> None:
         """``ValueError`` when the method is not defined for ``n`` drafts."""
         if self.fixed_n is not None and n != self.fixed_n:
-            raise ValueError(f"verifier {self.name!r} is defined for n = {self.fixed_n} drafts only, got n={n}")
+            raise ValueError(
+                f"verifier {self.name!r} is defined for n = {self.fixed_n} drafts only, got n={n}"
+            )
 
     def prepare(self, p, q, n, *, sampling=None, normalize: bool = False) -> PreparedVerifier:
         """Validate ``(p, q, n)`` and bind the verifier to it.
