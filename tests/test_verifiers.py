@@ -573,3 +573,85 @@ def test_exact_unavailable_message():
     p, q = rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300))
     with pytest.raises(ValueError, match="V=300, n=4"):
         VERIFIERS["rrs_without_replacement"].acceptance(p, q, 4)
+
+
+def test_rsd_rejected_token_sampler_matches_direct_weights():
+    """The O(log V) draw of the k-th rejected token has the law (s_k - r_k)_+ computed directly."""
+    from numba import njit
+
+    draw = _kernels._draw_rejected
+
+    @njit(cache=False)
+    def draw_many(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next, count, seed):
+        np.random.seed(seed)
+        out = np.empty(count, dtype=np.int64)
+        for i in range(count):
+            out[i] = draw(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next)
+        return out
+
+    rng = np.random.default_rng(22)
+    checked = 0
+    for trial in range(6):
+        V, n = 8, 3
+        p, q = random_pair(rng, V)
+        if np.count_nonzero(q) < n or np.count_nonzero(q > p) < 2:
+            continue
+        t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q = _kernels.rsd_path_tables(p, q, n)
+        inv = _sorted_positions(p, q)
+        tok = np.empty(len(inv), dtype=np.int64)
+        for token, pos in inv.items():
+            tok[pos] = token
+        # step 1 (nothing drafted) and step 2 (after rejecting the most likely rejected token)
+        r, s = p.copy(), q.copy()
+        theta, e, mass = 0.0, 1.0, 1.0
+        drawn = np.empty(n, dtype=np.int64)
+        for nd in range(2):
+            theta_next = theta + e / mass
+            w = np.maximum(s - r, 0.0)
+            if w.sum() <= 0:
+                break
+            draws = draw_many(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next, 20000, trial)
+            counts = np.bincount(tok[draws], minlength=V)
+            assert counts[w == 0].sum() == 0
+            pos = w > 0
+            if pos.sum() >= 2:
+                _, pvalue = stats.chisquare(counts[pos], 20000 * w[pos] / w[pos].sum())
+                assert pvalue > 1e-4, (trial, nd)
+                checked += 1
+            x = int(np.argmax(w))
+            drawn[nd] = inv[x]
+            d = np.maximum(r - s, 0.0)
+            r = d / d.sum()
+            s[x] = 0.0
+            s = s / s.sum()
+            e = _kernels._excess(t, Ps, Qs, theta_next)
+            mass = q[s > 0].sum()
+            theta = theta_next
+    assert checked >= 6
+
+
+# ---------------------------------------------------------------- property-based (hypothesis)
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_weights = st.lists(
+    st.one_of(st.just(0.0), st.floats(1e-9, 1.0), st.sampled_from([0.25, 0.5, 1.0])), min_size=2, max_size=4
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wp=_weights, wq=_weights, n=st.integers(1, 3))
+def test_property_every_verifier_is_valid(wp, wq, n):
+    V = min(len(wp), len(wq))
+    p, q = np.array(wp[:V]), np.array(wq[:V])
+    if p.sum() == 0 or q.sum() == 0:
+        return
+    p, q = p / p.sum(), q / q.sum()
+    for name in CLOSED_FORM:
+        if not supported(name, p, q, n):
+            continue
+        prepared = VERIFIERS[name].prepare(p, q, n)
+        law, acc = enumerate_verifier(prepared)
+        np.testing.assert_allclose(law, prepared.p, rtol=0, atol=LAW_TOL, err_msg=name)
+        assert prepared.acceptance() == pytest.approx(acc, abs=LAW_TOL), name
+        assert -LAW_TOL <= acc <= 1 + LAW_TOL
