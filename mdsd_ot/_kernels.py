@@ -305,8 +305,8 @@ def order_keys(p, q):
 
 
 @nb.njit(cache=True)
-def complement_masses_sorted(qs):
-    """``1 - qs[i]`` without cancellation (direct sum for the one token above half the mass)."""
+def complement_masses_kernel(qs):
+    """``1 - q[i]`` without cancellation (direct sum for the one token above half the mass)."""
     total = suffix_sums(qs)[0]
     rest = np.empty(qs.size)
     for i in range(qs.size):
@@ -341,6 +341,127 @@ def break_ties_by_index(keys, order):
     return order
 
 
+# ------------------------------------------------------ bucketed scan: no full sort (O(V) work)
+#
+# For with replacement and for sequential sampling with n = 2, Q(H) depends on H only through sums
+# (q(H), and sum_{i in H} q_i / (1 - q_i)). Tokens are binned by the bit pattern of q/p (monotone for
+# positive floats: 8 bins per octave), so every bin boundary is a prefix of the sorted order whose
+# excess is exact from bin sums. Inside a bin, D_k <= Q(H_end) - p(H_start) (Q grows, p grows), so
+# only the few bins whose bound beats the best boundary are sorted and scanned token by token.
+
+_BIN_SHIFT = 49  # keep 11 exponent bits + 3 mantissa bits of q/p
+_NBINS = (1 << (63 - _BIN_SHIFT)) + 2  # bin 0: p = 0 < q; bins 1..: q/p high to low; last: q = 0
+
+
+@nb.njit(cache=True)
+def _bin_of(p, q):
+    V = p.size
+    out = np.empty(V, dtype=np.int64)
+    ratio = np.empty(1)
+    bits = ratio.view(np.int64)
+    top = (1 << (63 - _BIN_SHIFT)) - 1
+    for i in range(V):
+        if q[i] == 0.0:
+            out[i] = _NBINS - 1
+        elif p[i] == 0.0:
+            out[i] = 0
+        else:
+            ratio[0] = q[i] / p[i]
+            out[i] = 1 + top - (bits[0] >> _BIN_SHIFT)
+    return out
+
+
+@nb.njit(cache=True)
+def _excess(Qh, Ph, Rout, Sh, n, code):
+    """Excess Q(H) - p(H) from sums: with replacement (code 0) or sequential n = 2 (code 1)."""
+    if code == 0:
+        return min(Qh ** n, Qh) - Ph
+    return (Qh - Ph) - Rout * Sh
+
+
+@nb.njit(cache=True)
+def bucketed_scan(p, q, n, code, rest):
+    """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
+
+    ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
+    prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0).
+    """
+    V = p.size
+    b = _bin_of(p, q)
+    sp = np.zeros(_NBINS)
+    sq = np.zeros(_NBINS)
+    ss = np.zeros(_NBINS)
+    cnt = np.zeros(_NBINS, dtype=np.int64)
+    for i in range(V):
+        j = b[i]
+        sp[j] += p[i]
+        sq[j] += q[i]
+        cnt[j] += 1
+        if code == 1 and q[i] > 0.0:
+            ss[j] += q[i] / rest[i]
+    P0 = prefix_sums(sp)  # sums over the bins before bin j
+    Q0 = prefix_sums(sq)
+    S0 = prefix_sums(ss)
+    R1 = suffix_sums(sq)  # q mass of the bins after bin j: R1[j + 1]
+    bound = 0.0
+    for j in range(_NBINS):
+        if cnt[j] > 0:
+            bound = max(bound, _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], n, code))
+    # tokens of the bins whose inner prefixes might beat every boundary
+    start = np.zeros(_NBINS + 1, dtype=np.int64)
+    for j in range(_NBINS):
+        inner = 0
+        if j < _NBINS - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
+            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], n, code)  # Q, S grow; p grows
+            if ub >= bound - PRUNE_MARGIN:
+                inner = cnt[j]
+        start[j + 1] = start[j] + inner
+    members = np.empty(start[_NBINS], dtype=np.int64)
+    fill = start[:-1].copy()
+    for i in range(V):
+        j = b[i]
+        if start[j + 1] > start[j]:
+            members[fill[j]] = i
+            fill[j] += 1
+    best = 0.0
+    best_bin = -1
+    best_len = 0  # tokens of best_bin inside H (cnt = the whole bin)
+    best_idx = np.empty(0, dtype=np.int64)
+    for j in range(_NBINS):
+        if cnt[j] == 0:
+            continue
+        if start[j + 1] > start[j]:
+            idx = members[start[j]:start[j + 1]]
+            keys = np.empty(idx.size)
+            for t in range(idx.size):
+                keys[t] = -(q[idx[t]] / p[idx[t]]) if p[idx[t]] > 0.0 else -np.inf
+            idx = idx[np.argsort(keys, kind="mergesort")]  # ties keep token index order
+            tail = suffix_sums(q[idx])  # q mass of the bin after each inner prefix
+            Pc, Qc, Sc = P0[j], Q0[j], S0[j]
+            for t in range(idx.size - 1):
+                i = idx[t]
+                Pc += p[i]
+                Qc += q[i]
+                if code == 1:
+                    Sc += q[i] / rest[i]
+                d = _excess(Qc, Pc, R1[j + 1] + tail[t + 1], Sc, n, code)
+                if d > best:
+                    best, best_bin, best_len, best_idx = d, j, t + 1, idx
+        d = _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], n, code)
+        if d > best:
+            best, best_bin, best_len = d, j, cnt[j]
+    mask = np.zeros(V, dtype=np.bool_)
+    if best_bin >= 0:
+        whole = best_len == cnt[best_bin]
+        for i in range(V):
+            if b[i] < best_bin or (whole and b[i] == best_bin):
+                mask[i] = True
+        if not whole:
+            for t in range(best_len):
+                mask[best_idx[t]] = True
+    return best, mask
+
+
 SCHEME_CODES = {"with_replacement": 0, "without_replacement": 1, "conditional_poisson": 2}
 
 
@@ -351,21 +472,26 @@ def solve_sorted(ps, qs, n, code):
         return scan_with_replacement(ps, qs, n)
     if code == 1:
         if n == 2:
-            return scan_without_replacement_2(ps, qs, complement_masses_sorted(qs))
+            return scan_without_replacement_2(ps, qs, complement_masses_kernel(qs))
         return scan_without_replacement(ps, qs, n)
     return scan_conditional_poisson(ps, qs / qs.max(), n)
 
 
 @nb.njit(cache=True, parallel=True)
 def solve_batch(P, Q, n, code):
-    """Row-parallel batch solve of ``(B, V)`` arrays; each row sorted with a stable argsort."""
+    """Row-parallel batch solve of ``(B, V)`` arrays (binned scans where sums suffice)."""
     B = P.shape[0]
     out = np.empty(B)
     for b in nb.prange(B):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        ps = P[b][order]
-        qs = Q[b][order]
-        out[b] = max(1.0 - solve_sorted(ps, qs, n, code)[0], 0.0)
+        if n == 1 or code == 0:
+            d = bucketed_scan(P[b], Q[b], n, 0, Q[b])[0]
+        elif code == 1 and n == 2:
+            rest = complement_masses_kernel(Q[b])  # any order: 1 - q_i without cancellation
+            d = bucketed_scan(P[b], Q[b], n, 1, rest)[0]
+        else:
+            order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+            d = solve_sorted(P[b][order], Q[b][order], n, code)[0]
+        out[b] = max(1.0 - d, 0.0)
     return out
 
 

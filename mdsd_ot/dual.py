@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _kernels
 from ._config import BRUTEFORCE_MAX_V
-from .drafts import DraftScheme, top_tokens
+from .drafts import DraftScheme, complement_masses, top_tokens
 
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_greedy", "solve_bruteforce", "solve_dual"]
 
@@ -34,16 +34,25 @@ def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
-    """Optimal acceptance by the sorted-prefix scan (one sort + one O(V) or O(nV) pass).
+    """Optimal acceptance by the sorted-prefix scan.
+
+    With replacement (and sequential sampling with n = 2) ``Q(H)`` depends on sums over ``H`` only,
+    so tokens are binned by ``q/p`` instead of sorted and only the bins that may hold the optimum are
+    sorted (:func:`mdsd_ot._kernels.bucketed_scan`, O(V)); other schemes sort once and scan.
 
     Sequential sampling without replacement uses the closed form for n = 2; for n >= 3 it evaluates
     ``W_n`` by exponential-clock quadrature at a few prefixes and bounds the others away
     (:func:`mdsd_ot._kernels.scan_without_replacement`).
     """
-    order = sorted_order(p, q)
-    excess, k = _kernels.solve_sorted(p[order], q[order], n, _kernels.SCHEME_CODES[scheme.name])
-    mask = np.zeros(p.size, dtype=bool)
-    mask[order[: int(k)]] = True
+    code = _kernels.SCHEME_CODES[scheme.name]
+    if n == 1 or code == 0 or (code == 1 and n == 2):  # sums suffice: bins instead of a full sort
+        rest = complement_masses(q) if code == 1 and n == 2 else q
+        excess, mask = _kernels.bucketed_scan(p, q, n, min(code, n - 1), rest)
+    else:
+        order = sorted_order(p, q)
+        excess, k = _kernels.solve_sorted(p[order], q[order], n, code)
+        mask = np.zeros(p.size, dtype=bool)
+        mask[order[: int(k)]] = True
     return max(1.0 - float(excess), 0.0), np.flatnonzero(mask)
 
 

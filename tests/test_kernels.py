@@ -103,3 +103,25 @@ def test_pruned_scan_against_every_prefix(rng):
             W = K.sequential_masses(qs, ks, R[ks], n)
             best = max(best, float(np.max(np.minimum(W, Q[ks]) - P[ks])))
         assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=1e-13)
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_bucketed_scan_equals_full_sort_scan(code, rng):
+    """Binning by q/p (no full sort) gives the sorted-prefix maximum, and its mask attains it."""
+    for trial in range(400):
+        V = int(rng.integers(1, 400)) if trial % 4 else int(rng.integers(20_000, 60_000))
+        p, q = llm_like(V, rng, rng.choice([0.3, 1.0])) if trial % 3 == 0 else random_pair(rng, V)
+        n = 2 if code == 1 else int(rng.integers(1, 6))
+        if code == 1 and np.count_nonzero(q) < 2:
+            continue
+        rest = complement_masses(q)
+        ps, qs = sorted_pair(p, q)
+        want = K.solve_sorted(ps, qs, n, code)[0]
+        got, mask = K.bucketed_scan(p, q, n, code, rest)
+        assert got == pytest.approx(want, abs=1e-11)  # same sums, another summation order
+        qh, ph = q[mask].sum(), p[mask].sum()
+        if code == 0:
+            excess = min(qh**n, qh) - ph
+        else:
+            excess = qh - q[~mask].sum() * np.sum(q[mask] / rest[mask]) - ph
+        assert excess == pytest.approx(got, abs=1e-12)
