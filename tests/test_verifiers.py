@@ -655,3 +655,71 @@ def test_property_every_verifier_is_valid(wp, wq, n):
         np.testing.assert_allclose(law, prepared.p, rtol=0, atol=LAW_TOL, err_msg=name)
         assert prepared.acceptance() == pytest.approx(acc, abs=LAW_TOL), name
         assert -LAW_TOL <= acc <= 1 + LAW_TOL
+
+
+# ---------------------------------------------------------------- naive under every scheme
+SCHEME_NAMES = ["with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson"]
+
+
+def test_naive_inclusion_probabilities_match_enumeration():
+    from mdsd_ot.verifiers.naive import inclusion_probabilities
+
+    rng = np.random.default_rng(23)
+    checked = 0
+    for _ in range(150):
+        V = int(rng.integers(2, 6))
+        n = int(rng.integers(1, 4))
+        _, q = random_pair(rng, V)
+        for s in SCHEME_NAMES:
+            scheme = get_scheme(s)
+            try:
+                scheme.check(q, n)
+            except ValueError:
+                continue
+            pi = inclusion_probabilities(q, n, s)
+            if pi is None:
+                continue
+            tuples, probs = scheme.tuple_law(q, n)
+            ref = np.zeros(V)
+            for t, pr in zip(tuples, probs):
+                ref[np.unique(t)] += pr
+            np.testing.assert_allclose(pi, ref, rtol=0, atol=1e-12, err_msg=f"{s} q={q} n={n}")
+            checked += 1
+    assert checked >= 300
+
+
+@pytest.mark.parametrize("sampling", SCHEME_NAMES)
+def test_naive_exact_under_every_scheme(sampling):
+    checked = 0
+    for p, q, n in instances(40, seed=25):
+        if not supported("naive", p, q, n, sampling):
+            continue
+        prepared = VERIFIERS["naive"].prepare(p, q, n, sampling=sampling)
+        law, acc = enumerate_verifier(prepared)
+        np.testing.assert_allclose(law, p, atol=LAW_TOL)
+        assert prepared.exact_available()
+        assert prepared.acceptance() == pytest.approx(acc, abs=LAW_TOL)
+        assert acc <= brute_force_bound(q, n, p, sampling) + LAW_TOL
+        checked += 1
+    assert checked >= 10
+
+
+def test_naive_sequential_monte_carlo_and_near_one_hot():
+    p = np.array([0.3, 0.25, 0.2, 0.15, 0.1, 0.0])
+    for q in (np.array([0.1, 0.2, 0.3, 0.2, 0.1, 0.1]), _near_one_hot(V=6, eps=1e-12)[1]):
+        exact = verifier_acceptance("naive", p, q, 3, sampling="without_replacement", method="exact")
+        mc = verifier_acceptance("naive", p, q, 3, sampling="without_replacement",
+                                 method="monte_carlo", samples=4000, rng=5)
+        assert abs(mc.value - exact.value) <= 4 * mc.stderr + 1e-12
+    # two sequential draws, near one-hot: closed form against 50-digit arithmetic
+    p, q = _near_one_hot(V=6, eps=1e-12)
+    with mpmath.workdps(50):
+        Q = [mpmath.mpf(float(x)) for x in q]
+        tQ = sum(Q)
+        Q = [x / tQ for x in Q]
+        P = [mpmath.mpf(float(x)) for x in p / p.sum()]
+        rest = [sum(Q[j] for j in range(6) if j != i) for i in range(6)]
+        pi = [Q[y] * (1 + sum(Q[x] / rest[x] for x in range(6) if x != y)) for y in range(6)]
+        want = float(sum(a * b for a, b in zip(P, pi)))
+    got = verifier_acceptance("naive", p, q, 2, sampling="without_replacement").value
+    assert got == pytest.approx(want, abs=1e-14)

@@ -456,3 +456,52 @@ def rsd_path_value_slow(p, q, path):
         s[x] = 0.0
         s = s / s[np.arange(s.size) != x].sum()
     return value, prob
+
+
+# ------------------------------------------------------------------ sequential draft sets, Monte Carlo
+@njit(cache=True)
+def sequential_draft_mass(p, q, n, samples, seed):
+    """Per-sample ``p(S)`` for draft sets ``S`` of ``n`` sequential draws without replacement from q.
+
+    Each draw is an inverse-CDF draw from the full ``q`` (O(log V)), redrawn while it repeats a token
+    already drafted (exactly the renormalised law of the rest); after 64 repeats in a row (most of the
+    mass already drafted) the draw is made directly from the rest, O(V). Uses numba's generator
+    seeded with ``seed``.
+    """
+    np.random.seed(seed)
+    V = q.size
+    cdf = np.cumsum(q)
+    total = cdf[V - 1]
+    last = V - 1
+    while last > 0 and q[last] <= 0.0:
+        last -= 1
+    out = np.empty(samples, dtype=np.float64)
+    drawn = np.empty(n, dtype=np.int64)
+    for s in range(samples):
+        acc = 0.0
+        for k in range(n):
+            x = -1
+            for _ in range(64):
+                y = np.searchsorted(cdf, np.random.random() * total, side="right")
+                if y > last:
+                    y = last
+                if not _member(y, drawn, k):
+                    x = y
+                    break
+            if x < 0:  # draw directly from the tokens not yet drafted
+                rest = 0.0
+                for j in range(V):
+                    if not _member(j, drawn, k):
+                        rest += q[j]
+                v = np.random.random() * rest
+                run = 0.0
+                for j in range(V):
+                    if q[j] > 0.0 and not _member(j, drawn, k):
+                        x = j
+                        run += q[j]
+                        if run > v:
+                            break
+            drawn[k] = x
+            acc += p[x]
+        out[s] = acc
+    return out

@@ -3,25 +3,88 @@
 Reference: the baseline of SpecTr (Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
 Transport", NeurIPS 2023, arXiv:2310.15141). MATH.md section 5.1.
 
-``Y ~ p`` independently of the drafts; the step counts as accepted iff ``Y`` is one of the drafts. The
-output is exactly ``p`` whatever the draft law, so the method is valid for every draft scheme, but it
-ignores ``q``:
+``Y ~ p`` independently of the drafts; the step counts as accepted iff ``Y`` is one of the drafts.
+The output is exactly ``p`` whatever the draft law, so the method is valid for every draft scheme,
+but it ignores ``q``:
 
-.. math:: \\alpha = \\sum_y p(y)\\, P(y \\text{ drafted}) = \\sum_y p(y)\\,\\bigl(1 - (1 - q(y))^n\\bigr)
+.. math:: \\alpha = \\sum_y p(y)\\, \\pi(y), \\qquad \\pi(y) = P(y \\text{ drafted})
 
-for i.i.d. drafts.
+with the inclusion probabilities ``pi`` of the scheme (:func:`inclusion_probabilities`):
+``1 - (1 - q(y))^n`` for i.i.d. drafts; ``1`` on the fixed tokens and ``q'(y)`` elsewhere for greedy and
+hub drafts; ``q(y) (1 + sum_{x != y} q(x) / (1 - q(x)))`` for two sequential draws without
+replacement; ``q(y) e_{n-1}(q_{-y}) / e_n(q)`` for conditional Poisson. Sequential sampling with
+``n >= 3`` is enumerated for small vocabularies and estimated by Monte Carlo beyond.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..drafts import SCHEMES, complement_masses
-from .base import PreparedVerifier, Verifier, sample_index
+from . import _kernels
+from .base import PreparedVerifier, Verifier, sample_index, top_k
 
-__all__ = ["NaiveVerifier"]
+__all__ = ["NaiveVerifier", "inclusion_probabilities"]
+
+#: Largest number of ordered draft tuples enumerated for an exact acceptance without a closed form.
+ENUMERATE_MAX_TUPLES = 200_000
+
+
+def _elementary_prefix(x: np.ndarray, n: int) -> np.ndarray:
+    """``E[i, j] = e_j(x[:i])`` for i = 0..V, j = 0..n (non-negative terms only)."""
+    E = np.zeros((x.size + 1, n + 1))
+    E[0, 0] = 1.0
+    for i, xi in enumerate(x):
+        E[i + 1] = E[i]
+        E[i + 1, 1:] += xi * E[i, :-1]
+    return E
+
+
+def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | None:
+    """``pi(y) = P(token y is among the n drafts)`` in closed form, or None when there is none here.
+
+    Every ``1 - q`` is a direct complement sum; no formula subtracts nearly equal numbers.
+    Complexity O(V) (conditional Poisson: O(n^2 V)).
+    """
+    if scheme == "with_replacement":
+        miss = complement_masses(q)  # 1 - q(y), no cancellation
+        with np.errstate(divide="ignore"):
+            return -np.expm1(n * np.log(miss))  # 1 - miss^n, accurate for small q(y)
+    if scheme in ("greedy", "hub"):
+        top = top_k(q, n - 1)
+        rest = np.ones(q.size, dtype=bool)
+        rest[top] = False
+        pi = np.where(rest, q, 0.0) / q[rest].sum()
+        pi[top] = 1.0
+        return pi
+    if scheme == "without_replacement":
+        if n == 1:
+            return q.copy()
+        if n == 2:  # pi(y) = q(y) (1 + sum_{x != y} q(x) / (1 - q(x)))
+            odds = q / complement_masses(q)
+            big = int(np.argmax(odds))
+            small = np.delete(odds, big).sum()  # all terms but the largest, which may dwarf them
+            # sum over x != y; its rounding error times q(y) is at most eps * q(y) * odds[big] <= eps
+            excl = small + odds[big] - odds
+            excl[big] = small
+            return q * (1.0 + np.maximum(excl, 0.0))
+        return None
+    if scheme == "conditional_poisson":
+        x = q / q.max()  # the law is scale invariant; rescaling avoids underflow
+        pre = _elementary_prefix(x, n)
+        suf = _elementary_prefix(x[::-1], n)[::-1]  # suf[i, j] = e_j(x[i:])
+        V = x.size
+        e_n = pre[V, n]
+        # e_{n-1}(x without y) = sum_j e_j(x[:y]) e_{n-1-j}(x[y+1:])
+        without = np.einsum("ij,ij->i", pre[:V, :n], suf[1:, :n][:, ::-1])
+        return np.minimum(x * without / e_n, 1.0)
+    return None
 
 
 class _PreparedNaive(PreparedVerifier):
+    def __init__(self, verifier, p, q, n, scheme):
+        super().__init__(verifier, p, q, n, scheme)
+        self.pi = inclusion_probabilities(q, n, scheme.name)
+
     def _verify(self, drafts, rng):
         return sample_index(self.p, rng.random())
 
@@ -32,23 +95,37 @@ class _PreparedNaive(PreparedVerifier):
         x = self.check_drafts(drafts)
         return float(self.p[np.unique(x)].sum())
 
+    def _tuple_count(self) -> float:
+        support = float(np.count_nonzero(self.q > 0))
+        return support**self.n
+
     def exact_available(self):
-        return self.scheme.name == "with_replacement"
+        return self.pi is not None or self._tuple_count() <= ENUMERATE_MAX_TUPLES
 
     def acceptance(self):
-        """``sum_y p(y) (1 - (1 - q(y))^n)``, with ``1 - q(y)`` a direct complement sum. O(V)."""
-        if self.scheme.name != "with_replacement":
-            raise ValueError("the naive closed form is for with_replacement drafts only")
-        miss = complement_masses(self.q)  # 1 - q(y), no cancellation
-        with np.errstate(divide="ignore"):
-            hit = -np.expm1(self.n * np.log(miss))  # 1 - miss^n, accurate for small q(y)
-        return float((self.p * hit).sum())  # pairwise sum; np.dot may wait on BLAS threads
+        """``sum_y p(y) pi(y)``; O(V) with a closed form, else by enumerating the draft tuples."""
+        if self.pi is not None:
+            return float((self.p * self.pi).sum())  # pairwise sum; np.dot may wait on BLAS threads
+        tuples, probs = self.scheme.tuple_law(self.q, self.n)
+        covered = np.zeros(tuples.shape[0])
+        for j in range(self.n):
+            first = np.all(tuples[:, :j] != tuples[:, j : j + 1], axis=1)  # count repeats once
+            covered += np.where(first, self.p[tuples[:, j]], 0.0)
+        return float((probs * covered).sum())
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """Per-sample ``p(S)`` over sampled draft sets (numba sampler for sequential drafts)."""
+        if self.scheme.name == "without_replacement":
+            seed = int(rng.integers(0, 2**32 - 1))
+            return _kernels.sequential_draft_mass(self.p, self.q, self.n, samples, seed)
+        return np.array([self.accept_probability(self.scheme.sample(self.q, self.n, rng))
+                         for _ in range(samples)])
 
 
 class NaiveVerifier(Verifier):
     """Independent target sample, accepted iff drafted (valid for any draft scheme).
 
-    Acceptance (i.i.d. drafts): ``sum_y p(y) (1 - (1 - q(y))^n)``, O(V).
+    Acceptance ``sum_y p(y) P(y drafted)``; i.i.d. drafts: ``sum_y p(y) (1 - (1 - q(y))^n)``, O(V).
 
     Examples
     --------
