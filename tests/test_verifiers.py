@@ -723,3 +723,17 @@ def test_naive_sequential_monte_carlo_and_near_one_hot():
         want = float(sum(a * b for a, b in zip(P, pi)))
     got = verifier_acceptance("naive", p, q, 2, sampling="without_replacement").value
     assert got == pytest.approx(want, abs=1e-14)
+
+
+def test_cp_inclusion_kernel_matches_slow_twin():
+    rng = np.random.default_rng(26)
+    for _ in range(50):
+        V = int(rng.integers(2, 30))
+        n = int(rng.integers(1, min(V, 6) + 1))
+        x = rng.dirichlet(np.full(V, 0.5))
+        x[rng.random(V) < 0.2] = 0.0
+        if np.count_nonzero(x) < n:
+            continue
+        x = x / x.max()
+        np.testing.assert_allclose(_kernels.cp_inclusion(x, n), _kernels.cp_inclusion_slow(x, n),
+                                   rtol=1e-12, atol=1e-15)

@@ -2,17 +2,17 @@
 
 Registry (:data:`VERIFIERS`, name -> verifier; each module cites its paper):
 
-==========================  =====================  ==========================================
-name                        draft scheme           method
-==========================  =====================  ==========================================
-``naive``                   with_replacement (any)  independent target sample, accepted if drafted
-``rrs``                     with_replacement       SpecInfer recursive rejection sampling
-``rrs_without_replacement``  without_replacement    RSD (recursive speculative decoding)
-``spectr``                  with_replacement       SpecTr K-SEQ at the smallest valid rho
-``spechub``                 hub (n = 2)            SpecHub
-``greedy``                  greedy                 Hu et al., optimal for greedy drafts
-``optimal``                 any (small V)          the LP transport plan, attains alpha*
-==========================  =====================  ==========================================
+===========================  ======================  ==============================================
+name                         draft scheme            method
+===========================  ======================  ==============================================
+``naive``                    with_replacement (any)  independent target sample, accepted if drafted
+``rrs``                      with_replacement        SpecInfer recursive rejection sampling
+``rrs_without_replacement``  without_replacement     RSD (recursive speculative decoding)
+``spectr``                   with_replacement        SpecTr K-SEQ at the smallest valid rho
+``spechub``                  hub (n = 2)             SpecHub
+``greedy``                   greedy                  Hu et al., optimal for greedy drafts
+``optimal``                  any (small V)           the LP transport plan, attains alpha*
+===========================  ======================  ==============================================
 
 :func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (closed forms of MATH.md
 section 5) or by Monte Carlo with a standard error.

@@ -12,6 +12,7 @@ __all__ = [
     "rsd2_rejection", "rsd2_rejection_slow",
     "rsd_path_tables", "rsd_path_mc", "rsd_path_value", "rsd_path_value_slow",
     "rsd_mc_accept", "rsd_mc_accept_slow",
+    "sequential_draft_mass", "cp_inclusion", "cp_inclusion_slow",
 ]
 
 
@@ -505,3 +506,49 @@ def sequential_draft_mass(p, q, n, samples, seed):
             acc += p[x]
         out[s] = acc
     return out
+
+
+# ------------------------------------------------------------------ conditional Poisson inclusion
+@njit(cache=True)
+def cp_inclusion(x, n):
+    """``pi(y) = x_y e_{n-1}(x without y) / e_n(x)`` for every token, O(n^2 V).
+
+    Prefix and suffix elementary-symmetric tables (``e_j(S + x) = e_j(S) + x e_{j-1}(S)``, non-negative
+    terms only) are combined as ``e_{n-1}(x without y) = sum_j e_j(x[:y]) e_{n-1-j}(x[y+1:])``; no
+    subtraction, hence no cancellation. ``x`` should be scaled to max 1 against underflow.
+    """
+    V = x.size
+    pre = np.zeros((V + 1, n + 1))
+    suf = np.zeros((V + 1, n + 1))
+    pre[0, 0] = 1.0
+    suf[V, 0] = 1.0
+    for i in range(V):
+        pre[i + 1, 0] = 1.0
+        for j in range(1, n + 1):
+            pre[i + 1, j] = pre[i, j] + x[i] * pre[i, j - 1]
+    for i in range(V - 1, -1, -1):
+        suf[i, 0] = 1.0
+        for j in range(1, n + 1):
+            suf[i, j] = suf[i + 1, j] + x[i] * suf[i + 1, j - 1]
+    e_n = pre[V, n]
+    out = np.empty(V)
+    for y in range(V):
+        w = 0.0
+        for j in range(n):
+            w += pre[y, j] * suf[y + 1, n - 1 - j]
+        v = x[y] * w / e_n
+        out[y] = v if v < 1.0 else 1.0
+    return out
+
+
+def cp_inclusion_slow(x, n):
+    """Pure-numpy twin of :func:`cp_inclusion`: ``e_{n-1}`` recomputed without each token, O(n V^2)."""
+    def e(v, k):
+        t = np.zeros(k + 1)
+        t[0] = 1.0
+        for vi in v:
+            t[1:] = t[1:] + vi * t[:-1]
+        return t[k]
+
+    e_n = e(x, n)
+    return np.minimum(np.array([x[y] * e(np.delete(x, y), n - 1) / e_n for y in range(x.size)]), 1.0)

@@ -29,16 +29,6 @@ __all__ = ["NaiveVerifier", "inclusion_probabilities"]
 ENUMERATE_MAX_TUPLES = 200_000
 
 
-def _elementary_prefix(x: np.ndarray, n: int) -> np.ndarray:
-    """``E[i, j] = e_j(x[:i])`` for i = 0..V, j = 0..n (non-negative terms only)."""
-    E = np.zeros((x.size + 1, n + 1))
-    E[0, 0] = 1.0
-    for i, xi in enumerate(x):
-        E[i + 1] = E[i]
-        E[i + 1, 1:] += xi * E[i, :-1]
-    return E
-
-
 def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | None:
     """``pi(y) = P(token y is among the n drafts)`` in closed form, or None when there is none here.
 
@@ -68,15 +58,8 @@ def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | 
             excl[big] = small
             return q * (1.0 + np.maximum(excl, 0.0))
         return None
-    if scheme == "conditional_poisson":
-        x = q / q.max()  # the law is scale invariant; rescaling avoids underflow
-        pre = _elementary_prefix(x, n)
-        suf = _elementary_prefix(x[::-1], n)[::-1]  # suf[i, j] = e_j(x[i:])
-        V = x.size
-        e_n = pre[V, n]
-        # e_{n-1}(x without y) = sum_j e_j(x[:y]) e_{n-1-j}(x[y+1:])
-        without = np.einsum("ij,ij->i", pre[:V, :n], suf[1:, :n][:, ::-1])
-        return np.minimum(x * without / e_n, 1.0)
+    if scheme == "conditional_poisson":  # scale invariant; rescaling to max 1 avoids underflow
+        return _kernels.cp_inclusion(q / q.max(), n)
     return None
 
 
