@@ -38,3 +38,6 @@ PRUNE_MARGIN = 1e-12
 
 #: Prefixes evaluated exactly per pruning round of the without-replacement scan (n >= 3).
 PRUNE_BATCH = 256
+
+#: Vocabulary size from which the binned prefix scan (O(V) plus ~16k bins) replaces a full sort.
+BINNED_MIN_V = 16_384

@@ -11,7 +11,7 @@ import math
 import numba as nb
 import numpy as np
 
-from ._config import PRUNE_BATCH, PRUNE_MARGIN, QUAD_STEP, QUAD_TAIL
+from ._config import BINNED_MIN_V, PRUNE_BATCH, PRUNE_MARGIN, QUAD_STEP, QUAD_TAIL
 
 # ------------------------------------------------------------------------------- prefix bookkeeping
 
@@ -483,7 +483,10 @@ def solve_batch(P, Q, n, code):
     B = P.shape[0]
     out = np.empty(B)
     for b in nb.prange(B):
-        if n == 1 or code == 0:
+        if P.shape[1] < BINNED_MIN_V:
+            order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+            d = solve_sorted(P[b][order], Q[b][order], n, code)[0]
+        elif n == 1 or code == 0:
             d = bucketed_scan(P[b], Q[b], n, 0, Q[b])[0]
         elif code == 1 and n == 2:
             rest = complement_masses_kernel(Q[b])  # any order: 1 - q_i without cancellation

@@ -62,16 +62,18 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
         raise ValueError(f"{name} is empty; a distribution needs at least one token")
     if ndim == 2 and arr.shape[0] == 0:
         raise ValueError(f"{name} has no rows; pass at least one distribution")
-    if not np.all(np.isfinite(arr)):
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)})")
-    if np.any(arr < 0):
-        bad = np.argwhere(arr < 0)[0]
-        raise ValueError(
-            f"{name} has negative entries (first at index {tuple(int(i) for i in bad)}: "
-            f"{arr[tuple(bad)]:.3g}); probabilities must be >= 0"
-        )
     sums = arr.sum(axis=-1)
+    if not (np.isfinite(sums).all() and arr.min() >= 0):  # the slow checks only to say what is wrong
+        if not np.all(np.isfinite(arr)):
+            bad = np.argwhere(~np.isfinite(arr))[0]
+            raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)})")
+        if np.any(arr < 0):
+            bad = np.argwhere(arr < 0)[0]
+            raise ValueError(
+                f"{name} has negative entries (first at index {tuple(int(i) for i in bad)}: "
+                f"{arr[tuple(bad)]:.3g}); probabilities must be >= 0"
+            )
+        raise ValueError(f"{name} has entries too large to sum in float64; rescale it")
     if np.any(sums <= 0):
         raise ValueError(f"{name} has total mass 0; a distribution needs positive mass")
     off = np.abs(sums - 1.0)

@@ -243,9 +243,10 @@ def _without_mass(q, n, mask):
         return 0.0
     if np.prod(np.arange(k - n + 1, k + 1), dtype=float) <= 200_000:
         return _merged_sequential_mass(q_in, outside, n)
-    from . import _kernels  # exponential-clock quadrature on this subset alone
+    from . import _kernels  # exponential-clock quadrature on this subset alone, in index order
 
-    return float(_kernels.sequential_mass_quadrature(np.ascontiguousarray(q_in), outside, n))
+    return float(_kernels.sequential_masses_fast(
+        np.ascontiguousarray(q_in), np.array([q_in.size]), np.array([outside]), n)[0])
 
 
 # greedy (Hu et al.) ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels
-from ._config import BRUTEFORCE_MAX_V
+from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
 from .drafts import DraftScheme, complement_masses, top_tokens
 
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_greedy", "solve_bruteforce", "solve_dual"]
@@ -45,7 +45,8 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
     (:func:`mdsd_ot._kernels.scan_without_replacement`).
     """
     code = _kernels.SCHEME_CODES[scheme.name]
-    if n == 1 or code == 0 or (code == 1 and n == 2):  # sums suffice: bins instead of a full sort
+    by_sums = n == 1 or code == 0 or (code == 1 and n == 2)
+    if by_sums and p.size >= BINNED_MIN_V:  # sums suffice: bins instead of a full sort
         rest = complement_masses(q) if code == 1 and n == 2 else q
         excess, mask = _kernels.bucketed_scan(p, q, n, min(code, n - 1), rest)
     else:
