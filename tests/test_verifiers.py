@@ -73,6 +73,7 @@ def enumerate_verifier(prepared):
         lt, at = prepared.output_law(t)
         law += pr * lt
         acc += pr * at
+        assert prepared.accept_probability(t) == pytest.approx(at, abs=LAW_TOL)  # O(n) shortcut
     return law, acc
 
 
@@ -737,3 +738,21 @@ def test_cp_inclusion_kernel_matches_slow_twin():
         x = x / x.max()
         np.testing.assert_allclose(_kernels.cp_inclusion(x, n), _kernels.cp_inclusion_slow(x, n),
                                    rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("sampling", ["with_replacement", "greedy", "hub", "without_replacement"])
+def test_batch_draft_sampler_matches_tuple_law(sampling):
+    from mdsd_ot.verifiers import sample_drafts_batch
+
+    q = np.array([0.3, 0.0, 0.25, 0.2, 0.15, 0.1])
+    n = 2
+    scheme = get_scheme(sampling)
+    tuples, probs = scheme.tuple_law(q, n)
+    draws = sample_drafts_batch(scheme, q, n, 20000 if sampling != "without_replacement" else 3000,
+                                np.random.default_rng(27))
+    index = {tuple(t): i for i, t in enumerate(tuples.tolist())}
+    counts = np.zeros(len(tuples))
+    for d in draws.tolist():
+        counts[index[tuple(d)]] += 1  # KeyError if a zero-probability tuple is drawn
+    _, pvalue = stats.chisquare(counts, counts.sum() * probs)
+    assert pvalue > 1e-4

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validate import check_choice, check_n
-from .base import PreparedVerifier, Verdict, Verifier
+from .base import PreparedVerifier, Verdict, Verifier, sample_drafts_batch
 from .greedy import GreedyVerifier
 from .naive import NaiveVerifier
 from .optimal import OptimalVerifier
@@ -43,6 +43,7 @@ __all__ = [
     "verifier_acceptance",
     "ACCEPTANCE_METHODS",
     "DEFAULT_SAMPLES",
+    "sample_drafts_batch",
 ]
 
 #: name -> verifier, in the order used by :func:`mdsd_ot.compare.compare`.
@@ -110,8 +111,8 @@ def _monte_carlo(prepared: PreparedVerifier, samples: int, rng: np.random.Genera
     """Per-sample P(accepted | drafts) for ``samples`` draft tuples (Rao-Blackwellised over coins)."""
     if hasattr(prepared, "monte_carlo"):
         return prepared.monte_carlo(samples, rng)
-    scheme, q, n = prepared.scheme, prepared.q, prepared.n
-    return np.array([prepared.accept_probability(scheme.sample(q, n, rng)) for _ in range(samples)])
+    drafts = sample_drafts_batch(prepared.scheme, prepared.q, prepared.n, samples, rng)
+    return np.array([prepared.accept_probability(x) for x in drafts])
 
 
 def verifier_acceptance(

@@ -30,7 +30,9 @@ import numpy as np
 from .._validate import check_n, check_pair
 from ..drafts import DraftScheme, get_scheme, top_tokens
 
-__all__ = ["Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index", "top_k"]
+__all__ = [
+    "Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index", "top_k", "sample_drafts_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,35 @@ def top_k(q: np.ndarray, k: int) -> np.ndarray:
     ties = np.flatnonzero(q == v)[: k - above.size]
     sel = np.concatenate([above, ties])
     return sel[np.lexsort((sel, -q[sel]))].astype(np.int64)
+
+
+def _inverse_cdf(w: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Vectorised inverse-CDF draws from non-negative weights; zero weights are never returned."""
+    cdf = np.cumsum(w)
+    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
+    return np.minimum(idx, np.flatnonzero(w > 0)[-1]).astype(np.int64)
+
+
+def sample_drafts_batch(scheme, q: np.ndarray, n: int, samples: int, rng: np.random.Generator):
+    """``samples`` draft tuples, shape ``(samples, n)``, drawn at once for the i.i.d., greedy and hub
+    schemes (O(V + samples n log V)); other schemes draw one tuple at a time with ``scheme.sample``.
+    """
+    name = scheme.name
+    if name == "with_replacement":
+        return _inverse_cdf(q, rng.random((samples, n)))
+    if name in ("greedy", "hub"):
+        top = top_k(q, n - 1)
+        rest = q.copy()
+        rest[top] = 0.0
+        if name == "greedy":
+            last = _inverse_cdf(rest, rng.random(samples))
+            return np.column_stack([np.tile(top, (samples, 1)), last])
+        a = int(top[0])
+        first = _inverse_cdf(q, rng.random(samples))
+        second = _inverse_cdf(rest, rng.random(samples))
+        hub_first = first == a
+        return np.column_stack([first, np.where(hub_first, second, a)])
+    return np.array([scheme.sample(q, n, rng) for _ in range(samples)], dtype=np.int64).reshape(samples, n)
 
 
 def _check_drafts(drafts, q: np.ndarray, n: int, scheme: DraftScheme, top=None) -> np.ndarray:

@@ -45,6 +45,7 @@ class _PreparedGreedy(PreparedVerifier):
         self.top = top
         self.qp, self.R, self._accept = hub_or_greedy_parts(p, q, top)
         self.R_mass = float(self.R.sum())
+        self._p_top = float(p[top].sum())
 
     def _last(self, drafts):
         rest = drafts[~np.isin(drafts, self.top)]
@@ -66,6 +67,14 @@ class _PreparedGreedy(PreparedVerifier):
         if a < 1.0:
             law += (1.0 - a) * (self.R / self.R_mass if self.R_mass > 0.0 else self.p)
         return law
+
+    def accept_probability(self, drafts):
+        """``a + (1 - a) p(Top) / R_mass`` with ``a = min(1, p(x_n) / q'(x_n))``, O(n)."""
+        x = self._last(self.check_drafts(drafts))
+        a = min(1.0, self.p[x] / self.qp[x])
+        if self.R_mass <= 0.0:  # rejection has probability zero; the law's placeholder is p
+            return a + (1.0 - a) * (self._p_top + self.p[x])
+        return a + (1.0 - a) * self._p_top / self.R_mass  # R is 0 at a rejectable x_n
 
     def acceptance(self):
         """``p(Top) + sum_{y not in Top} min(p(y), q'(y))``. O(V)."""

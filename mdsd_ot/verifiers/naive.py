@@ -21,7 +21,7 @@ import numpy as np
 
 from ..drafts import SCHEMES, complement_masses
 from . import _kernels
-from .base import PreparedVerifier, Verifier, sample_index, top_k
+from .base import PreparedVerifier, Verifier, sample_drafts_batch, sample_index, top_k
 
 __all__ = ["NaiveVerifier", "inclusion_probabilities"]
 
@@ -101,8 +101,8 @@ class _PreparedNaive(PreparedVerifier):
         if self.scheme.name == "without_replacement":
             seed = int(rng.integers(0, 2**32 - 1))
             return _kernels.sequential_draft_mass(self.p, self.q, self.n, samples, seed)
-        return np.array([self.accept_probability(self.scheme.sample(self.q, self.n, rng))
-                         for _ in range(samples)])
+        drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
+        return np.array([self.p[np.unique(x)].sum() for x in drafts])
 
 
 class NaiveVerifier(Verifier):

@@ -66,6 +66,16 @@ class _PreparedHub(PreparedVerifier):
                 law += (1.0 - acc) * self.p
         return law
 
+    def accept_probability(self, drafts):
+        """``acc + (1 - acc) min(1, p(a) / (1 - S))`` for the non-hub draft ``b``, O(1)."""
+        b = self._other(self.check_drafts(drafts))
+        acc = min(1.0, self.p[b] / self.qp[b])
+        if acc >= 1.0:
+            return 1.0
+        if self.reject <= 0.0:
+            return acc + (1.0 - acc) * (self.p[self.a] + self.p[b])
+        return acc + (1.0 - acc) * min(1.0, self.p[self.a] / self.reject)
+
     def acceptance(self):
         """``S + min(p(a), 1 - S)``. O(V)."""
         return float(self.S + min(self.p[self.a], self.reject))

@@ -54,6 +54,14 @@ class _PreparedRRS(PreparedVerifier):
         law += alive * self.chain[-1]
         return law
 
+    def accept_probability(self, drafts):
+        """``1 - prod_i (1 - min(1, r_i(x_i) / q(x_i)))``, O(n): the residual is 0 on rejected drafts."""
+        x = self.check_drafts(drafts)
+        alive = 1.0
+        for i, xi in enumerate(x):
+            alive *= 1.0 - min(1.0, self._ratio(i, xi))
+        return 1.0 - alive
+
     def acceptance(self):
         """``1 - prod_i sum_y (r_i - q)_+``. O(nV) (the chain is built at preparation)."""
         return float(1.0 - np.prod(self.rejects))

@@ -100,6 +100,15 @@ class _PreparedSpecTr(PreparedVerifier):
         law += alive * self.p_res
         return law
 
+    def accept_probability(self, drafts):
+        """``1 - prod_i (1 - min(1, p(x_i) / (rho* q(x_i))))``, O(n) (``p_res`` is 0 on rejected drafts
+        at the exact ``rho*``; here it is at most rounding)."""
+        x = self.check_drafts(drafts)
+        alive = 1.0
+        for xi in x:
+            alive *= 1.0 - min(1.0, self._ratio(xi))
+        return 1.0 - alive
+
     def acceptance(self):
         """``1 - (1 - beta(rho*))^n``. O(V log V) (at preparation)."""
         return self.p_acc
