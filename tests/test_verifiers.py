@@ -447,6 +447,8 @@ def test_errors_are_actionable():
         verifier_acceptance("rrs_without_replacement", [0.5, 0.5, 0.0], [1.0, 0.0, 0.0], 2)
     with pytest.raises(ValueError, match="samples"):
         verifier_acceptance("rrs", p, q, 2, method="monte_carlo", samples=1)
+    with pytest.raises(TypeError, match="samples must be an int"):
+        verifier_acceptance("rrs", p, q, 2, method="monte_carlo", samples=10.5)
     v = VERIFIERS["rrs"]
     rng = np.random.default_rng(0)
     with pytest.raises(TypeError, match="Generator"):

@@ -19,11 +19,12 @@ section 5) or by Monte Carlo with a standard error.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import check_choice, check_n
+from .._validate import check_choice
 from .base import PreparedVerifier, Verdict, Verifier, sample_drafts_batch
 from .greedy import GreedyVerifier
 from .naive import NaiveVerifier
@@ -178,7 +179,9 @@ def verifier_acceptance(
             f"no exact acceptance for verifier {verifier.name!r} with sampling {sampling_name!r} at "
             f"V={prepared.p.size}, n={prepared.n}; use method='monte_carlo'"
         )
-    samples = check_n(samples)  # a positive int
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral):
+        raise TypeError(f"samples must be an int (number of Monte Carlo draft tuples), got {samples!r}")
+    samples = int(samples)
     if samples < 2:
         raise ValueError(f"samples must be >= 2 for a standard error, got {samples}")
     if not isinstance(rng, np.random.Generator):
