@@ -132,7 +132,13 @@ def _from_npz(path: Path) -> list[np.ndarray]:
             keys = sorted(data.files)
             if "p" not in keys or "q" not in keys:
                 raise ValueError(f"{path}: a .npz archive needs arrays 'p' and 'q'; found {keys}")
-            return [np.asarray(data["p"]).reshape(-1), np.asarray(data["q"]).reshape(-1)]
+            out = []
+            for key in ("p", "q"):
+                arr = np.squeeze(np.asarray(data[key]))
+                if arr.ndim != 1:
+                    raise ValueError(f"{path}: array {key!r} has shape {data[key].shape}; expected (V,)")
+                out.append(arr)
+            return out
     except (OSError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path} could not be read as a .npz archive: {exc}") from None
 

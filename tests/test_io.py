@@ -97,6 +97,13 @@ def test_bad_binary_and_missing(tmp_path):
     np.savez(wrong, target=P, draft=Q)
     with pytest.raises(ValueError, match="needs arrays 'p' and 'q'"):
         load_pair(wrong)
+    batch = tmp_path / "batch.npz"
+    np.savez(batch, p=np.ones((3, 4)) / 4, q=np.ones((3, 4)) / 4)
+    with pytest.raises(ValueError, match="expected \\(V,\\)"):
+        load_pair(batch)
+    row = tmp_path / "row.npz"
+    np.savez(row, p=P[None, :], q=Q[None, :])  # a (1, V) row is accepted
+    _check(load_pair(row))
     cube = tmp_path / "cube.npy"
     np.save(cube, np.zeros((2, 2, 2)))
     with pytest.raises(ValueError, match="shape"):
