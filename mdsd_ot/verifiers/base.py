@@ -306,7 +306,11 @@ class Verifier(ABC):
 
     # -- convenience wrappers ------------------------------------------------------------------
     def verify(self, p, q, drafts, rng: np.random.Generator, *, sampling=None) -> Verdict:
-        """Verify one draft tuple: ``Verdict(token, accepted)``. ``n`` is ``len(drafts)``."""
+        """Verify one draft tuple: ``Verdict(token, accepted)``. ``n`` is ``len(drafts)``.
+
+        Validates and prepares on every call; to verify many draft tuples of one problem, call
+        :meth:`prepare` once and use :meth:`PreparedVerifier.verify`.
+        """
         n = int(np.size(drafts))
         return self.prepare(p, q, n, sampling=sampling).verify(drafts, rng)
 
