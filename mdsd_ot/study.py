@@ -425,8 +425,8 @@ def parse_every(spec) -> dict:
             k = int(k)
         except ValueError:
             raise ValueError(f"subsampling step for {pat!r} must be an int, got {k!r}") from None
-        if k < 1:
-            raise ValueError(f"subsampling step for {pat!r} must be >= 1, got {k}")
+        if k < 0:
+            raise ValueError(f"subsampling step for {pat!r} must be >= 0 (0 = never), got {k}")
         out[str(pat)] = k
     return out
 
@@ -438,6 +438,12 @@ def _step(key: str, every: dict) -> int:
         if key.startswith(pat) and len(pat) > best:
             best, step = len(pat), k
     return step
+
+
+def _skip(key: str, every: dict, position: int) -> bool:
+    """True when ``key`` is not evaluated at ``position`` (step 0: never)."""
+    step = _step(key, every)
+    return step == 0 or position % step != 0
 
 
 def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed: int = 0,
@@ -459,7 +465,8 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
         Re-check the torch bounds of the first row against ``mdsd_ot.optimal_acceptance``.
     every : dict or str or None
         Subsampling of expensive methods (:func:`parse_every`): a method whose key starts with a
-        pattern is evaluated only at positions ``pos % K == 0`` (absent from the other rows).
+        pattern is evaluated only at positions ``pos % K == 0`` (absent from the other rows);
+        ``K = 0`` switches it off.
     positions : sequence of int or None
         Position index of each row (default ``0..m-1``), used by ``every``.
     mc_samples : int or None
@@ -504,7 +511,7 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
         for s in schemes:
             for n in ns:
                 key = f"bound:{s}@{n}"
-                if positions[i] % _step(key, every):
+                if _skip(key, every, positions[i]):
                     continue
                 if (s, n) in fast:
                     row[key] = float(fast[(s, n)][i])
@@ -524,7 +531,7 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
         for name in verifiers:
             for n in ns:
                 key = f"verifier:{name}@{n}"
-                if not _verifier_applies(name, n) or positions[i] % _step(key, every):
+                if not _verifier_applies(name, n) or _skip(key, every, positions[i]):
                     continue
                 try:
                     res = _call_verifier(core, name, p, q, n, seed + positions[i], mc_samples)

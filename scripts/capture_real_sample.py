@@ -36,14 +36,24 @@ TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
 
 
+def top_k_ids(x, K: int):
+    """Ids of the K largest entries of a 1-D tensor, ties broken by the lower id (no full sort)."""
+    import torch
+
+    if K >= x.numel():
+        return torch.arange(x.numel())
+    thr = torch.topk(x, K).values[-1]
+    above = torch.nonzero(x > thr).flatten()
+    ties = torch.nonzero(x == thr).flatten()  # increasing ids
+    return torch.cat([above, ties[: K - above.numel()]])
+
+
 def compact(p, q, K: int):
     """(token_ids with -1 tail, p with tail, q with tail) for full-vocabulary float64 tensors."""
     import torch
 
     V = p.shape[-1]
-    top_p = torch.sort(p, descending=True, stable=True).indices[:K]
-    top_q = torch.sort(q, descending=True, stable=True).indices[:K]
-    U = torch.unique(torch.cat([top_p, top_q]))  # sorted, increasing ids
+    U = torch.unique(torch.cat([top_k_ids(p, K), top_k_ids(q, K)]))  # sorted, increasing ids
     mask = torch.ones(V, dtype=torch.bool)
     mask[U] = False
     p_tail = p[mask].sum()  # direct sums over the complement
@@ -60,7 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(REPO / "mdsd_ot" / "data" / "qwen_coder_humaneval.npz"))
     parser.add_argument("--first-problem", type=int, default=100,
                         help="index of the first HumanEval problem used (default 100)")
-    parser.add_argument("--positions", type=int, default=1000,
+    parser.add_argument("--positions", type=int, default=400,
                         help="stop after the problem that reaches this many positions")
     parser.add_argument("--temperatures", default="0.3,0.5,0.7,1.0")
     parser.add_argument("--top-k", type=int, default=32, help="K of the top-K union")
