@@ -16,6 +16,17 @@ from ._config import BINNED_MIN_V, PRUNE_BATCH, PRUNE_MARGIN, QUAD_STEP, QUAD_TA
 # ------------------------------------------------------------------------------- prefix bookkeeping
 
 
+@nb.njit(cache=True, inline="always")
+def neumaier_add(s, c, v):
+    """One step of Neumaier-compensated summation: returns the new ``(sum, compensation)``."""
+    t = s + v
+    if abs(s) >= abs(v):
+        c += (s - t) + v
+    else:
+        c += (v - t) + s
+    return t, c
+
+
 @nb.njit(cache=True)
 def prefix_sums(x):
     """``S[k] = sum(x[:k])`` for k = 0..V (Neumaier-compensated)."""
@@ -25,13 +36,7 @@ def prefix_sums(x):
     c = 0.0
     out[0] = 0.0
     for i in range(V):
-        v = x[i]
-        t = s + v
-        if abs(s) >= abs(v):
-            c += (s - t) + v
-        else:
-            c += (v - t) + s
-        s = t
+        s, c = neumaier_add(s, c, x[i])
         out[i + 1] = s + c
     return out
 
@@ -45,13 +50,7 @@ def suffix_sums(x):
     c = 0.0
     out[V] = 0.0
     for i in range(V - 1, -1, -1):
-        v = x[i]
-        t = s + v
-        if abs(s) >= abs(v):
-            c += (s - t) + v
-        else:
-            c += (v - t) + s
-        s = t
+        s, c = neumaier_add(s, c, x[i])
         out[i] = s + c
     return out
 
@@ -109,13 +108,7 @@ def scan_without_replacement_2(ps, qs, rest_s):
             best = d
             best_k = k
         if k < ps.size:
-            v = qs[k] / rest_s[k]
-            t = s + v
-            if abs(s) >= abs(v):
-                c += (s - t) + v
-            else:
-                c += (v - t) + s
-            s = t
+            s, c = neumaier_add(s, c, qs[k] / rest_s[k])
     return best, best_k
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._kernels import neumaier_add
+
 __all__ = [
     "rsd2_rejection", "rsd2_rejection_slow",
     "rsd_path_tables", "rsd_path_mc", "rsd_path_value", "rsd_path_value_slow",
@@ -70,21 +72,8 @@ def rsd2_rejection(p, q, rest):
         o = order[m - 1 - k]
         skey[m - 1 - k] = key[o]
         i = idx[o]
-        # Neumaier-compensated running sums
-        v = (p[i] - q[i]) / tv
-        t = sr + v
-        if abs(sr) >= abs(v):
-            cr += (sr - t) + v
-        else:
-            cr += (v - t) + sr
-        sr = t
-        v = q[i]
-        t = sq + v
-        if abs(sq) >= abs(v):
-            cq += (sq - t) + v
-        else:
-            cq += (v - t) + sq
-        sq = t
+        sr, cr = neumaier_add(sr, cr, (p[i] - q[i]) / tv)
+        sq, cq = neumaier_add(sq, cq, q[i])
         R[k + 1] = sr + cr
         Q[k + 1] = sq + cq
     total = 0.0
