@@ -880,24 +880,33 @@ def plot_summary(table, out) -> dict:
         rows = [t for t in table if (t["method"].startswith("gap:")) == (kind == "gap")]
         if not rows:
             continue
-        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.8), squeeze=False,
-                                 sharey=True)
-        for ax, n in zip(axes[0], ns):
-            methods = sorted({t["method"] for t in rows if t["n"] == n},
+        all_methods = sorted({t["method"] for t in rows},
                              key=lambda m: (not m.startswith("bound:"), m))
-            for method in methods:
+        colors = {m: f"C{i % 10}" for i, m in enumerate(all_methods)}
+        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns) + 2.6, 3.8), squeeze=False,
+                                 sharey=True)
+        handles = {}
+        for ax, n in zip(axes[0], ns):
+            for method in all_methods:
                 pts = sorted((t["T"], t["mean"], t["ci95"]) for t in rows
                              if t["n"] == n and t["method"] == method)
+                if not pts:
+                    continue
                 xs, ys, es = zip(*pts)
                 style = "-" if method.startswith("bound:") else "--"
-                ax.errorbar(xs, ys, yerr=[0 if not math.isfinite(e) else e for e in es],
-                            fmt=style + "o", ms=3, capsize=2, label=method)
+                h = ax.errorbar(xs, ys, yerr=[0 if not math.isfinite(e) else e for e in es],
+                                fmt=style + "o", ms=3, capsize=2, lw=1.2, elinewidth=0.6,
+                                color=colors[method], label=method)
+                handles.setdefault(method, h)
             ax.set_title(f"n = {n}")
             ax.set_xlabel("temperature")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(ylabel)
-        axes[0][-1].legend(fontsize=7, loc="best")
-        fig.tight_layout()
+        right = 1 - 2.5 / (4.2 * len(ns) + 2.6)
+        fig.tight_layout(rect=(0, 0, right, 1))
+        fig.legend([handles[m] for m in all_methods if m in handles],
+                   [m for m in all_methods if m in handles], fontsize=7, loc="center left",
+                   bbox_to_anchor=(right, 0.5), frameon=False)
         fig.savefig(out / fname, dpi=120)
         plt.close(fig)
         files[kind + "_plot"] = out / fname
