@@ -10,6 +10,9 @@ from ._config import SUM_TOL
 
 _FLOAT_KINDS = "f"
 
+#: Largest accepted number of drafts: the numba kernels take ``n`` as an int64.
+N_MAX = 2**63 - 1
+
 
 def _as_float_array(x, name: str) -> np.ndarray:
     """Convert an array-like (numpy, list, torch tensor) to a float64 ndarray, rejecting non-floats."""
@@ -108,7 +111,12 @@ def check_n(n) -> int:
         raise TypeError(f"n (the number of drafts) must be a positive int, got {type(n).__name__} {n!r}")
     n = operator.index(n)
     if n < 1:
-        raise ValueError(f"n (the number of drafts) must be >= 1, got {n}")
+        shown = n if n > -N_MAX else f"a {n.bit_length()}-bit negative integer"
+        raise ValueError(f"n (the number of drafts) must be >= 1, got {shown}")
+    if n > N_MAX:  # the kernels index drafts with int64; print the size, not 10**9 digits
+        raise ValueError(
+            f"n (the number of drafts) must be at most 2**63 - 1, got a {n.bit_length()}-bit integer"
+        )
     return n
 
 
