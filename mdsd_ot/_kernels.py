@@ -113,28 +113,65 @@ def scan_without_replacement_2(ps, qs, rest_s):
 
 
 # --------------------------------------------------------------------------- conditional Poisson
+#
+# Q(H) = e_n(q on H) / e_n(q). The elementary symmetric polynomials are carried as logarithms
+# (log e_j(S + x) = logaddexp(log e_j(S), log x + log e_{j-1}(S))): with a few large masses and
+# many tiny ones e_n spans far more than float64's range.
+
+
+@nb.njit(cache=True, inline="always")
+def logaddexp(a, b):
+    if a == -np.inf:
+        return b
+    if b == -np.inf:
+        return a
+    if a < b:
+        a, b = b, a
+    return a + math.log1p(math.exp(b - a))
+
+
+@nb.njit(cache=True)
+def log_esp_prefix(xs, n):
+    """``L[k] = log e_n(xs[:k])`` for k = 0..V (``-inf`` while fewer than n positive entries)."""
+    le = np.full(n + 1, -np.inf)
+    le[0] = 0.0
+    out = np.empty(xs.size + 1)
+    out[0] = le[n]
+    for i in range(xs.size):
+        if xs[i] > 0.0:
+            lx = math.log(xs[i])
+            for j in range(n, 0, -1):
+                le[j] = logaddexp(le[j], lx + le[j - 1])
+        out[i + 1] = le[n]
+    return out
+
+
+@nb.njit(cache=True)
+def log_esp_suffix_table(xs, n):
+    """``T[i, j] = log e_j(xs[i:])`` for i = 0..V, j = 0..n (for sequential sampling of a CP set)."""
+    V = xs.size
+    T = np.full((V + 1, n + 1), -np.inf)
+    T[V, 0] = 0.0
+    for i in range(V - 1, -1, -1):
+        T[i, 0] = 0.0
+        lx = math.log(xs[i]) if xs[i] > 0.0 else -np.inf
+        for j in range(1, n + 1):
+            T[i, j] = logaddexp(T[i + 1, j], lx + T[i + 1, j - 1])
+    return T
 
 
 @nb.njit(cache=True)
 def scan_conditional_poisson(ps, xs, n):
-    """Q(H_k) = e_n(x on H_k) / e_n(x); ``xs`` is q rescaled (the ratio is scale free)."""
+    """Q(H_k) = e_n(q on H_k) / e_n(q), from log elementary symmetric polynomials."""
     V = xs.size
-    e = np.zeros(n + 1)
-    e[0] = 1.0
-    for i in range(V):
-        for j in range(n, 0, -1):
-            e[j] += xs[i] * e[j - 1]
-    total = e[n]
+    L = log_esp_prefix(xs, n)
     P = prefix_sums(ps)
     X = prefix_sums(xs)
-    e[:] = 0.0
-    e[0] = 1.0
     best = 0.0
     best_k = 0
     for k in range(1, V + 1):
-        for j in range(n, 0, -1):
-            e[j] += xs[k - 1] * e[j - 1]
-        d = min(e[n] / total, X[k] / X[V]) - P[k]
+        ratio = math.exp(L[k] - L[V]) if L[k] > -np.inf else 0.0
+        d = min(ratio, X[k] / X[V]) - P[k]
         if d > best:
             best = d
             best_k = k
@@ -467,7 +504,7 @@ def solve_sorted(ps, qs, n, code):
         if n == 2:
             return scan_without_replacement_2(ps, qs, complement_masses_kernel(qs))
         return scan_without_replacement(ps, qs, n)
-    return scan_conditional_poisson(ps, qs / qs.max(), n)
+    return scan_conditional_poisson(ps, qs, n)
 
 
 @nb.njit(cache=True, parallel=True)

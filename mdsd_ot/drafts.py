@@ -111,13 +111,11 @@ def _merged_sequential_mass(q_in: np.ndarray, outside: float, n: int) -> float:
     return float(_sequential_tuple_probs(q_ext, tuples).sum())
 
 
-def _elementary_symmetric(x: np.ndarray, n: int) -> float:
-    """``e_n(x)`` by the stable DP ``e_j(S + x) = e_j(S) + x e_{j-1}(S)`` (non-negative terms)."""
-    e = np.zeros(n + 1)
-    e[0] = 1.0
-    for xi in x:
-        e[1:] = e[1:] + xi * e[:-1]
-    return float(e[n])
+def _log_elementary_symmetric(x: np.ndarray, n: int) -> float:
+    """``log e_n(x)``; the DP runs on logarithms, so no range is lost (see ``_kernels``)."""
+    from . import _kernels
+
+    return float(_kernels.log_esp_prefix(np.ascontiguousarray(x, dtype=np.float64), n)[-1])
 
 
 # ----------------------------------------------------------------------------------------- schemes
@@ -302,19 +300,15 @@ def _hub_tuples(q, n):
 
 # conditional Poisson -----------------------------------------------------------------------------
 def _cp_sample(q, n, rng):
-    x = q / q.max()  # the law is scale invariant; rescaling avoids underflow of e_n
-    V = x.size
-    # e[i, j] = e_j(x[i:]) for the suffix starting at i
-    e = np.zeros((V + 1, n + 1))
-    e[V, 0] = 1.0
-    for i in range(V - 1, -1, -1):
-        e[i, 0] = 1.0
-        e[i, 1:] = e[i + 1, 1:] + x[i] * e[i + 1, :-1]
+    from . import _kernels
+
+    # T[i, j] = log e_j(q[i:]); token i joins the set with probability q_i e_{j-1}(q[i+1:]) / e_j(q[i:])
+    T = _kernels.log_esp_suffix_table(np.ascontiguousarray(q), n)
     chosen, need = [], n
-    for i in range(V):
+    for i in range(q.size):
         if need == 0:
             break
-        if rng.random() * e[i, need] < x[i] * e[i + 1, need - 1]:
+        if q[i] > 0 and np.log(rng.random()) < np.log(q[i]) + T[i + 1, need - 1] - T[i, need]:
             chosen.append(i)
             need -= 1
     return np.array(chosen)
@@ -326,14 +320,13 @@ def _cp_tuples(q, n):
 
     _check_enumerable(comb(support.size, n))
     tuples = np.array(list(itertools.combinations(support, n)), dtype=np.int64).reshape(-1, n)
-    x = q / q.max()
-    weights = np.prod(x[tuples], axis=1)
-    return tuples, weights / weights.sum()
+    logw = np.log(q[tuples]).sum(axis=1)
+    return tuples, np.exp(logw - np.logaddexp.reduce(logw))
 
 
 def _cp_mass(q, n, mask):
-    x = q / q.max()
-    return _elementary_symmetric(x[mask], n) / _elementary_symmetric(x, n)
+    log_in = _log_elementary_symmetric(q[mask], n)
+    return 0.0 if log_in == -np.inf else float(np.exp(log_in - _log_elementary_symmetric(q, n)))
 
 
 SCHEMES: dict[str, DraftScheme] = {
