@@ -574,3 +574,50 @@ def test_denormal_draft_mass_without_replacement_3(tiny):
     q = np.array([0.5, 0.25, 0.25, tiny])
     r = optimal_acceptance(p, q, 3, sampling="without_replacement")
     assert abs(r.value - float(exact_alpha(p, q, 3, "without_replacement"))) <= TOL
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: when 1 - q_max is denormal, q_i / (1 - q_i) overflows to inf "
+                   "in drafts._without_mass (n = 2) and verifiers.naive: Q(H) = -inf, naive acceptance "
+                   "= inf, and the optimal verifier's LP certificate check fails")
+@pytest.mark.parametrize("what", ["mass", "naive"])
+@pytest.mark.parametrize("tiny", [1e-310, 5e-324])
+def test_denormal_complement_without_replacement_2(what, tiny):
+    p = np.array([0.5, 0.5])
+    q = np.array([1.0, tiny])
+    # two tokens, two sequential drafts: both are always drafted, so W_2({0}) = 0, naive accepts
+    # whatever p samples (acceptance 1), and alpha* = 1
+    if what == "mass":
+        assert get_scheme("without_replacement").mass(q, 2, [0]) == 0.0
+    else:
+        assert abs(verifier_acceptance(what, p, q, 2, sampling="without_replacement").value - 1.0) <= TOL
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (wrong answer): with 1 - q_max denormal the sequential n = 2 "
+                   "scan overflows and optimal_acceptance returns 1.0 (success=True, empty certificate) "
+                   "where alpha* = 0.6; the torch backend returns NaN, the naive verifier NaN")
+@pytest.mark.parametrize("api", ["dual", "batch", "torch", "naive"])
+@pytest.mark.parametrize("tiny", [1e-310, 5e-324])
+def test_denormal_complement_wrong_value(api, tiny):
+    p = np.array([0.3, 0.3, 0.4])
+    q = np.array([1.0, tiny, 0.0])
+    # q has two tokens, both always drafted: alpha* = p(0) + p(1) = 0.6 (exact oracle agrees)
+    assert exact_alpha(p, q, 2, "without_replacement") == Fraction(3, 5)
+    if api == "dual":
+        value = optimal_acceptance(p, q, 2, sampling="without_replacement").value
+    elif api == "batch":
+        value = optimal_acceptance_batch(p[None], q[None], 2, sampling="without_replacement")[0]
+    elif api == "torch":
+        if tb is None:
+            pytest.xfail("torch not installed")
+        value = float(tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), 2, "without_replacement").value)
+    else:  # the naive verifier accepts exactly the target's mass on the drafted set {0, 1}
+        value = verifier_acceptance("naive", p, q, 2, sampling="without_replacement").value
+    assert abs(value - 0.6) <= TOL
+
+
+def test_denormal_complement_lp_and_bruteforce_are_right():
+    """The slow exact paths already get the case above right (so it is the fast scan that is wrong)."""
+    p = np.array([0.3, 0.3, 0.4])
+    q = np.array([1.0, 1e-310, 0.0])
+    for method in ("lp", "bruteforce"):
+        assert abs(optimal_acceptance(p, q, 2, sampling="without_replacement", method=method).value - 0.6) <= TOL
