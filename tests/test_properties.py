@@ -171,16 +171,7 @@ def valid_ns(q, scheme, n_max=3):
         return [2] if support(q) >= 2 else []
     if scheme == "with_replacement":
         return list(range(1, n_max + 1))
-    ns = list(range(1, min(n_max, support(q)) + 1))
-    if scheme == "conditional_poisson":  # known bug, pinned by test_conditional_poisson_underflow
-        ns = [n for n in ns if not cp_underflows(q, n)]
-    return ns
-
-
-def cp_underflows(q, n):
-    """True when e_n(q / max q) underflows float64 (every n-subset's weight product < 1e-280)."""
-    x = np.sort(q[q > 0] / q.max())[::-1][:n]
-    return bool(np.sum(np.log10(x)) < -280)
+    return list(range(1, min(n_max, support(q)) + 1))
 
 
 @st.composite
@@ -386,10 +377,8 @@ def test_batch_equals_loop(V, B, scheme, data):
     np.testing.assert_allclose(batch, loop, rtol=0, atol=TOL)
 
 
-@pytest.mark.xfail(strict=True, raises=(ZeroDivisionError, SystemError, AssertionError),
-                   reason="BUG: conditional_poisson divides by e_n(q / max q), which underflows to 0 when "
-                   "the n-subsets all carry tiny mass: ZeroDivisionError in drafts._cp_mass, a numba "
-                   "SystemError or a wrong value (1.5e-76 for p == q) in the batch kernel")
+# regression: e_n(q / max q) used to underflow to 0 (ZeroDivisionError, numba SystemError, 1.5e-76
+# for p == q); fixed in 5ddd731 by carrying e_n as logarithms
 @pytest.mark.parametrize("p", [[1e-300, 1e-300, 1.0], [0.2, 0.3, 0.5]], ids=["p==q", "p-dense"])
 @pytest.mark.parametrize("api", ["single", "batch"])
 def test_conditional_poisson_underflow(p, api):
