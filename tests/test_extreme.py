@@ -368,6 +368,39 @@ def test_identical_inputs_give_exactly_one(scheme, case):
         assert r.value == 1.0 and r.success
 
 
+@needs_torch
+@pytest.mark.parametrize("case", ["dirichlet", "tiny", "near_one_hot", "big"])
+def test_torch_identical_inputs_give_exactly_one(case):
+    """torch backend, sorted-prefix scan: p == q gives exactly 1.0 (with replacement any n,
+    sequential n <= 2), batched rows included."""
+    rng = np.random.default_rng(11)
+    V = BIG_V if case == "big" else 40
+    p = rng.dirichlet(np.full(V, 0.2))
+    if case == "tiny":
+        p[::2] = 1e-300
+    elif case == "near_one_hot":
+        p = np.full(V, 1e-12 / (V - 1))
+        p[5] = 1.0 - 1e-12
+    P = torch.tensor(np.stack([p / p.sum(), rng.dirichlet(np.ones(V))]))
+    for sampling, ns in (("with_replacement", [1, 2, 3, 8]), ("without_replacement", [1, 2])):
+        for n, v in tb.sorted_prefix_bounds(P, P.clone(), ns, sampling).items():
+            if sampling == "with_replacement" and n >= 2:  # see test_torch_power_of_prefix_above_one
+                assert torch.all((v - 1.0).abs() <= n * 4.5e-16), (sampling, n, v)
+            else:
+                assert torch.all(v == 1.0), (sampling, n, v)
+
+
+@needs_torch
+@pytest.mark.xfail(strict=True, reason="BUG: backends.torch._scan uses Q_k**n without the cap min(Q_k**n, Q_k) "
+                   "of the numpy kernel: a prefix sum of 1 + 2e-16 makes p == q give 1 - 2.2e-16 "
+                   "(23% of random Dirichlet inputs)")
+@pytest.mark.parametrize("n", [2, 3])
+def test_torch_power_of_prefix_above_one(n):
+    p = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    assert optimal_acceptance(p, p.clone(), n).value == 1.0  # numpy path: exact
+    assert float(tb.sorted_prefix_bound(p, p.clone(), n).value) == 1.0
+
+
 # -------------------------------------------------------------------------------- float16 / bf16
 def test_float16_numpy_input_is_promoted_exactly():
     """float16 input is promoted to float64 without rounding: same value as its exact float64 copy."""
