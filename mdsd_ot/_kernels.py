@@ -93,22 +93,31 @@ def scan_with_replacement(ps, qs, n):
 def scan_without_replacement_2(ps, qs, rest_s):
     """n = 2: W_2(H_k) = Q_k - R_k sum_{i in H_k} q_i / (1 - q_i); ``rest_s[i] = 1 - qs[i]``.
 
-    ``R_k`` is a suffix sum and each ``1 - q_i`` a direct sum (no cancellation). Returns ``(D, k)``.
+    ``R_k`` is a suffix sum and each ``1 - q_i`` a direct sum (no cancellation). The one token that
+    may hold more than half of the mass enters as ``q_i (R_k / (1 - q_i))`` (at most q_i, since
+    ``R_k <= 1 - q_i`` once it is inside): ``q_i / (1 - q_i)`` alone overflows when 1 - q_i is
+    denormal. Returns ``(D, k)``.
     """
     P = prefix_sums(ps)
     Q = prefix_sums(qs)
     R = suffix_sums(qs)
+    half = 0.5 * Q[ps.size]
     best = 0.0
     best_k = 0
     s = 0.0
     c = 0.0
+    big_q = 0.0
+    big_rest = 1.0
     for k in range(ps.size + 1):
-        d = (Q[k] - P[k]) - R[k] * (s + c)
+        d = (Q[k] - P[k]) - R[k] * (s + c) - big_q * (R[k] / big_rest)
         if d > best:
             best = d
             best_k = k
         if k < ps.size:
-            s, c = neumaier_add(s, c, qs[k] / rest_s[k])
+            if qs[k] > half:
+                big_q, big_rest = qs[k], rest_s[k]
+            else:
+                s, c = neumaier_add(s, c, qs[k] / rest_s[k])
     return best, best_k
 
 
@@ -189,12 +198,31 @@ def scan_conditional_poisson(ps, xs, n):
 
 @nb.njit(cache=True)
 def quad_grid(n, r_min):
-    """Trapezoid grid in s = log t: returns ``(s_lo, h, M)``."""
+    """Trapezoid grid in s = log t: returns ``(s_lo, h, M)``.
+
+    Nodes may lie beyond t = 1e308 (outside masses down to denormals): kernels only ever form the
+    products ``v t = exp(log v + s)`` (see :func:`times_t`), never t itself.
+    """
     s_lo = math.log(QUAD_TAIL) / (n + 1)
-    s_hi = math.log(-math.log(QUAD_TAIL) / r_min)  # R t e^{-R t} negligible beyond
+    s_hi = math.log(-math.log(QUAD_TAIL)) - math.log(r_min)  # R t e^{-R t} negligible beyond
     h = QUAD_STEP
     M = int(math.ceil((s_hi - s_lo) / h)) + 1
     return s_lo, h, M
+
+
+@nb.njit(cache=True, inline="always")
+def times_t(v, s):
+    """``v * exp(s)`` for v >= 0 without forming exp(s) (which overflows beyond s = 709)."""
+    if v == 0.0:
+        return 0.0
+    return math.exp(math.log(v) + s)
+
+
+@nb.njit(cache=True, inline="always")
+def _node_weight(h, r, s):
+    """Trapezoid weight of the density R e^{-R t} dt = (R t) e^{-R t} ds at node s."""
+    rt = times_t(r, s)
+    return h * rt * math.exp(-rt) if rt < 800.0 else 0.0
 
 
 @nb.njit(cache=True)
@@ -203,7 +231,7 @@ def _quad_nodes(qs, cand, Rc, n, s_lo, h, m0, mstep, M, acc):
     dp = np.empty(n + 1)  # dp[j] = P(N = j) for j < n, dp[n] = P(N >= n)
     C = cand.size
     for m in range(m0, M, mstep):
-        t = math.exp(s_lo + m * h)
+        s = s_lo + m * h
         for j in range(n + 1):
             dp[j] = 0.0
         dp[0] = 1.0
@@ -211,7 +239,7 @@ def _quad_nodes(qs, cand, Rc, n, s_lo, h, m0, mstep, M, acc):
         for c in range(C):
             stop = cand[c]
             while k < stop:
-                x = qs[k] * t
+                x = times_t(qs[k], s)
                 if x < 0.5:
                     a = -math.expm1(-x)
                     e = 1.0 - a
@@ -223,8 +251,7 @@ def _quad_nodes(qs, cand, Rc, n, s_lo, h, m0, mstep, M, acc):
                     dp[j] = dp[j] * e + dp[j - 1] * a
                 dp[0] *= e
                 k += 1
-            r = Rc[c]
-            acc[c] += h * t * r * math.exp(-r * t) * dp[n]
+            acc[c] += _node_weight(h, Rc[c], s) * dp[n]
 
 
 @nb.njit(cache=True)
@@ -402,11 +429,15 @@ def _bin_of(p, q):
 
 
 @nb.njit(cache=True)
-def _excess(Qh, Ph, Rout, Sh, n, code):
-    """Excess Q(H) - p(H) from sums: with replacement (code 0) or sequential n = 2 (code 1)."""
+def _excess(Qh, Ph, Rout, Sh, big, n, code):
+    """Excess Q(H) - p(H) from sums: with replacement (code 0) or sequential n = 2 (code 1).
+
+    For code 1, ``Sh`` sums q_i / (1 - q_i) over H except the token above half the mass, whose
+    term ``q_i (R / (1 - q_i))`` is passed as ``big`` (see :func:`scan_without_replacement_2`).
+    """
     if code == 0:
         return min(Qh ** n, Qh) - Ph
-    return (Qh - Ph) - Rout * Sh
+    return (Qh - Ph) - Rout * Sh - big
 
 
 @nb.njit(cache=True)
@@ -414,35 +445,47 @@ def bucketed_scan(p, q, n, code, rest):
     """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
 
     ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
-    prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0).
+    prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
+    in-bin prefixes are Neumaier-compensated.
     """
     V = p.size
     b = _bin_of(p, q)
-    sp = np.zeros(_NBINS)
-    sq = np.zeros(_NBINS)
-    ss = np.zeros(_NBINS)
+    sums = np.zeros((6, _NBINS))  # p, q, S sums and their compensations
     cnt = np.zeros(_NBINS, dtype=np.int64)
+    half = 0.0
+    for i in range(V):
+        half += q[i]
+    half *= 0.5
+    big_i = -1
     for i in range(V):
         j = b[i]
-        sp[j] += p[i]
-        sq[j] += q[i]
         cnt[j] += 1
+        sums[0, j], sums[3, j] = neumaier_add(sums[0, j], sums[3, j], p[i])
+        sums[1, j], sums[4, j] = neumaier_add(sums[1, j], sums[4, j], q[i])
         if code == 1 and q[i] > 0.0:
-            ss[j] += q[i] / rest[i]
-    P0 = prefix_sums(sp)  # sums over the bins before bin j
-    Q0 = prefix_sums(sq)
-    S0 = prefix_sums(ss)
-    R1 = suffix_sums(sq)  # q mass of the bins after bin j: R1[j + 1]
+            if q[i] > half:
+                big_i = i
+            else:
+                sums[2, j], sums[5, j] = neumaier_add(sums[2, j], sums[5, j], q[i] / rest[i])
+    P0 = prefix_sums(sums[0] + sums[3])  # sums over the bins before bin j
+    Q0 = prefix_sums(sums[1] + sums[4])
+    S0 = prefix_sums(sums[2] + sums[5])
+    R1 = suffix_sums(sums[1] + sums[4])  # q mass of the bins after bin j: R1[j + 1]
+    big_bin = b[big_i] if big_i >= 0 else _NBINS
+    big_q = q[big_i] if big_i >= 0 else 0.0
+    big_rest = rest[big_i] if big_i >= 0 else 1.0
     bound = 0.0
     for j in range(_NBINS):
         if cnt[j] > 0:
-            bound = max(bound, _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], n, code))
+            big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
+            bound = max(bound, _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code))
     # tokens of the bins whose inner prefixes might beat every boundary
     start = np.zeros(_NBINS + 1, dtype=np.int64)
     for j in range(_NBINS):
         inner = 0
         if j < _NBINS - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
-            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], n, code)  # Q, S grow; p grows
+            # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start
+            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], 0.0, n, code)
             if ub >= bound - PRUNE_MARGIN:
                 inner = cnt[j]
         start[j + 1] = start[j] + inner
@@ -467,17 +510,26 @@ def bucketed_scan(p, q, n, code, rest):
                 keys[t] = -(q[idx[t]] / p[idx[t]]) if p[idx[t]] > 0.0 else -np.inf
             idx = idx[np.argsort(keys, kind="mergesort")]  # ties keep token index order
             tail = suffix_sums(q[idx])  # q mass of the bin after each inner prefix
-            Pc, Qc, Sc = P0[j], Q0[j], S0[j]
+            Pc, cP = P0[j], 0.0
+            Qc, cQ = Q0[j], 0.0
+            Sc, cS = S0[j], 0.0
+            big_in = big_bin < j
             for t in range(idx.size - 1):
                 i = idx[t]
-                Pc += p[i]
-                Qc += q[i]
+                Pc, cP = neumaier_add(Pc, cP, p[i])
+                Qc, cQ = neumaier_add(Qc, cQ, q[i])
                 if code == 1:
-                    Sc += q[i] / rest[i]
-                d = _excess(Qc, Pc, R1[j + 1] + tail[t + 1], Sc, n, code)
+                    if i == big_i:
+                        big_in = True
+                    else:
+                        Sc, cS = neumaier_add(Sc, cS, q[i] / rest[i])
+                Rout = R1[j + 1] + tail[t + 1]
+                big = big_q * (Rout / big_rest) if big_in else 0.0
+                d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
                 if d > best:
                     best, best_bin, best_len, best_idx = d, j, t + 1, idx
-        d = _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], n, code)
+        big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
+        d = _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code)
         if d > best:
             best, best_bin, best_len = d, j, cnt[j]
     mask = np.zeros(V, dtype=np.bool_)
@@ -597,9 +649,9 @@ def _band_suffix_power_sums(qs, bands, queries, J):
 
 
 @nb.njit(cache=True)
-def _node_band(t):
-    """Bands >= this index hold tokens with q <= 2^-index <= SMALL_QT / t (small at node t)."""
-    return max(int(math.ceil(math.log2(t / SMALL_QT))), 0)
+def _node_band(s):
+    """Bands >= this index hold tokens with q <= 2^-index <= SMALL_QT / t (small at node s = log t)."""
+    return min(max(int(math.ceil((s - math.log(SMALL_QT)) / math.log(2.0))), 0), NBANDS)
 
 
 @nb.njit(cache=True)
@@ -614,7 +666,7 @@ def _big_lists(bands, top, s_lo, h, M):
     prev = -1
     size = 0
     for m in range(M):  # the node thresholds increase with m
-        bm = _node_band(math.exp(s_lo + m * h))
+        bm = _node_band(s_lo + m * h)
         if bm != prev:
             size = 0
             for i in range(top):
@@ -627,7 +679,7 @@ def _big_lists(bands, top, s_lo, h, M):
     prev = -1
     first = 0
     for m in range(M):
-        bm = _node_band(math.exp(s_lo + m * h))
+        bm = _node_band(s_lo + m * h)
         if bm != prev:
             first = pos
             for i in range(top):
@@ -651,12 +703,9 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
     small = np.empty(n)
     C = queries.size
     for m in range(m0, M, mstep):
-        t = math.exp(s_lo + m * h)
-        bm = _node_band(t)
+        s = s_lo + m * h
+        bm = _node_band(s)
         big = flat[start[m, 0]:start[m, 1]]
-        pw[0] = 1.0
-        for mm in range(1, J + 1):
-            pw[mm] = pw[mm - 1] * t
         for j in range(n):
             dp[j] = 0.0
         dp[0] = 1.0
@@ -666,7 +715,7 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
             while ptr < big.size and big[ptr] < stop:
                 i = big[ptr]
                 ptr += 1
-                x = qs[i] * t
+                x = times_t(qs[i], s)
                 if x < 0.5:
                     a = -math.expm1(-x)
                     ee = 1.0 - a
@@ -678,11 +727,13 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
                 dp[0] *= ee
             # the small tokens of this prefix
             if bm < NBANDS:
-                lam = t * S[c, bm, 1]
+                lam = times_t(S[c, bm, 1], s)
+                for mm in range(1, J + 1):  # pw[mm] = t^mm sum q^mm = sum (q t)^mm over small tokens
+                    pw[mm] = math.exp(mm * s + math.log(S[c, bm, mm])) if S[c, bm, mm] > 0.0 else 0.0
                 for j in range(1, n):
                     v = 0.0
                     for mm in range(j, J + 1):
-                        v += coef[j, mm] * pw[mm] * S[c, bm, mm]
+                        v += coef[j, mm] * pw[mm]
                     psum[j] = v
                 e[0] = 1.0
                 for k in range(1, n):
@@ -705,8 +756,7 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
             for i2 in range(n):
                 for j in range(n - i2):
                     below += dp[i2] * small[j]
-            r = Rq[c]
-            acc[c] += h * t * r * math.exp(-r * t) * max(1.0 - below, 0.0)
+            acc[c] += _node_weight(h, Rq[c], s) * max(1.0 - below, 0.0)
 
 
 @nb.njit(cache=True)

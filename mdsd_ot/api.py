@@ -136,5 +136,8 @@ def optimal_acceptance_batch(
     for row in Q:
         scheme.check(row, n)
     if scheme.name in ("greedy", "hub"):
-        return np.array([dual.solve_greedy(p, q, n)[0] for p, q in zip(P, Q)])
-    return _kernels.solve_batch(P, Q, n, _kernels.SCHEME_CODES[scheme.name])
+        out = np.array([dual.solve_greedy(p, q, n)[0] for p, q in zip(P, Q)])
+    else:
+        out = _kernels.solve_batch(P, Q, n, _kernels.SCHEME_CODES[scheme.name])
+    out[(P == Q).all(axis=1)] = 1.0  # identical rows: exactly 1, as in optimal_acceptance
+    return out

@@ -234,8 +234,8 @@ def _without_mass(q, n, mask):
     if outside == 0.0:
         return 1.0 if _support_size(q_in) >= n else 0.0
     if n == 2:  # W_2(H) = q(H) - R * sum_{i in H} q_i / (1 - q_i), each 1 - q_i summed directly
-        rest = complement_masses(q)[mask]
-        return q_in.sum() - outside * np.sum(q_in / rest)
+        rest = complement_masses(q)[mask]  # >= outside > 0 inside H: R / (1 - q_i) <= 1, no overflow
+        return q_in.sum() - np.sum(q_in * (outside / rest))
     k = _support_size(q_in)
     if k < n:
         return 0.0
