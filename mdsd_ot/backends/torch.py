@@ -333,9 +333,7 @@ def _scan(pt, qt, order, ns, sampling):
 
 def _prepare(p, q, ns, sampling, normalize):
     """Validate inputs of the bound functions; return (pt, qt, ns, squeeze) with 2-D float64 rows."""
-    torch = require_torch()
-    from .._validate import check_n
-
+    require_torch()
     ns = [check_n(n) for n in ns]
     if sampling not in SAMPLINGS:
         raise ValueError(f"unknown sampling {sampling!r} for the torch backend; choose one of "

@@ -30,7 +30,6 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
-    import numpy as np
 
     from ..sample import load_sample, sample_metadata
     from ..study import (SCHEMES, evaluate_rows, format_table, plot_summary, summarize)
@@ -82,5 +81,4 @@ def run(args) -> int:
     if errors:
         print(f"note: {errors} rows had methods that raised (recorded as missing)", file=sys.stderr)
     print(f"done in {time.time() - t0:.1f} s (evaluation {elapsed:.1f} s)")
-    _ = np  # numpy is imported for its side effect of failing early when missing
     return 0
