@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._validate import check_n, check_pair
-from .verifiers import DEFAULT_SAMPLES, VERIFIERS, get_verifier, verifier_acceptance
+from ._validate import check_choice, check_n, check_pair
+from .drafts import SCHEMES, DraftScheme
+from .verifiers import ACCEPTANCE_METHODS, DEFAULT_SAMPLES, VERIFIERS, get_verifier, verifier_acceptance
 
 __all__ = ["compare", "Comparison", "ComparisonRecord", "OPTIMAL_DEFAULT_MAX_TUPLES"]
 
@@ -186,6 +187,11 @@ def compare(
     p = p / p.sum()
     q = q / q.sum()
     n = check_n(n)
+    # option names first: inside the loop a bad name would be one more "cannot run" reason, and every
+    # verifier would be skipped silently (an empty table)
+    if sampling is not None and not isinstance(sampling, DraftScheme):
+        sampling = check_choice(sampling, "sampling", SCHEMES)
+    method = check_choice(method, "method", ACCEPTANCE_METHODS)
     explicit = verifiers is not None
     names = _parse_names(verifiers) if explicit else list(VERIFIERS)
     if not isinstance(rng, np.random.Generator):

@@ -28,6 +28,7 @@ import numpy as np
 __all__ = ["load_arrays", "load_distribution", "load_pair"]
 
 _SEP = re.compile(r"[\s,;]+")
+_NONE = object()  # "no offending element found" (None itself is JSON null)
 
 
 def _path(path) -> Path:
@@ -40,9 +41,18 @@ def _path(path) -> Path:
 
 
 def _numbers(values, where: str) -> np.ndarray:
+    if isinstance(values, list):
+        # JSON true/false would become 1.0/0.0 and strings/null would be parsed or become NaN: reject
+        # every element that is not a number (nested lists are reported by depth below)
+        bad = next((v for v in values if isinstance(v, (bool, str, dict)) or v is None), _NONE)
+        if bad is not _NONE:
+            raise ValueError(
+                f"{where} must contain only numbers; found the JSON value {json.dumps(bad)[:40]} "
+                f"(write each probability as a number, e.g. 0.5)"
+            )
     try:
         arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         raise ValueError(f"{where} must contain only numbers") from None
     if arr.ndim != 1:
         raise ValueError(f"{where} must be a flat list of numbers, got nesting of depth {arr.ndim}")
@@ -54,6 +64,10 @@ def _from_json(path: Path) -> list[np.ndarray]:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:  # the decoder recurses once per nesting level
+        raise ValueError(
+            f"{path}: JSON nested too deeply to read; expected a list of numbers, [p, q] or {{\"p\": ..., \"q\": ...}}"
+        ) from None
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a UTF-8 text file") from None
     if isinstance(data, dict):

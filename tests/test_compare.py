@@ -92,3 +92,18 @@ def test_normalize_and_validation():
     assert a["rrs"].acceptance == pytest.approx(0.65, abs=1e-12)
     with pytest.raises(ValueError, match="normalize=True"):
         compare([5, 3, 2, 0.0], Q, 2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"sampling": "bad"}, "unknown sampling 'bad'; choose one of"),
+    ({"sampling": "Greedy"}, "unknown sampling 'Greedy'"),
+    ({"method": "mc"}, "unknown method 'mc'; choose one of \\['auto', 'exact', 'monte_carlo'\\]"),
+])
+def test_unknown_option_names_are_rejected_up_front(kwargs, match):
+    # used to be one more "cannot run" reason per verifier: an empty table, no error
+    with pytest.raises(ValueError, match=match):
+        compare(P, Q, 2, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        compare(P, Q, 2, verifiers=["naive"], **kwargs)
+    with pytest.raises(TypeError, match="must be a string"):
+        compare(P, Q, 2, **{k: 3 for k in kwargs})

@@ -589,8 +589,6 @@ def test_cli_fuzzed_text_files(tmp_path):
 
 
 # ------------------------------------------------------------------------ known bugs, pinned strict
-@pytest.mark.xfail(strict=True, reason="BUG: compare() silently skips every verifier for an unknown "
-                   "sampling/method name instead of raising ValueError")
 @pytest.mark.parametrize("kwargs", [{"sampling": "bad"}, {"method": "bad"}, {"sampling": ""}])
 def test_compare_rejects_unknown_option(kwargs):
     with pytest.raises(ValueError):
@@ -610,7 +608,6 @@ def test_verifier_acceptance_at_most_one(name, sampling, n, p, q):
     assert verifier_acceptance(name, p, q, n, sampling=sampling).value <= 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: 'mdsd-ot compare --sampling bad' exits 0 with an empty table")
 def test_cli_compare_unknown_sampling(tmp_path):
     good = tmp_path / "good.txt"
     good.write_text("0.5 0.5\n0.25 0.75\n")
@@ -618,7 +615,6 @@ def test_cli_compare_unknown_sampling(tmp_path):
     _assert_one_line_error(["compare", "--sampling", "bad"], rc, err)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: deeply nested JSON escapes as RecursionError (a traceback)")
 def test_cli_deeply_nested_json(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -626,7 +622,6 @@ def test_cli_deeply_nested_json(tmp_path):
     _assert_one_line_error(["bound", "deep.json"], rc, err)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: io._numbers turns JSON true/false into 1.0/0.0 probabilities")
 def test_cli_json_booleans_rejected(tmp_path):
     path = tmp_path / "bools.json"
     path.write_text('{"p": [true, false], "q": [0.5, 0.5]}')
