@@ -622,7 +622,7 @@ def _prepare_out(out: Path, config: StudyConfig, meta: dict) -> set:
     done = set(done_path.read_text().split("\n")) - {""} if done_path.exists() else set()
     if rows_path.exists():  # drop rows of records that were not finished (killed mid-record)
         keep = [line for line in rows_path.read_text().splitlines()
-                if line.strip() and json.loads(line)["record"] in done]
+                if (_parse_row(line) or {}).get("record") in done]
         tmp = rows_path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         os.replace(tmp, rows_path)
@@ -734,11 +734,22 @@ def read_rows(out) -> list[dict]:
     rows = []
     with open(out / "positions.jsonl", encoding="utf-8") as fh:
         for line in fh:
-            if line.strip():
-                r = json.loads(line)
-                if done is None or r["record"] in done:
-                    rows.append(r)
+            r = _parse_row(line)
+            if r is not None and (done is None or r["record"] in done):
+                rows.append(r)
     return rows
+
+
+def _parse_row(line: str):
+    """A row of ``positions.jsonl``, or None for a blank or truncated line (a run killed mid-write;
+    such a line always belongs to a record that is not in ``done.txt``)."""
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and "record" in row else None
 
 
 def _method_keys(rows):

@@ -169,6 +169,8 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
     with open(part / "positions.jsonl", "a") as fh:
         fh.write(json.dumps({"record": "r2", "pos": 0, "T": 1.0, "bound:with_replacement@2": 9})
                  + "\n")
+        fh.write('{"record": "r2", "pos": 1, "T": 1.0, "bound:with_rep')  # killed mid-write
+    assert len(study.read_rows(part)) == 2 * 3  # unfinished and truncated rows are ignored
     t, d = _Counting(target), _Counting(draft)
     study.run_study(t, d, recs, part, study.StudyConfig(**cfg), progress=False)
     assert t.calls == 3  # only r2, r3, r4 were computed
