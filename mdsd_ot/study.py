@@ -149,6 +149,7 @@ class StudyConfig:
             check_choice(s, "scheme", SCHEMES)
         check_choice(self.continuation, "continuation", ("given", "sample"))
         check_choice(self.bound_backend, "bound_backend", ("auto", "numpy", "torch"))
+        check_verifier_names(self.verifiers)
         self.every = parse_every(self.every)
         return self
 
@@ -390,6 +391,19 @@ def verifier_scheme(name: str) -> str:
     if isinstance(scheme, str) and scheme in SCHEMES:
         return scheme
     return VERIFIER_SCHEME.get(name, "with_replacement")
+
+
+def check_verifier_names(names) -> list:
+    """Reject unknown verifier names up front (``ValueError`` listing the registry)."""
+    names = list(names)
+    try:
+        from .verifiers import VERIFIERS
+    except ImportError:  # registry not available: names are checked when first used
+        return names
+    bad = [n for n in names if not isinstance(n, str) or n not in VERIFIERS]
+    if bad:
+        raise ValueError(f"unknown verifier {bad[0]!r}; choose among {sorted(VERIFIERS)}")
+    return names
 
 
 def _verifier_applies(name: str, n: int) -> bool:

@@ -49,3 +49,8 @@ def test_demo_without_matplotlib(tmp_path, capsys, monkeypatch):
 def test_demo_bad_input_is_a_clean_error(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--temperatures", "0.42"]) == 2
     assert "available" in capsys.readouterr().err
+
+
+def test_demo_unknown_verifier_is_rejected(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--verifiers", "bad", "--positions", "1"]) == 2
+    assert "unknown verifier 'bad'" in capsys.readouterr().err

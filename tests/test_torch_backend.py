@@ -339,3 +339,51 @@ def test_greedy_bounds_match_numpy_formula_and_enumeration():
             assert abs(float(got[n]) - (1 - best)) < VALUE_TOL
     with pytest.raises(ValueError, match="tokens with q > 0"):
         tb.greedy_bounds([0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [3])
+
+
+# ------------------------------------------------------------------ extreme numerics (regressions)
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_identical_pair_gives_exactly_one(n):
+    # a rounded prefix sum of 1 + 2e-16 must not push Q^n above Q (cap min(Q^n, Q))
+    rng = np.random.default_rng(n)
+    for x in [np.array([0.7, 0.2, 0.1])] + [rng.dirichlet(np.ones(50)) for _ in range(20)]:
+        t = torch.tensor(x)
+        assert float(tb.sorted_prefix_bound(t, t.clone(), n).value) == 1.0
+        assert float(tb.greedy_bounds(t, t.clone(), [1])[1]) == 1.0
+    x = torch.tensor([1.0, 1.0, 4.0], dtype=torch.float64) / 6
+    assert float(tb.greedy_bounds(x, x, [1])[1]) == 1.0
+
+
+@pytest.mark.parametrize("tiny", [1e-310, 5e-324])
+def test_denormal_complement_without_replacement(tiny):
+    # q has two tokens and both are always drafted (n = 2): alpha* = p(0) + p(1) = 0.6, although
+    # q_0 / (1 - q_0) overflows float64
+    p = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float64)
+    q = torch.tensor([1.0, tiny, 0.0], dtype=torch.float64)
+    v = float(tb.sorted_prefix_bound(p, q, 2, "without_replacement").value)
+    assert abs(v - 0.6) < 1e-15
+
+
+def test_big_token_split_matches_enumeration_near_one_hot():
+    rng = np.random.default_rng(21)
+    for _ in range(10):
+        V = int(rng.integers(3, 7))
+        q = rng.dirichlet(np.ones(V)) * 1e-9
+        big = int(rng.integers(V))
+        q[big] = 0.0
+        q[big] = 1.0 - q.sum()
+        p = rng.dirichlet(np.ones(V))
+        ref = brute_force_bound(p, q, 2, "without_replacement")
+        assert abs(float(tb.sorted_prefix_bound(p, q, 2, "without_replacement").value) - ref) < VALUE_TOL
+
+
+def test_overflowing_inputs_are_handled():
+    with pytest.raises(ValueError, match="overflows"):
+        tb.sorted_prefix_bound(torch.tensor([1.7e308, 1.7e308], dtype=torch.float64),
+                               torch.tensor([0.5, 0.5], dtype=torch.float64), 2, normalize=True)
+    for logits, T, expect in (([1.0, 0.0], 1e-310, [1.0, 0.0]), ([1e308, -1e308], 1e-10, [1.0, 0.0]),
+                              ([5.0, 5.0, -1e308], 1e-300, [0.5, 0.5, 0.0])):
+        out = tb.to_distribution(torch.tensor(logits, dtype=torch.float64), temperature=T)
+        assert out.tolist() == expect

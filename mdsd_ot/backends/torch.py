@@ -17,8 +17,9 @@ Two jobs:
 
 Tie and boundary conventions
 ----------------------------
-* **top-k** keeps exactly ``min(k, V)`` tokens: those with the largest (temperature-scaled) logits,
-  ties broken by the lower token index (stable sort). ``top_k=None`` or ``top_k >= V`` keeps all.
+* **top-k** keeps exactly ``min(k, V)`` tokens: those with the largest logits (temperature does
+  not change the order; for probability input, the largest probabilities), ties broken by the
+  lower token index (stable sort). ``top_k=None`` or ``top_k >= V`` keeps all.
 * **top-p** sorts tokens by probability, descending, ties by lower index, and keeps the token at rank
   ``r`` iff the mass of the tokens strictly before it is ``< top_p``: the smallest prefix whose mass
   reaches ``top_p``. The top token is always kept; a prefix whose mass equals ``top_p`` exactly stops
@@ -96,6 +97,9 @@ def _check_probs(x, name: str, normalize: bool):
             f"probabilities must be >= 0 (pass logits with kind='logits' instead?)"
         )
     sums = x.sum(dim=-1, keepdim=True)
+    if not bool(torch.isfinite(sums).all()):
+        raise ValueError(f"{name} has a row whose sum overflows float64; rescale it (e.g. divide by "
+                         f"its maximum) before passing it")
     if bool((sums <= 0).any()):
         raise ValueError(f"{name} has a row with total mass 0; a distribution needs positive mass")
     if normalize:
@@ -176,19 +180,22 @@ def to_distribution(x, *, kind: str = "logits", temperature: float = 1.0, top_k=
         t = _check_probs(t, "x", normalize)
         if temperature == 1.0 and top_k is None and (top_p is None or top_p == 1.0):
             return t if normalize else t.clone()
-        z = torch.log(t)  # log 0 = -inf: a zero stays zero under any temperature
+        base = torch.log(t)  # log 0 = -inf: a zero stays zero under any temperature
     else:
         if bool(torch.isnan(t).any()) or bool((t == math.inf).any()):
             bad = torch.nonzero(torch.isnan(t) | (t == math.inf))[0].tolist()
             raise ValueError(f"logits contain NaN or +inf (first at index {tuple(bad)})")
         if bool((t == -math.inf).all(dim=-1).any()):
             raise ValueError("a row of logits is entirely -inf; no token is left to sample")
-        z = t
-    z = z / temperature
+        base = t
+    # shift by the row maximum before dividing by T: (z - max) / T <= 0 cannot overflow to +inf
+    # (a difference that overflows to -inf is a token of probability 0 at any positive T)
+    z = (base - base.max(dim=-1, keepdim=True).values) / temperature
 
     V = z.shape[-1]
     if top_k is not None and top_k < V:
-        order = torch.sort(z, dim=-1, descending=True, stable=True).indices
+        # rank by the unscaled logits: the same order as z, without ties created by rounding
+        order = torch.sort(base, dim=-1, descending=True, stable=True).indices
         drop = order[..., top_k:]
         z = z.scatter(-1, drop, -math.inf)
     if top_p is not None and top_p < 1.0:
@@ -312,20 +319,34 @@ def _scan(pt, qt, order, ns, sampling):
     zero = torch.zeros_like(ps[:, :1])
     P = torch.cat([zero, torch.cumsum(ps, -1)], -1)  # P[k] = p(H_k), k = 0..V
     Q = torch.cat([zero, torch.cumsum(qs, -1)], -1)
-    S = R = None
+    S = R = BIG = None
     out = {}
     for n in ns:
         if sampling == "with_replacement" or n == 1:
-            QH = Q**n
+            # Q_k <= 1 in exact arithmetic; a rounded prefix sum of 1 + 2e-16 must not make
+            # Q_k**n exceed Q_k (p == q would then give 1 - 2e-16 instead of exactly 1)
+            QH = torch.minimum(Q**n, Q)
         else:
             if S is None:
                 # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
                 R = torch.cat([torch.flip(torch.cumsum(torch.flip(qs, [-1]), -1), [-1]), zero], -1)
                 others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
-                safe = torch.where(others > 0, others, torch.ones_like(others))
-                term = torch.where(qs > 0, qs / safe, torch.zeros_like(qs))
+                # q_i / (1 - q_i) overflows when 1 - q_i is denormal. Only a token with q_i > 3/4
+                # ("big"; at most one per row) can have 1 - q_i < 1/4: its term R_k q_b / (1 - q_b)
+                # is evaluated as q_b * (R_k / (1 - q_b)), a ratio <= 1 while b is in H_k.
+                big = others < 0.25
+                small = ~big & (qs > 0)
+                term = torch.where(small, qs / torch.where(small, others, torch.ones_like(others)),
+                                   torch.zeros_like(qs))
                 S = torch.cat([zero, torch.cumsum(term, -1)], -1)
-            QH = Q - R * S
+                has_big = big.any(-1, keepdim=True)
+                rank_b = torch.argmax(big.to(torch.int8), -1, keepdim=True)
+                q_b = torch.where(has_big, torch.gather(qs, -1, rank_b), torch.zeros_like(zero))
+                o_b = torch.where(has_big, torch.gather(others, -1, rank_b), torch.ones_like(zero))
+                ks = torch.arange(Q.shape[-1], device=Q.device).unsqueeze(0)
+                in_h = has_big & (ks > rank_b)
+                BIG = torch.where(in_h, q_b * (R / o_b), torch.zeros_like(R))
+            QH = Q - R * S - BIG
         best, k = torch.max(QH - P, dim=-1)  # first maximiser; the k = 0 term is 0, so best >= 0
         out[n] = ((1.0 - best).clamp(0.0, 1.0), k)
     return out
@@ -412,13 +433,20 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
     if bool(((qt > 0).sum(-1) < need).any()):
         raise ValueError(f"greedy drafts with n = {need} need at least {need} tokens with q > 0 "
                          f"in every row")
+    same = (pt == qt).all(-1)
     qs, order = torch.sort(qt, dim=-1, descending=True, stable=True)
     ps = torch.gather(pt, -1, order)
     out = {}
     for n in ns:
         top = n - 1
         rest = qs[:, top:].sum(-1, keepdim=True)  # direct sum over the complement of Top
-        tail = torch.minimum(ps[:, top:], qs[:, top:] / rest).sum(-1)
-        val = (ps[:, :top].sum(-1) + tail).clamp(0.0, 1.0)
+        # alpha* = 1 - [sum_{rest} (q' - p)_+ - p(Top)]: the dual objective of H = Top + {q' > p},
+        # exactly 1 when q' <= p on the rest (p == q included), no rounding of a long sum of p
+        gain = (qs[:, top:] / rest - ps[:, top:]).clamp(min=0.0).sum(-1)
+        excess = gain - ps[:, :top].sum(-1)
+        val = torch.where(excess > 0, 1.0 - excess, torch.ones_like(excess)).clamp(0.0, 1.0)
+        # p == q gives 1 in exact arithmetic (q' >= q = p on the rest); the rounded rest mass
+        # 1 - 1e-16 would otherwise leave 1 - 2e-16
+        val = torch.where(same, torch.ones_like(val), val)
         out[n] = val[0] if squeeze else val
     return out

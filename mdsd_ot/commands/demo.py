@@ -32,13 +32,14 @@ def run(args) -> int:
 
 
     from ..sample import load_sample, sample_metadata
-    from ..study import (SCHEMES, evaluate_rows, format_table, plot_summary, summarize)
+    from ..study import (SCHEMES, check_verifier_names, evaluate_rows, format_table,
+                         plot_summary, summarize)
     from .study import _floats, _ints, _names
 
     t0 = time.time()
     temps = _floats(args.temperatures)
     ns = _ints(args.n)
-    verifiers = _names(args.verifiers)
+    verifiers = check_verifier_names(_names(args.verifiers))
     if args.positions < 1:
         raise ValueError(f"--positions must be >= 1, got {args.positions}")
     records = load_sample(temperatures=temps)
