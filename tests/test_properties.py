@@ -32,7 +32,7 @@ SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditio
 #: absolute agreement demanded between float64 results and the exact rational oracle
 TOL = 1e-12
 
-FAST = settings(max_examples=400, deadline=None, derandomize=True,
+FAST = settings(max_examples=300, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 SLOW = settings(max_examples=120, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -391,7 +391,7 @@ def test_conditional_poisson_underflow(p, api):
 _DENORMAL_ATOMS = st.sampled_from([0.0, 5e-324, 1e-310, 1e-300, 1e-200, 1e-12, 0.25, 0.5, 1.0, 3.0])
 
 
-@settings(max_examples=600, deadline=None, derandomize=True,
+@settings(max_examples=400, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.integers(1, 6), st.sampled_from(SCHEMES), st.integers(1, 4), st.data())
 def test_denormal_and_tiny_masses_against_exact_oracle(V, scheme, n, data):
