@@ -408,6 +408,26 @@ def test_denormal_and_tiny_masses_against_exact_oracle(V, scheme, n, data):
     assert abs(optimal_acceptance_batch(p[None], q[None], n, sampling=scheme)[0] - exact) <= TOL
 
 
+@FAST
+@given(pairs(max_v=8), st.sampled_from(["with_replacement", "without_replacement", "greedy"]),
+       st.integers(1, 4))
+def test_torch_backend_equals_numpy(pair, scheme, n):
+    """backends.torch (sorted_prefix_bound, greedy_bounds) agrees with optimal_acceptance to 1e-12."""
+    torch = pytest.importorskip("torch")
+    from mdsd_ot.backends import torch as tb
+
+    p, q = pair
+    if scheme == "without_replacement":
+        n = min(n, 2)  # the torch backend evaluates sequential sampling for n <= 2
+    assume(n in valid_ns(q, scheme, n_max=4))
+    ref = optimal_acceptance(p, q, n, sampling=scheme).value
+    if scheme == "greedy":
+        got = float(tb.greedy_bounds(torch.tensor(p), torch.tensor(q), [n])[n])
+    else:
+        got = float(tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), n, scheme).value)
+    assert abs(got - ref) <= TOL
+
+
 def test_oracle_reproduces_math_md_test_vectors():
     """The rational oracle itself reproduces MATH.md section 6 (guards the oracle, not the code)."""
     cases = [
