@@ -373,16 +373,14 @@ def test_torch_identical_inputs_give_exactly_one(case):
     P = torch.tensor(np.stack([p / p.sum(), rng.dirichlet(np.ones(V))]))
     for sampling, ns in (("with_replacement", [1, 2, 3, 8]), ("without_replacement", [1, 2])):
         for n, v in tb.sorted_prefix_bounds(P, P.clone(), ns, sampling).items():
-            if sampling == "with_replacement" and n >= 2:  # see test_torch_power_of_prefix_above_one
-                assert torch.all((v - 1.0).abs() <= n * 4.5e-16), (sampling, n, v)
-            else:
-                assert torch.all(v == 1.0), (sampling, n, v)
+            assert torch.all(v == 1.0), (sampling, n, v)
+    for n, v in tb.greedy_bounds(P, P.clone(), [1, 2, 3]).items():
+        assert torch.all(v == 1.0), ("greedy", n, v)
 
 
+# regression: backends.torch._scan used Q_k**n without the cap min(Q_k**n, Q_k), so a prefix sum of
+# 1 + 2e-16 made p == q give 1 - 2.2e-16 (fixed in db9bfba)
 @needs_torch
-@pytest.mark.xfail(strict=True, reason="BUG: backends.torch._scan uses Q_k**n without the cap min(Q_k**n, Q_k) "
-                   "of the numpy kernel: a prefix sum of 1 + 2e-16 makes p == q give 1 - 2.2e-16 "
-                   "(23% of random Dirichlet inputs)")
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_power_of_prefix_above_one(n):
     p = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
@@ -581,9 +579,8 @@ def test_near_one_hot_draft_without_replacement_3_exact(seed):
 
 
 # ---------------------------------------------------------------------------- known bugs (strict)
+# regression: backends.torch.greedy_bounds returned 1 - 1.1e-16 for p == q (fixed in db9bfba)
 @needs_torch
-@pytest.mark.xfail(strict=True, reason="BUG: backends.torch.greedy_bounds returns 1 - 1.1e-16 for p == q "
-                   "(p(Top) + sum min(p, q') is summed in floats with no p == q shortcut)")
 def test_torch_greedy_identical_inputs_exactly_one():
     x = torch.tensor([1.0, 1.0, 4.0], dtype=torch.float64) / 6
     assert float(tb.greedy_bounds(x, x, [1])[1]) == 1.0
@@ -617,14 +614,9 @@ def test_denormal_complement_without_replacement_2(what, tiny):
         assert abs(verifier_acceptance(what, p, q, 2, sampling="without_replacement").value - 1.0) <= TOL
 
 
-_TORCH_DENORMAL = pytest.mark.xfail(
-    strict=True, reason="BUG: backends.torch sequential n = 2 scan returns NaN when 1 - q_max is denormal")
-
-
-# regression for dual/batch: the scan overflowed and returned 1.0 (success=True, empty certificate)
-# where alpha* = 0.6; fixed in 254e87f. The torch backend and the naive verifier still fail.
-@pytest.mark.parametrize("api", ["dual", "batch", pytest.param("torch", marks=_TORCH_DENORMAL),
-                                 pytest.param("naive", marks=_NAIVE_DENORMAL)])
+# regression: the scan overflowed and returned 1.0 (success=True, empty certificate) where
+# alpha* = 0.6 (dual/batch fixed in 254e87f, torch NaN fixed in db9bfba); the naive verifier still fails
+@pytest.mark.parametrize("api", ["dual", "batch", "torch", pytest.param("naive", marks=_NAIVE_DENORMAL)])
 @pytest.mark.parametrize("tiny", [1e-310, 5e-324])
 def test_denormal_complement_wrong_value(api, tiny):
     p = np.array([0.3, 0.3, 0.4])
