@@ -629,26 +629,23 @@ def test_cli_json_booleans_rejected(tmp_path):
     _assert_one_line_error(["bound", "bools.json"], rc, err)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: 'mdsd-ot demo --verifiers bad' exits 0 (every row records "
-                   "an error) instead of rejecting the name")
+# regression: 'mdsd-ot demo --verifiers bad' exited 0 with every row recording an error (db9bfba)
 def test_cli_demo_unknown_verifier(tmp_path):
     rc, _, err = _cli(["demo", "--verifiers", "bad", "--positions", "1", "--no-plot", "--n", "2",
                        "--temperatures", "1.0", "--out", str(tmp_path / "demo")])
     _assert_one_line_error(["demo", "--verifiers", "bad"], rc, err)
 
 
+# regression: the torch backend divided by an overflowed sum (inf) with normalize=True: NaN (db9bfba)
 @pytest.mark.skipif(tb is None, reason="torch not installed")
-@pytest.mark.xfail(strict=True, reason="BUG: torch backend divides by an overflowed sum (inf) with "
-                   "normalize=True and returns NaN")
 def test_torch_normalize_overflow():
     p = torch.tensor([1.7e308, 1.7e308], dtype=torch.float64)
     with pytest.raises(ValueError):
         tb.sorted_prefix_bound(p, torch.tensor(Q2, dtype=torch.float64), 2, normalize=True)
 
 
+# regression: to_distribution returned NaN when logits / temperature overflowed (db9bfba)
 @pytest.mark.skipif(tb is None, reason="torch not installed")
-@pytest.mark.xfail(strict=True, reason="BUG: to_distribution returns NaN when logits / temperature "
-                   "overflow (tiny temperature or huge logits)")
 @pytest.mark.parametrize("logits, temperature", [([1.0, 0.0], 1e-310), ([1e308, -1e308], 1e-10)])
 def test_torch_to_distribution_overflow(logits, temperature):
     out = tb.to_distribution(torch.tensor(logits, dtype=torch.float64), temperature=temperature)
