@@ -268,9 +268,14 @@ def load_models(target: str, draft: str, *, device: str = "auto", tokenizer: str
     if dev.type == "cpu":
         torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
     torch_dtype = getattr(torch, dtype)
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    # ``dtype=`` replaced ``torch_dtype=`` in transformers 4.56 (older versions ignore ``dtype``)
+    kw = {"dtype": torch_dtype} if (major, minor) >= (4, 56) else {"torch_dtype": torch_dtype}
     models = []
     for name in (target, draft):
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, **kw)
         models.append(model.eval().to(dev))
     tok = None
     try:

@@ -89,17 +89,20 @@ def assemble(name: str, out: Path) -> Path:
 def convert(name: str, gguf: Path, out: Path) -> Path:
     """Load the GGUF (dequantized) with transformers and ``save_pretrained`` it to ``out/name``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = out / name
     if (folder / "config.json").exists():
         return folder
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name,
-        quantization_config=GgufConfig(dequantize=True), dtype=torch.float32,
-    )
+    if hasattr(transformers, "GgufConfig"):  # transformers 5: keep GGUF blocks unless told
+        extra = {"quantization_config": transformers.GgufConfig(dequantize=True),
+                 "dtype": torch.float32}
+    else:  # transformers 4.x always dequantizes GGUF weights
+        extra = {"torch_dtype": torch.float32}
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **extra)
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
     return folder
