@@ -41,3 +41,15 @@ PRUNE_BATCH = 256
 
 #: Vocabulary size from which the binned prefix scan (O(V) plus ~16k bins) replaces a full sort.
 BINNED_MIN_V = 16_384
+
+#: Largest distance outside [0, 1] of an acceptance rate (or a per-tuple acceptance probability) that
+#: is treated as rounding and clipped; a larger excursion is an internal error, raised, never hidden.
+UNIT_ROUNDING_TOL = 1e-12
+
+#: Largest ``samples * n`` (draft tokens drawn) of one Monte Carlo acceptance estimate: the draft
+#: tuples are held as a ``(samples, n)`` array (~16 bytes per token with the uniforms behind them).
+MAX_MONTE_CARLO_DRAWS = 20_000_000
+
+#: Largest number of float64 entries the cached RRS residual chain may hold (chain length times V);
+#: the chain stops growing at its fixed point, so only long non-stationary chains hit it.
+RRS_MAX_CHAIN_ENTRIES = 50_000_000

@@ -16,6 +16,7 @@ import numpy as np
 from ._validate import check_choice, check_n, check_pair
 from .drafts import SCHEMES, DraftScheme
 from .verifiers import ACCEPTANCE_METHODS, DEFAULT_SAMPLES, VERIFIERS, get_verifier, verifier_acceptance
+from .verifiers.base import power_exceeds
 
 __all__ = ["compare", "Comparison", "ComparisonRecord", "OPTIMAL_DEFAULT_MAX_TUPLES"]
 
@@ -200,7 +201,7 @@ def compare(
     support = int(np.count_nonzero(q > 0))
     for name in names:
         verifier = VERIFIERS[name]
-        if not explicit and name == "optimal" and float(support) ** n > OPTIMAL_DEFAULT_MAX_TUPLES:
+        if not explicit and name == "optimal" and power_exceeds(support, n, OPTIMAL_DEFAULT_MAX_TUPLES):
             why = f"the LP has ~{support}^{n} draft tuples; request it explicitly to build it"
             skipped.append((name, why))
             continue

@@ -27,6 +27,7 @@ Schemes
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -79,6 +80,17 @@ def _check_enumerable(count: int) -> None:
             f"exact enumeration would visit {count:,} draft tuples (limit "
             f"{ENUMERATION_MAX_TUPLES:,}); use a smaller vocabulary or the dual solver"
         )
+
+
+def _check_enumerable_log(log_count: float, exact_count) -> None:
+    """:func:`_check_enumerable` from ``log(count)`` first, so that a huge count (``n`` up to 2**63)
+    is rejected before it is built; ``exact_count()`` is only evaluated when the count is small."""
+    if log_count > math.log(ENUMERATION_MAX_TUPLES) + 1.0:
+        raise ValueError(
+            f"exact enumeration would visit about 10^{log_count / math.log(10):.0f} draft tuples (limit "
+            f"{ENUMERATION_MAX_TUPLES:,}); use a smaller vocabulary or the dual solver"
+        )
+    _check_enumerable(exact_count())
 
 
 def _sequential_tuple_probs(q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
@@ -200,7 +212,8 @@ def _with_sample(q, n, rng):
 
 def _with_tuples(q, n):
     support = np.flatnonzero(q > 0)
-    _check_enumerable(support.size**n)
+    k = support.size
+    _check_enumerable_log(n * math.log(k) if k > 1 else 0.0, lambda: k**n)
     tuples = np.array(list(itertools.product(support, repeat=n)), dtype=np.int64).reshape(-1, n)
     return tuples, np.prod(q[tuples], axis=1)
 
@@ -220,8 +233,8 @@ def _without_sample(q, n, rng):
 
 def _without_tuples(q, n):
     support = np.flatnonzero(q > 0)
-    count = int(np.prod(np.arange(support.size - n + 1, support.size + 1)))
-    _check_enumerable(count)
+    k = support.size  # >= n (checked by the scheme); k! / (k - n)! ordered tuples
+    _check_enumerable_log(math.lgamma(k + 1) - math.lgamma(k - n + 1), lambda: math.perm(k, n))
     tuples = np.array(list(itertools.permutations(support, n)), dtype=np.int64).reshape(-1, n)
     return tuples, _sequential_tuple_probs(q, tuples)
 
@@ -316,9 +329,9 @@ def _cp_sample(q, n, rng):
 
 def _cp_tuples(q, n):
     support = np.flatnonzero(q > 0)
-    from math import comb
-
-    _check_enumerable(comb(support.size, n))
+    k = support.size  # >= n (checked by the scheme)
+    log_comb = math.lgamma(k + 1) - math.lgamma(n + 1) - math.lgamma(k - n + 1)
+    _check_enumerable_log(log_comb, lambda: math.comb(k, n))
     tuples = np.array(list(itertools.combinations(support, n)), dtype=np.int64).reshape(-1, n)
     logw = np.log(q[tuples]).sum(axis=1)
     return tuples, np.exp(logw - np.logaddexp.reduce(logw))

@@ -758,3 +758,158 @@ def test_batch_draft_sampler_matches_tuple_law(sampling):
         counts[index[tuple(d)]] += 1  # KeyError if a zero-probability tuple is drawn
     _, pvalue = stats.chisquare(counts, counts.sum() * probs)
     assert pvalue > 1e-4
+
+
+# ---------------------------------------------------------------- acceptance in [0, 1], huge n
+from fractions import Fraction  # noqa: E402
+
+from mdsd_ot._config import MAX_MONTE_CARLO_DRAWS, RRS_MAX_CHAIN_ENTRIES, UNIT_ROUNDING_TOL  # noqa: E402
+from mdsd_ot.verifiers.base import power_exceeds, residual, unit_interval  # noqa: E402
+from mdsd_ot.verifiers.specinfer import rrs_rejection  # noqa: E402
+
+
+def _rrs_rejection_exact(p, q, n) -> Fraction:
+    """prod_i sum_y (r_i - q)_+ in rational arithmetic (the residual chain of MATH.md 5.2)."""
+    p = [Fraction(x) for x in p]
+    q = [Fraction(x) for x in q]
+    p = [x / sum(p) for x in p]
+    q = [x / sum(q) for x in q]
+    r, prod = p, Fraction(1)
+    for _ in range(n):
+        d = [max(a - b, 0) for a, b in zip(r, q)]
+        mass = sum(d)
+        prod *= mass
+        if mass == 0:
+            break
+        r = [x / mass for x in d]
+    return prod
+
+
+def test_rrs_rejection_matches_the_rational_residual_chain():
+    rng = np.random.default_rng(31)
+    for p, q, _ in instances(150, seed=32, max_v=6):
+        n = int(rng.integers(1, 30))
+        exact = float(_rrs_rejection_exact(p, q, n))
+        assert rrs_rejection(p / p.sum(), q / q.sum(), n) == pytest.approx(exact, abs=4e-16)
+
+
+def test_rrs_rejection_jumps_match_the_explicit_chain_for_long_chains():
+    # the closed-form jumps over steps with an unchanged support: compare with the float chain
+    for p, q, n in [([0.5, 0.5, 0.0], [1e-3, 2e-3, 0.997], 3000), ([0.3, 0.3, 0.4], [0.2, 0.3, 0.5], 500),
+                    ([0.5, 0.25, 0.25], [0.0, 0.5, 0.5], 200), ([0.6, 0.4], [0.6, 0.4], 50)]:
+        p, q = np.array(p), np.array(q)
+        r, prod = p, 1.0
+        for _ in range(n):
+            r, mass = residual(r, q)
+            prod *= mass
+        assert rrs_rejection(p, q, n) == pytest.approx(prod, abs=1e-13)
+
+
+@pytest.mark.parametrize("n", [10**9, 2**62, 2**63 - 1])
+def test_rrs_huge_n_is_exact_and_fast(n):
+    # p = (1/2, 1/2), q = (1/4, 3/4): r_2 = (1, 0) is a fixed point and 1 - beta = 3/4 from then on
+    p, q = [0.5, 0.5], [0.25, 0.75]
+    assert verifier_acceptance("rrs", p, q, 3).value == pytest.approx(1 - 0.25 * 0.75**2, abs=1e-15)
+    r = verifier_acceptance("rrs", p, q, n)
+    assert r.value == 1.0 and r.method == "exact"
+    # only q = 0 tokens left in the support: every later step rejects, the product stops changing
+    r = verifier_acceptance("rrs", [0.5, 0.5, 0.0], [0.0, 0.5, 0.5], n)
+    assert r.value == pytest.approx(0.5, abs=1e-15)
+    # a long geometric phase (q-mass 3e-6 on the support) is jumped, not walked
+    r = verifier_acceptance("rrs", [0.5, 0.5, 0.0], [1e-6, 2e-6, 1 - 3e-6], n)
+    assert r.value == 1.0
+
+
+def test_rrs_chain_stops_at_its_fixed_point():
+    prepared = VERIFIERS["rrs"].prepare([0.5, 0.5], [0.25, 0.75], 10**6)
+    law, acc = prepared.output_law(np.zeros(10**6, dtype=np.int64))  # 10^6 drafts of token 0
+    assert len(prepared.chain) == 2  # r_1 = p, r_2 = (1, 0) = r_3 = ...
+    assert acc == 1.0 and law[0] == 1.0
+    V = 100_000
+    p = np.full(V, 1.0 / V)
+    q = np.concatenate([[0.5], np.full(V - 1, 0.5 / (V - 1))])
+    long = VERIFIERS["rrs"].prepare(p, q, RRS_MAX_CHAIN_ENTRIES // V + 10)
+    with pytest.raises(ValueError, match="RRS_MAX_CHAIN_ENTRIES"):
+        long._r(RRS_MAX_CHAIN_ENTRIES // V + 5)
+
+
+def test_monte_carlo_draws_are_bounded():
+    with pytest.raises(ValueError, match="MAX_MONTE_CARLO_DRAWS"):
+        verifier_acceptance("naive", [0.5, 0.5], [0.25, 0.75], 10**9, method="monte_carlo", samples=10)
+    with pytest.raises(ValueError, match="lower samples \\(at most"):
+        verifier_acceptance("rrs", [0.5, 0.5], [0.25, 0.75], 2, method="monte_carlo",
+                            samples=MAX_MONTE_CARLO_DRAWS)
+    r = verifier_acceptance("rrs", [0.5, 0.5], [0.25, 0.75], 2, method="monte_carlo",
+                            samples=MAX_MONTE_CARLO_DRAWS // 2000, rng=0)
+    assert abs(r.value - 0.8125) < 5 * r.stderr + 1e-12
+
+
+def test_power_exceeds_never_builds_huge_powers():
+    assert power_exceeds(2, 10**18, 5) and not power_exceeds(1, 2**63, 5) and not power_exceeds(0, 9, 0)
+    for b in range(0, 12):
+        for e in range(1, 30):
+            assert power_exceeds(b, e, 200_000) == (b**e > 200_000), (b, e)
+
+
+def test_unit_interval_clips_rounding_and_raises_beyond():
+    assert unit_interval(1.0 + 2**-52) == 1.0 and unit_interval(-1e-17) == 0.0
+    with pytest.raises(RuntimeError, match="outside \\[0, 1\\] by more than rounding"):
+        unit_interval(1.0 + 10 * UNIT_ROUNDING_TOL)
+    with pytest.raises(RuntimeError):
+        unit_interval(np.array([0.5, np.nan]))
+
+
+@pytest.mark.parametrize("name, sampling, n", [
+    ("naive", "greedy", 3), ("naive", "without_replacement", 3), ("naive", "conditional_poisson", 3),
+    ("naive", "with_replacement", 2), ("spechub", "hub", 2), ("greedy", "greedy", 2), ("rrs", None, 3),
+    ("spectr", None, 3), ("rrs_without_replacement", None, 3),
+])
+def test_acceptance_in_unit_interval_when_p_sums_to_one_plus_ulp(name, sampling, n):
+    # p / p.sum() of these sums to 1 + 2**-52: the closed forms used to return 1 + 2**-52
+    rng = np.random.default_rng(5)
+    for p, q in [([0.7, 0.2, 0.1], [0.1, 0.2, 0.7]), ([0.7, 0.2, 0.1], [0.7, 0.2, 0.1]),
+                 ([0.6, 0.3, 0.1], [0.7, 0.2, 0.1])] + [(rng.dirichlet([0.3] * 4), rng.dirichlet([0.3] * 4))
+                                                       for _ in range(30)]:
+        if not supported(name, np.asarray(p), np.asarray(q), n, sampling):
+            continue
+        v = verifier_acceptance(name, p, q, n, sampling=sampling).value
+        assert 0.0 <= v <= 1.0
+        assert VERIFIERS[name].acceptance(p, q, n, sampling=sampling) == v
+
+
+def test_spectr_rho_never_exceeds_the_largest_ratio():
+    # sum(p) = 1 - ulp against 1 - (1 - beta)^3 pushed the bisection to rho = 1 + 5.5e-6 > max p/q,
+    # where every draft can be rejected: P(accept | drafts) was off by 5.5e-6 on some tuples
+    p = np.array([2.0932284166902602e-16, 0.9999999999999992, 6.157522630051387e-17,
+                  1.7721115853533296e-16, 3.3912694746163864e-16])
+    q = np.array([5.02661073953024e-13, 0.9999999999991571, 4.565623580628854e-14,
+                  1.6196631884727163e-13, 1.3257216571813302e-13])
+    prepared = VERIFIERS["spectr"].prepare(p, q, 3)
+    assert prepared.rho <= np.max(prepared.p / prepared.q)
+    law, acc = enumerate_verifier(prepared)  # asserts P(accept | drafts) against the law, per tuple
+    np.testing.assert_allclose(law, prepared.p, rtol=0, atol=LAW_TOL)
+    # rho* within rounding of max p/q: the residual (p - rho* q)_+ rounds to 0 and its limit is used
+    p, q = np.array([1e-9, 0.0, 1.0]), np.array([1e-9, 0.0, 0.5])
+    prepared = VERIFIERS["spectr"].prepare(p / p.sum(), q / q.sum(), 2)
+    law, acc = enumerate_verifier(prepared)
+    np.testing.assert_allclose(law, prepared.p, rtol=0, atol=LAW_TOL)
+    assert prepared.acceptance() == pytest.approx(acc, abs=LAW_TOL)
+
+
+def test_cp_inclusion_beyond_float_range_of_e_n():
+    # e_1000 of 2000 weights leaves float64 (inf / 0): the log-space tables used to divide by zero
+    q = np.random.default_rng(3).dirichlet(np.ones(2000))
+    pi = _kernels.cp_inclusion(q / q.max(), 1000)
+    assert np.all((pi > 0) & (pi <= 1)) and pi.sum() == pytest.approx(1000, rel=1e-11)
+    r = verifier_acceptance("naive", np.full(2000, 1 / 2000), q, 1000, sampling="conditional_poisson")
+    assert r.value == pytest.approx(0.5, abs=1e-12)  # uniform p: sum_y pi(y) / V = n / V
+
+
+@pytest.mark.parametrize("sampling, n", [("with_replacement", 10**9), ("with_replacement", 2**62),
+                                         ("without_replacement", 10), ("conditional_poisson", 500)])
+def test_lp_enumeration_size_is_checked_before_it_is_built(sampling, n):
+    # 2^(10^9) as a Python int, or 1000!/990! overflowing int64 (then enumerated): rejected at once
+    V = 2 if sampling == "with_replacement" else 1000
+    p = q = np.full(V, 1.0 / V)
+    with pytest.raises(ValueError, match="exact enumeration would visit about 10\\^"):
+        optimal_acceptance(p, q, n, sampling=sampling, method="lp")

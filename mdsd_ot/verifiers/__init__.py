@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._config import MAX_MONTE_CARLO_DRAWS
 from .._validate import check_choice
-from .base import PreparedVerifier, Verdict, Verifier, sample_drafts_batch
+from .base import PreparedVerifier, Verdict, Verifier, sample_drafts_batch, unit_interval
 from .greedy import GreedyVerifier
 from .naive import NaiveVerifier
 from .optimal import OptimalVerifier
@@ -171,9 +172,8 @@ def verifier_acceptance(
     prepared = verifier.prepare(p, q, n, sampling=sampling, normalize=normalize)
     sampling_name = prepared.scheme.name
     if method in ("auto", "exact") and prepared.exact_available():
-        return VerifierAcceptance(
-            float(prepared.acceptance()), 0.0, "exact", verifier.name, sampling_name, prepared.n
-        )
+        value = unit_interval(prepared.acceptance())  # clips rounding only; raises beyond 1e-12
+        return VerifierAcceptance(value, 0.0, "exact", verifier.name, sampling_name, prepared.n)
     if method == "exact":
         raise ValueError(
             f"no exact acceptance for verifier {verifier.name!r} with sampling {sampling_name!r} at "
@@ -184,9 +184,15 @@ def verifier_acceptance(
     samples = int(samples)
     if samples < 2:
         raise ValueError(f"samples must be >= 2 for a standard error, got {samples}")
+    if samples * prepared.n > MAX_MONTE_CARLO_DRAWS:  # checked before any (samples, n) array exists
+        raise ValueError(
+            f"Monte Carlo with samples={samples:,} draft tuples of n={prepared.n:,} drafts would draw "
+            f"{samples * prepared.n:,} tokens, more than MAX_MONTE_CARLO_DRAWS = {MAX_MONTE_CARLO_DRAWS:,}; "
+            f"lower samples (at most {max(MAX_MONTE_CARLO_DRAWS // prepared.n, 0):,} for this n) or n"
+        )
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
-    acc = _monte_carlo(prepared, samples, rng)
+    acc = unit_interval(_monte_carlo(prepared, samples, rng), "per-sample acceptance")
     stderr = float(acc.std(ddof=1) / np.sqrt(samples))
     return VerifierAcceptance(
         float(acc.mean()), stderr, "monte_carlo", verifier.name, sampling_name, prepared.n, samples

@@ -5,10 +5,12 @@ Every kernel is ``@njit(cache=True)`` with int64 indices and has a slow pure-num
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
-from .._kernels import neumaier_add
+from .._kernels import logaddexp, neumaier_add
 
 __all__ = [
     "rsd2_rejection", "rsd2_rejection_slow",
@@ -504,28 +506,42 @@ def cp_inclusion(x, n):
 
     Prefix and suffix elementary-symmetric tables (``e_j(S + x) = e_j(S) + x e_{j-1}(S)``, non-negative
     terms only) are combined as ``e_{n-1}(x without y) = sum_j e_j(x[:y]) e_{n-1-j}(x[y+1:])``; no
-    subtraction, hence no cancellation. ``x`` should be scaled to max 1 against underflow.
+    subtraction, hence no cancellation. The tables hold logarithms: ``e_n`` of many tokens leaves the
+    float64 range in both directions (``e_1000`` of 2000 weights up to 1 is up to ~1e600, and ~1e-1000
+    for small weights), which gave inf / 0 and a division by zero.
     """
     V = x.size
-    pre = np.zeros((V + 1, n + 1))
-    suf = np.zeros((V + 1, n + 1))
-    pre[0, 0] = 1.0
-    suf[V, 0] = 1.0
+    lx = np.empty(V)
     for i in range(V):
-        pre[i + 1, 0] = 1.0
+        lx[i] = math.log(x[i]) if x[i] > 0.0 else -np.inf
+    pre = np.full((V + 1, n + 1), -np.inf)
+    suf = np.full((V + 1, n + 1), -np.inf)
+    pre[0, 0] = 0.0
+    suf[V, 0] = 0.0
+    for i in range(V):
+        pre[i + 1, 0] = 0.0
         for j in range(1, n + 1):
-            pre[i + 1, j] = pre[i, j] + x[i] * pre[i, j - 1]
+            pre[i + 1, j] = logaddexp(pre[i, j], lx[i] + pre[i, j - 1])
     for i in range(V - 1, -1, -1):
-        suf[i, 0] = 1.0
+        suf[i, 0] = 0.0
         for j in range(1, n + 1):
-            suf[i, j] = suf[i + 1, j] + x[i] * suf[i + 1, j - 1]
-    e_n = pre[V, n]
-    out = np.empty(V)
+            suf[i, j] = logaddexp(suf[i + 1, j], lx[i] + suf[i + 1, j - 1])
+    log_en = pre[V, n]
+    out = np.zeros(V)
     for y in range(V):
-        w = 0.0
+        if x[y] <= 0.0 or log_en == -np.inf:
+            continue
+        top = -np.inf  # log-sum-exp of pre[y, j] + suf[y + 1, n - 1 - j] over j
         for j in range(n):
-            w += pre[y, j] * suf[y + 1, n - 1 - j]
-        v = x[y] * w / e_n
+            t = pre[y, j] + suf[y + 1, n - 1 - j]
+            if t > top:
+                top = t
+        if top == -np.inf:
+            continue
+        acc = 0.0
+        for j in range(n):
+            acc += math.exp(pre[y, j] + suf[y + 1, n - 1 - j] - top)
+        v = math.exp(lx[y] + top + math.log(acc) - log_en)
         out[y] = v if v < 1.0 else 1.0
     return out
 

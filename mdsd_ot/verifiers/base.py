@@ -21,17 +21,20 @@ accepted; every mass "outside a set" is a direct sum over the complement.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
+from .._config import UNIT_ROUNDING_TOL
 from .._validate import check_n, check_pair
 from ..drafts import DraftScheme, get_scheme, top_tokens
 
 __all__ = [
     "Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index", "top_k", "sample_drafts_batch",
+    "accept_fraction", "unit_interval", "power_exceeds",
 ]
 
 
@@ -66,6 +69,53 @@ def residual(r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, float]:
     if mass > 0.0:
         return d / mass, mass
     return r, 0.0
+
+
+def accept_fraction(accept: float, reject: float) -> float:
+    """``accept / (accept + reject)`` for the accepted and rejected masses of one problem.
+
+    Both are sums of non-negative terms whose total is ``sum(p) = 1`` up to rounding. The ratio lies in
+    [0, 1] in floating point too (``fl(a + b) >= a`` and rounding is monotone), and dividing by the
+    total removes the rounding of ``sum(p)`` itself (``p / p.sum()`` may sum to ``1 + 2**-52``), which
+    is what pushed closed forms such as ``p(Top) + sum min(p, q')`` to ``1 + 2**-52``.
+    """
+    total = accept + reject
+    return accept / total if total > 0.0 else 0.0
+
+
+def unit_interval(x, what: str = "acceptance"):
+    """``x`` (scalar or array) clipped to [0, 1] where it is outside by rounding alone.
+
+    The clip only removes pure rounding: every value must lie within ``UNIT_ROUNDING_TOL`` (1e-12) of
+    [0, 1]. A larger excursion (or a NaN) means a formula is wrong, so it raises ``RuntimeError``
+    instead of being hidden.
+    """
+    a = np.asarray(x, dtype=np.float64)
+    if a.size and not (a.min() >= -UNIT_ROUNDING_TOL and a.max() <= 1.0 + UNIT_ROUNDING_TOL):
+        bad = a[~((a >= -UNIT_ROUNDING_TOL) & (a <= 1.0 + UNIT_ROUNDING_TOL))].ravel()[0]
+        raise RuntimeError(
+            f"internal error: {what} {bad!r} lies outside [0, 1] by more than rounding "
+            f"({UNIT_ROUNDING_TOL:g}); please report this input"
+        )
+    out = np.clip(a, 0.0, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def power_exceeds(base: int, exponent: int, limit: int) -> bool:
+    """``base ** exponent > limit`` without building the power (``exponent`` may be ~2**63).
+
+    A float ``base ** exponent`` overflows (``OverflowError``) and a Python-int one takes time and
+    memory linear in ``exponent``: compare logarithms, and build the power exactly only when it is
+    within a factor ``e`` of the limit (then it is small).
+    """
+    if base <= 1:
+        return base > limit  # 0 ** e and 1 ** e are at most 1
+    log_power = exponent * math.log(base)
+    if log_power > math.log(limit) + 1.0:
+        return True
+    if log_power < math.log(limit) - 1.0:
+        return False
+    return base**exponent > limit
 
 
 def sample_index(w: np.ndarray, u: float) -> int:
@@ -327,7 +377,7 @@ class Verifier(ABC):
                 f"no exact acceptance for verifier {self.name!r} at V={prepared.p.size}, n={prepared.n}; "
                 f"use verifier_acceptance(..., method='monte_carlo')"
             )
-        return prepared.acceptance()
+        return unit_interval(prepared.acceptance())  # clips rounding only; raises beyond 1e-12
 
     def __repr__(self) -> str:
         return f"<verifier {self.name!r}: drafts {self.scheme!r}; {self.reference}>"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, sample_index, top_k
+from .base import PreparedVerifier, Verifier, accept_fraction, sample_index, top_k
 
 __all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
 
@@ -28,7 +28,8 @@ def hub_or_greedy_parts(p: np.ndarray, q: np.ndarray, top: np.ndarray):
 
     ``q'`` is ``q`` restricted to the rest and renormalised by the direct rest sum; ``R`` is the
     unnormalised rejection law (``p`` on ``top``, ``(p - q')_+`` elsewhere); ``accept_mass`` is
-    ``p(top) + sum_rest min(p, q')``.
+    ``p(top) + sum_rest min(p, q')``, returned as a fraction of ``accept_mass + sum_rest (p - q')_+``
+    (``= sum(p)``, one up to rounding) so that it lies in [0, 1].
     """
     rest = np.ones(q.size, dtype=bool)
     rest[top] = False
@@ -36,7 +37,7 @@ def hub_or_greedy_parts(p: np.ndarray, q: np.ndarray, top: np.ndarray):
     qp = np.where(rest, q, 0.0) / rest_mass
     R = np.where(rest, np.maximum(p - qp, 0.0), p)
     accept = float(p[top].sum() + np.minimum(p[rest], qp[rest]).sum())
-    return qp, R, accept
+    return qp, R, accept_fraction(accept, float(R[rest].sum()))
 
 
 class _PreparedGreedy(PreparedVerifier):

@@ -21,7 +21,10 @@ import numpy as np
 
 from ..drafts import SCHEMES, complement_masses
 from . import _kernels
-from .base import PreparedVerifier, Verifier, sample_drafts_batch, sample_index, top_k
+from .base import (
+    PreparedVerifier, Verifier, accept_fraction, power_exceeds, sample_drafts_batch, sample_index, top_k,
+    unit_interval,
+)
 
 __all__ = ["NaiveVerifier", "inclusion_probabilities"]
 
@@ -78,23 +81,27 @@ class _PreparedNaive(PreparedVerifier):
         x = self.check_drafts(drafts)
         return float(self.p[np.unique(x)].sum())
 
-    def _tuple_count(self) -> float:
-        support = float(np.count_nonzero(self.q > 0))
-        return support**self.n
-
     def exact_available(self):
-        return self.pi is not None or self._tuple_count() <= ENUMERATE_MAX_TUPLES
+        support = int(np.count_nonzero(self.q > 0))
+        return self.pi is not None or not power_exceeds(support, self.n, ENUMERATE_MAX_TUPLES)
 
     def acceptance(self):
-        """``sum_y p(y) pi(y)``; O(V) with a closed form, else by enumerating the draft tuples."""
+        """``sum_y p(y) pi(y)``; O(V) with a closed form, else by enumerating the draft tuples.
+
+        Returned as accepted / (accepted + rejected) mass (:func:`accept_fraction`), so that it lies in
+        [0, 1] although ``p`` sums to one only up to rounding.
+        """
         if self.pi is not None:
-            return float((self.p * self.pi).sum())  # pairwise sum; np.dot may wait on BLAS threads
+            pi = unit_interval(self.pi, "inclusion probability")  # rounding of the closed forms
+            # pairwise sums (np.dot may wait on BLAS threads); 1 - pi has absolute error ~eps
+            return accept_fraction(float((self.p * pi).sum()), float((self.p * (1.0 - pi)).sum()))
         tuples, probs = self.scheme.tuple_law(self.q, self.n)
         covered = np.zeros(tuples.shape[0])
         for j in range(self.n):
             first = np.all(tuples[:, :j] != tuples[:, j : j + 1], axis=1)  # count repeats once
             covered += np.where(first, self.p[tuples[:, j]], 0.0)
-        return float((probs * covered).sum())
+        missed = np.maximum(self.p.sum() - covered, 0.0)  # p outside the draft set; absolute error ~eps
+        return accept_fraction(float((probs * covered).sum()), float((probs * missed).sum()))
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
         """Per-sample ``p(S)`` over sampled draft sets (numba sampler for sequential drafts)."""

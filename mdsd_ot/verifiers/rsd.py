@@ -33,7 +33,7 @@ import numpy as np
 
 from ..drafts import complement_masses
 from . import _kernels
-from .base import PreparedVerifier, Verifier, residual, sample_index
+from .base import PreparedVerifier, Verifier, power_exceeds, residual, sample_index
 
 __all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK"]
 
@@ -98,7 +98,7 @@ class _PreparedRSD(PreparedVerifier):
         if self.n <= 2:
             return True
         support = int(np.count_nonzero(self.q > 0))
-        return float(support) ** (self.n - 1) <= EXACT_MAX_WORK
+        return not power_exceeds(support, self.n - 1, EXACT_MAX_WORK)  # no float overflow for large n
 
     def acceptance(self):
         """``1 - Rej(p, q, n)``; O(V) for n = 1, O(V log V) for n = 2, O(V^(n-1) log V) beyond."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, sample_index
+from .base import PreparedVerifier, Verifier, accept_fraction, sample_index
 from .greedy import hub_or_greedy_parts
 
 __all__ = ["SpecHubVerifier"]
@@ -77,8 +77,15 @@ class _PreparedHub(PreparedVerifier):
         return acc + (1.0 - acc) * min(1.0, self.p[self.a] / self.reject)
 
     def acceptance(self):
-        """``S + min(p(a), 1 - S)``. O(V)."""
-        return float(self.S + min(self.p[self.a], self.reject))
+        """``S + min(p(a), 1 - S)``. O(V).
+
+        Returned as a fraction of the accepted plus rejected mass (``sum(p)``, one up to rounding):
+        rejected are ``(p - q')_+`` off the hub and the part of ``p(a)`` above ``1 - S`` (0 exactly).
+        """
+        hub = min(self.p[self.a], self.reject)
+        mask = np.arange(self.p.size) != self.a
+        rejected = float(np.maximum(self.p[mask] - self.qp[mask], 0.0).sum()) + (self.p[self.a] - hub)
+        return accept_fraction(float(self.S + hub), rejected)
 
 
 class SpecHubVerifier(Verifier):

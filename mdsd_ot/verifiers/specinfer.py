@@ -8,41 +8,124 @@ Start with ``r_1 = p``. For draft ``i = 1..n`` (in order; repeated tokens are pr
 ``x_i`` with probability ``min(1, r_i(x_i) / q(x_i))``; on rejection move to the residual
 ``r_{i+1} = (r_i - q)_+ / sum (r_i - q)_+`` -- the same update whichever token was rejected. If every
 draft is rejected, sample from ``r_{n+1}``. Because the update does not depend on the rejected token,
-the residual chain is precomputed once per ``(p, q, n)``.
+the residual chain is computed once per ``(p, q)`` (lazily, up to the draft index needed).
 
 .. math:: \\alpha = 1 - \\prod_{i=1}^n \\bigl(1 - \\beta(r_i, q)\\bigr),
           \\qquad 1 - \\beta(r_i, q) = \\sum_y (r_i(y) - q(y))_+
 
-Complexity O(nV).
+**Any n in O(V log V).** With ``t = p/q`` (``+inf`` where ``q = 0``) and
+``E(theta) = sum_y (p(y) - theta q(y))_+``, induction gives ``r_i = (p - theta_i q)_+ / E(theta_i)`` with
+``theta_1 = 0`` and ``theta_{i+1} = theta_i + E(theta_i)`` (subtracting ``q`` from
+``(p - theta q)_+ / E`` and taking the positive part is ``(p - (theta + E) q)_+ / E``). So the product
+telescopes: ``prod_{i<=n} (1 - beta(r_i, q)) = E(theta_{n+1}) / E(theta_1)`` (:func:`rrs_rejection`).
+While the support ``A = {t > theta}`` does not change, ``E`` is affine, ``E(theta) = p(A) - theta q(A)``,
+and each step multiplies it by ``1 - q(A)``; the support only shrinks, once per distinct ratio, so the
+steps between changes are jumped in closed form: O(V) jumps for any ``n``.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .._config import RRS_MAX_CHAIN_ENTRIES
 from .base import PreparedVerifier, Verifier, residual, sample_index
 
-__all__ = ["SpecInferVerifier"]
+__all__ = ["SpecInferVerifier", "rrs_rejection"]
+
+
+def rrs_rejection(p: np.ndarray, q: np.ndarray, n: int) -> float:
+    """P(all ``n`` RRS steps reject) ``= E(theta_{n+1}) / E(theta_1)`` (module docstring), any ``n``.
+
+    Tokens with ``p > 0`` are sorted by ``t = p/q`` (decreasing); with prefix sums ``P_j``, ``Q_j`` of the
+    ``j`` largest ratios, ``E(theta) = P_j - theta Q_j`` for ``j = #{t > theta}``. One step is
+    ``theta += E(theta)``. While ``j`` stays the same, ``E`` is multiplied by ``1 - Q_j`` per step and
+    ``theta`` moves towards the fixed point ``P_j / Q_j`` (the q-weighted mean of those ratios, which is
+    above the smallest of them unless they are all equal): the number of steps before ``theta`` passes
+    the smallest ratio ``t_j`` is computed in closed form and jumped over, stopping one step short so
+    that the crossing step itself is taken explicitly. ``j`` decreases at most once per distinct ratio,
+    so there are O(V) explicit steps and jumps whatever ``n`` is. ``Q_j = 0`` (only ``q = 0`` tokens
+    left) is the fixed point ``1 - beta = 1``: the product no longer changes. Rounding: ``E`` has
+    absolute error ~eps (``P_j`` and ``theta Q_j`` are at most ~1), and the recursion contracts
+    errors in ``theta`` by ``1 - Q_j`` per step, so the result is exact to a few eps in absolute terms.
+
+    Complexity O(V log V) (the sort) plus O(V log V) for the steps, independent of ``n``.
+    """
+    pos = p > 0
+    pp, qq = p[pos], q[pos]
+    with np.errstate(divide="ignore"):
+        t = pp / qq  # +inf where q = 0
+    order = np.argsort(-t, kind="stable")
+    t, pp, qq = t[order], pp[order], qq[order]
+    P = np.concatenate([[0.0], np.cumsum(pp)])
+    Q = np.concatenate([[0.0], np.cumsum(qq)])
+    neg_t = -t  # increasing: #{t > theta} = searchsorted(-t, -theta, 'left')
+    total = float(P[-1])  # E(theta_1) = E(0) = sum(p)
+    theta, E, j, k = 0.0, total, t.size, 0
+    while k < n:
+        theta = theta + E  # one explicit step
+        j_new = int(np.searchsorted(neg_t, -theta, side="left"))
+        E = max(float(P[j_new] - theta * Q[j_new]), 0.0)
+        k += 1
+        if E <= 0.0 or k >= n:
+            break
+        if j_new == j:  # the support did not change in this step: jump while it stays the same
+            Qj = float(Q[j])
+            if Qj <= 0.0:
+                break  # only q = 0 tokens left: every later step rejects with probability 1
+            log_keep = np.log1p(-Qj) if Qj < 1.0 else -np.inf  # log(1 - Q_j) per step
+            # theta after s more steps: theta + E (1 - (1 - Q)^s) / Q; it reaches t_j when
+            # (1 - Q)^s <= g = 1 - (t_j - theta) Q / E (g <= 0: never, all ratios in A equal)
+            g = 1.0 - (float(t[j - 1]) - theta) * Qj / E
+            if g <= 0.0 or log_keep == -np.inf:
+                s = n - k
+            else:
+                s = min(n - k, max(int(np.log(g) / log_keep) - 1, 0))  # one short of the crossing
+            if s > 0:
+                decay = s * log_keep  # log((1 - Q)^s)
+                theta = theta + E * float(-np.expm1(decay)) / Qj
+                E = E * float(np.exp(decay))
+                k += s
+        j = j_new
+    return min(E / total, 1.0) if total > 0.0 else 0.0
 
 
 class _PreparedRRS(PreparedVerifier):
     def __init__(self, verifier, p, q, n, scheme):
         super().__init__(verifier, p, q, n, scheme)
-        chain, rejects = [p], []
-        for _ in range(n):
-            nxt, mass = residual(chain[-1], q)
-            chain.append(nxt)
-            rejects.append(mass)
-        self.chain = chain  # r_1 .. r_{n+1}
-        self.rejects = np.array(rejects)  # 1 - beta(r_i, q)
+        self.chain = [p]  # r_1, r_2, ...: extended on demand by _r, up to its fixed point
+        self._fixed = False
+
+    def _r(self, i: int) -> np.ndarray:
+        """``r_{i+1}`` (0-based), extending the cached chain as needed.
+
+        The chain stops growing at a fixed point: ``residual`` is a deterministic function of
+        ``(r, q)``, so once ``r_{k+1} == r_k`` bit for bit every later residual equals ``r_k``. That
+        covers a zero rejection mass (``residual`` then returns ``r`` itself: the branch has probability
+        zero), a one-hot ``r`` and an ``r`` supported on ``q = 0`` tokens; so for huge ``n`` the chain is
+        usually short. A chain that keeps changing is bounded by ``RRS_MAX_CHAIN_ENTRIES`` floats.
+        """
+        chain = self.chain
+        while len(chain) <= i and not self._fixed:
+            if (len(chain) + 1) * self.p.size > RRS_MAX_CHAIN_ENTRIES:
+                raise ValueError(
+                    f"the RRS residual chain for {i + 1} drafts over V={self.p.size} tokens would hold more "
+                    f"than RRS_MAX_CHAIN_ENTRIES = {RRS_MAX_CHAIN_ENTRIES:,} floats; use fewer drafts "
+                    f"(the exact acceptance needs no chain)"
+                )
+            nxt, _ = residual(chain[-1], self.q)
+            if np.array_equal(nxt, chain[-1]):
+                self._fixed = True
+            else:
+                chain.append(nxt)
+        return chain[min(i, len(chain) - 1)]
 
     def _ratio(self, i, x):
-        return self.chain[i][x] / self.q[x]
+        return self._r(i)[x] / self.q[x]
 
     def _verify(self, drafts, rng):
         for i, x in enumerate(drafts):
             if rng.random() < self._ratio(i, x):
                 return int(x)
-        return sample_index(self.chain[-1], rng.random())
+        return sample_index(self._r(len(drafts)), rng.random())
 
     def _law(self, drafts):
         law = np.zeros(self.p.size)
@@ -51,7 +134,7 @@ class _PreparedRRS(PreparedVerifier):
             a = min(1.0, self._ratio(i, x))
             law[x] += alive * a
             alive *= 1.0 - a
-        law += alive * self.chain[-1]
+        law += alive * self._r(len(drafts))
         return law
 
     def accept_probability(self, drafts):
@@ -63,8 +146,8 @@ class _PreparedRRS(PreparedVerifier):
         return 1.0 - alive
 
     def acceptance(self):
-        """``1 - prod_i sum_y (r_i - q)_+``. O(nV) (the chain is built at preparation)."""
-        return float(1.0 - np.prod(self.rejects))
+        """``1 - prod_i sum_y (r_i - q)_+`` by :func:`rrs_rejection`: O(V log V) for any ``n``."""
+        return float(1.0 - rrs_rejection(self.p, self.q, self.n))
 
 
 class SpecInferVerifier(Verifier):

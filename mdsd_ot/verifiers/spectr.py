@@ -37,6 +37,10 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
     pos = q > 0
     qq, pp = q[pos], p[pos]
     t = pp / qq
+    # for rho >= t_max = max p/q every token has min(q, p/rho) = p/rho, so rho beta(rho) = sum(p) = 1
+    # and the condition holds: rho* <= t_max. Bisecting past t_max let the rounding of sum(p) (1 - ulp
+    # against 1 - (1 - beta)^n) push rho* above t_max, where every draft can be rejected
+    t_max = float(t.max()) if t.size and not np.any(p[~pos] > 0) else np.inf  # q = 0 < p: ratio inf
     # tokens with t < 1 have t < rho for every rho in [1, n]; tokens with t >= n never do: only the
     # ratios in [1, n) are breakpoints and need sorting
     low, high = t < 1.0, t >= n
@@ -55,8 +59,8 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
         beta = q_hi[k] + p_lo[k] / rho
         return rho * beta - (1.0 - rej**n)
 
-    lo, hi = 1.0, float(n)
-    if n == 1 or gap(lo) >= 0.0:
+    lo, hi = 1.0, min(float(n), t_max)
+    if n == 1 or hi <= 1.0 or gap(lo) >= 0.0:
         return 1.0
     for _ in range(200):
         rho = 0.5 * (lo + hi)
@@ -76,10 +80,30 @@ class _PreparedSpecTr(PreparedVerifier):
         scaled = p / self.rho
         accept_one = np.minimum(q, scaled)
         self.beta = float(accept_one.sum())
-        self.reject_one = float(np.maximum(q - scaled, 0.0).sum())  # 1 - beta, direct
+        # 1 - beta, direct; as a fraction of sum(q) (one up to rounding) it is <= 1 in floating point
+        # ((q - s)_+ <= q term by term, same summation tree), so p_acc below lies in [0, 1]
+        self.reject_one = float(np.maximum(q - scaled, 0.0).sum()) / float(q.sum())
         self.p_acc = float(1.0 - self.reject_one**n)
-        c = self.p_acc / self.beta if self.beta > 0.0 else 0.0
-        self.p_res, _ = residual(p, accept_one * c)
+        if self.rho > 1.0:
+            # rho* > 1 is a root of rho beta(rho) = p_acc, so c = p_acc / beta = rho* exactly and
+            # p - min(q, p/rho*) c = (p - rho* q)_+: zero on every token a draft of which can be
+            # rejected (t < rho*), positive elsewhere. Computed in this form, not as p - min(q, p/rho) c:
+            # near the root that difference is rounding noise of the size of the whole residual mass
+            # (1 - beta)^n (e.g. 1e-18), which put mass on rejected drafts and broke the per-tuple law.
+            # The zero set uses the very expression of _ratio, so a rejectable draft never gets mass.
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rejectable = p / (self.rho * q) < 1.0  # q = 0: never (inf, or nan when p = 0 too)
+            self.p_res, mass = residual(np.where(rejectable, 0.0, p), self.rho * q)
+            if mass <= 0.0:
+                # rho* lies within rounding of the largest ratio t_max, so (p - rho* q)_+ rounds to 0
+                # (its exact mass (1 - beta)^n is below ~eps): its limit, p on the tokens of ratio t_max
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    t = np.where(p > 0, p / q, -np.inf)
+                self.p_res = np.where(t == t.max(), p, 0.0)
+                self.p_res /= self.p_res.sum()
+        else:
+            c = self.p_acc / self.beta if self.beta > 0.0 else 0.0
+            self.p_res, _ = residual(p, accept_one * c)
 
     def _ratio(self, x):
         return self.p[x] / (self.rho * self.q[x])
