@@ -82,9 +82,16 @@ def _check_enumerable(count: int) -> None:
         )
 
 
-def _check_enumerable_log(log_count: float, exact_count) -> None:
+def _check_enumerable_log(log_count: float, exact_count, n: int) -> None:
     """:func:`_check_enumerable` from ``log(count)`` first, so that a huge count (``n`` up to 2**63)
-    is rejected before it is built; ``exact_count()`` is only evaluated when the count is small."""
+    is rejected before it is built; ``exact_count()`` is only evaluated when the count is small.
+    A single tuple of more than ``ENUMERATION_MAX_TUPLES`` drafts (one token with q > 0) is too large too.
+    """
+    if n > ENUMERATION_MAX_TUPLES:
+        raise ValueError(
+            f"exact enumeration of draft tuples of n = {n:,} drafts (more than {ENUMERATION_MAX_TUPLES:,}); "
+            f"use the dual solver"
+        )
     if log_count > math.log(ENUMERATION_MAX_TUPLES) + 1.0:
         raise ValueError(
             f"exact enumeration would visit about 10^{log_count / math.log(10):.0f} draft tuples (limit "
@@ -213,7 +220,7 @@ def _with_sample(q, n, rng):
 def _with_tuples(q, n):
     support = np.flatnonzero(q > 0)
     k = support.size
-    _check_enumerable_log(n * math.log(k) if k > 1 else 0.0, lambda: k**n)
+    _check_enumerable_log(n * math.log(k) if k > 1 else 0.0, lambda: k**n, n)
     tuples = np.array(list(itertools.product(support, repeat=n)), dtype=np.int64).reshape(-1, n)
     return tuples, np.prod(q[tuples], axis=1)
 
@@ -234,7 +241,7 @@ def _without_sample(q, n, rng):
 def _without_tuples(q, n):
     support = np.flatnonzero(q > 0)
     k = support.size  # >= n (checked by the scheme); k! / (k - n)! ordered tuples
-    _check_enumerable_log(math.lgamma(k + 1) - math.lgamma(k - n + 1), lambda: math.perm(k, n))
+    _check_enumerable_log(math.lgamma(k + 1) - math.lgamma(k - n + 1), lambda: math.perm(k, n), n)
     tuples = np.array(list(itertools.permutations(support, n)), dtype=np.int64).reshape(-1, n)
     return tuples, _sequential_tuple_probs(q, tuples)
 
@@ -331,7 +338,7 @@ def _cp_tuples(q, n):
     support = np.flatnonzero(q > 0)
     k = support.size  # >= n (checked by the scheme)
     log_comb = math.lgamma(k + 1) - math.lgamma(n + 1) - math.lgamma(k - n + 1)
-    _check_enumerable_log(log_comb, lambda: math.comb(k, n))
+    _check_enumerable_log(log_comb, lambda: math.comb(k, n), n)
     tuples = np.array(list(itertools.combinations(support, n)), dtype=np.int64).reshape(-1, n)
     logw = np.log(q[tuples]).sum(axis=1)
     return tuples, np.exp(logw - np.logaddexp.reduce(logw))

@@ -765,6 +765,7 @@ from fractions import Fraction  # noqa: E402
 
 from mdsd_ot._config import MAX_MONTE_CARLO_DRAWS, RRS_MAX_CHAIN_ENTRIES, UNIT_ROUNDING_TOL  # noqa: E402
 from mdsd_ot.verifiers.base import power_exceeds, residual, unit_interval  # noqa: E402
+from mdsd_ot.compare import compare  # noqa: E402
 from mdsd_ot.verifiers.specinfer import rrs_rejection  # noqa: E402
 
 
@@ -905,11 +906,17 @@ def test_cp_inclusion_beyond_float_range_of_e_n():
     assert r.value == pytest.approx(0.5, abs=1e-12)  # uniform p: sum_y pi(y) / V = n / V
 
 
-@pytest.mark.parametrize("sampling, n", [("with_replacement", 10**9), ("with_replacement", 2**62),
-                                         ("without_replacement", 10), ("conditional_poisson", 500)])
-def test_lp_enumeration_size_is_checked_before_it_is_built(sampling, n):
-    # 2^(10^9) as a Python int, or 1000!/990! overflowing int64 (then enumerated): rejected at once
-    V = 2 if sampling == "with_replacement" else 1000
+@pytest.mark.parametrize("sampling, n, V", [
+    ("with_replacement", 30, 2), ("with_replacement", 10**9, 2), ("with_replacement", 2**62, 2),
+    ("with_replacement", 10**9, 1), ("with_replacement", 2**63 - 1, 1),
+    ("without_replacement", 10, 1000), ("conditional_poisson", 500, 1000),
+])
+def test_lp_enumeration_size_is_checked_before_it_is_built(sampling, n, V):
+    # 2^(10^9) as a Python int, one tuple of 10^9 drafts (V = 1), or 1000!/990! overflowing int64
+    # (then enumerated): rejected at once, also by compare (which skips the LP verifier)
     p = q = np.full(V, 1.0 / V)
-    with pytest.raises(ValueError, match="exact enumeration would visit about 10\\^"):
+    with pytest.raises(ValueError, match="exact enumeration (would visit about 10\\^|of draft tuples of n)"):
         optimal_acceptance(p, q, n, sampling=sampling, method="lp")
+    if sampling == "with_replacement":
+        table = compare(p, q, n)
+        assert "optimal" in dict(table.skipped) and all(r.acceptance == 1.0 for r in table if n > 10**6)
