@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, accept_fraction, sample_index, top_k
+from .base import PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index, top_k
 
 __all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
 
@@ -76,6 +76,15 @@ class _PreparedGreedy(PreparedVerifier):
         if self.R_mass <= 0.0:  # rejection has probability zero; the law's placeholder is p
             return a + (1.0 - a) * (self._p_top + self.p[x])
         return a + (1.0 - a) * self._p_top / self.R_mass  # R is 0 at a rejectable x_n
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """:meth:`accept_probability` of ``samples`` sampled draft tuples, vectorised (the sampled
+        tuples put the drawn token last)."""
+        x = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)[:, -1]
+        a = np.minimum(1.0, self.p[x] / self.qp[x])
+        if self.R_mass <= 0.0:
+            return a + (1.0 - a) * (self._p_top + self.p[x])
+        return a + (1.0 - a) * self._p_top / self.R_mass
 
     def acceptance(self):
         """``p(Top) + sum_{y not in Top} min(p(y), q'(y))``. O(V)."""

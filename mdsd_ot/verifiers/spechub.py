@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, accept_fraction, sample_index
+from .base import PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index
 from .greedy import hub_or_greedy_parts
 
 __all__ = ["SpecHubVerifier"]
@@ -75,6 +75,17 @@ class _PreparedHub(PreparedVerifier):
         if self.reject <= 0.0:
             return acc + (1.0 - acc) * (self.p[self.a] + self.p[b])
         return acc + (1.0 - acc) * min(1.0, self.p[self.a] / self.reject)
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """:meth:`accept_probability` of ``samples`` sampled draft tuples, vectorised."""
+        drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
+        b = np.where(drafts[:, 0] != self.a, drafts[:, 0], drafts[:, 1])  # the non-hub draft
+        acc = np.minimum(1.0, self.p[b] / self.qp[b])
+        if self.reject <= 0.0:
+            out = acc + (1.0 - acc) * (self.p[self.a] + self.p[b])
+        else:
+            out = acc + (1.0 - acc) * min(1.0, self.p[self.a] / self.reject)
+        return np.where(acc >= 1.0, 1.0, out)
 
     def acceptance(self):
         """``S + min(p(a), 1 - S)``. O(V).

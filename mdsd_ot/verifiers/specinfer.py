@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._config import RRS_MAX_CHAIN_ENTRIES
-from .base import PreparedVerifier, Verifier, residual, sample_index
+from .base import PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecInferVerifier", "rrs_rejection"]
 
@@ -143,6 +143,16 @@ class _PreparedRRS(PreparedVerifier):
         alive = 1.0
         for i, xi in enumerate(x):
             alive *= 1.0 - min(1.0, self._ratio(i, xi))
+        return 1.0 - alive
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """:meth:`accept_probability` of ``samples`` sampled draft tuples, vectorised over the samples
+        (the same operations in the same order as the per-tuple loop)."""
+        drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
+        alive = np.ones(samples)
+        for i in range(self.n):
+            x = drafts[:, i]
+            alive *= 1.0 - np.minimum(1.0, self._r(i)[x] / self.q[x])
         return 1.0 - alive
 
     def acceptance(self):

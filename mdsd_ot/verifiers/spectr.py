@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, residual, sample_index
+from .base import PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecTrVerifier", "kseq_rho"]
 
@@ -131,6 +131,15 @@ class _PreparedSpecTr(PreparedVerifier):
         alive = 1.0
         for xi in x:
             alive *= 1.0 - min(1.0, self._ratio(xi))
+        return 1.0 - alive
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """:meth:`accept_probability` of ``samples`` sampled draft tuples, vectorised over the samples."""
+        drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
+        alive = np.ones(samples)
+        for i in range(self.n):
+            x = drafts[:, i]
+            alive *= 1.0 - np.minimum(1.0, self.p[x] / (self.rho * self.q[x]))
         return 1.0 - alive
 
     def acceptance(self):
