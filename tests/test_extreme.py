@@ -578,6 +578,58 @@ def test_near_one_hot_draft_without_replacement_3_exact(seed):
     assert r.success and abs(r.value - float(exact_alpha(p, q, 3, "without_replacement"))) <= TOL
 
 
+def mp_without_replacement_3(p, q):
+    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (MATH.md 3.2) at every prefix
+    sorted by q/p, with the pair sums updated incrementally (O(V^2) in all).
+
+    W_3(H) = 1 - R [1 + sum_i (1/(1-q_i) - 1) + sum_{i<j} (1 - 1/(1-q_i) - 1/(1-q_j) + 1/(1-q_i-q_j))],
+    R = q(outside H). Inclusion-exclusion cancels ~|H|^2 in float64, harmless at 50 digits.
+    """
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        V = len(P)
+        total = mpmath.fsum(Q)
+        key = [(mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+               for i in range(V)]
+        order = sorted(range(V), key=lambda i: -key[i])
+        best = mpmath.mpf(0)
+        pH = qH = single = pair = mpmath.mpf(0)
+        H = []
+        for k in order:
+            ak = 1 / (total - Q[k])
+            for i in H:
+                pair += 1 - 1 / (total - Q[i]) - ak + 1 / (total - Q[i] - Q[k])
+            single += ak - 1
+            H.append(k)
+            pH += P[k]
+            qH += Q[k]
+            R = total - qH
+            if R > 0:
+                W = 1 - R * (1 + single + pair)
+            else:
+                W = mpmath.mpf(1) if sum(1 for i in H if Q[i] > 0) >= 3 else mpmath.mpf(0)
+            best = max(best, W - pH)
+        return 1 - best
+
+
+@pytest.mark.parametrize("kind, V, seed", [("near_one_hot", 60, 0), ("near_one_hot", 300, 1),
+                                           ("dirichlet-0.05", 400, 2), ("dirichlet-1", 400, 3),
+                                           ("dirichlet-1", 50, 4)])
+def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, seed):
+    """Sequential n = 3 (quadrature + pruning paths) at V up to 400 against 50-digit arithmetic."""
+    if kind == "near_one_hot":
+        p, q = _near_one_hot(V, seed)
+    else:
+        conc = float(kind.split("-")[1])
+        rng = np.random.default_rng(seed)
+        p = rng.dirichlet(np.full(V, conc))
+        q = rng.dirichlet(np.full(V, conc))
+        q[rng.random(V) < 0.1] = 0.0
+        q /= q.sum()
+    r = optimal_acceptance(p, q, 3, sampling="without_replacement")
+    assert r.success and abs(r.value - float(mp_without_replacement_3(p, q))) <= TOL
+
+
 # ---------------------------------------------------------------------------- known bugs (strict)
 # regression: backends.torch.greedy_bounds returned 1 - 1.1e-16 for p == q (fixed in db9bfba)
 @needs_torch
