@@ -630,6 +630,43 @@ def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, see
     assert r.success and abs(r.value - float(mp_without_replacement_3(p, q))) <= TOL
 
 
+def mp_conditional_poisson(p, q, n):
+    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (MATH.md 1) at every
+    prefix sorted by q/p, e_n by the DP e_j(S + x) = e_j(S) + x e_{j-1}(S)."""
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        V = len(P)
+        key = [(mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+               for i in range(V)]
+        order = sorted(range(V), key=lambda i: -key[i])
+        e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
+        for x in Q:
+            for j in range(n, 0, -1):
+                e[j] += x * e[j - 1]
+        h = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
+        best = pH = mpmath.mpf(0)
+        for k in order:
+            for j in range(n, 0, -1):
+                h[j] += Q[k] * h[j - 1]
+            pH += P[k]
+            best = max(best, h[n] / e[n] - pH)
+        return 1 - best
+
+
+@pytest.mark.parametrize("kind", ["near_one_hot", "dirichlet-0.05", "dirichlet-1"])
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_conditional_poisson_against_50_digits(kind, n):
+    V = 2000
+    if kind == "near_one_hot":
+        p, q = _near_one_hot(V, n)
+    else:
+        rng = np.random.default_rng(n)
+        conc = float(kind.split("-")[1])
+        p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+    r = optimal_acceptance(p, q, n, sampling="conditional_poisson")
+    assert r.success and abs(r.value - float(mp_conditional_poisson(p, q, n))) <= TOL
+
+
 # ---------------------------------------------------------------------------- known bugs (strict)
 # regression: backends.torch.greedy_bounds returned 1 - 1.1e-16 for p == q (fixed in db9bfba)
 @needs_torch
