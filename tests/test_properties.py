@@ -315,10 +315,11 @@ def test_dual_equals_lp(prob):
     assert abs(dual.value - lp.value) <= VALUE_TOL
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
+@settings(max_examples=35, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(pairs(min_v=8, max_v=24), st.sampled_from([("with_replacement", 2), ("without_replacement", 3),
-                                                  ("conditional_poisson", 3), ("greedy", 3)]))
+                                                  ("conditional_poisson", 3), ("greedy", 3),
+                                                  ("hub", 2), ("without_replacement", 2)]))
 def test_dual_equals_lp_medium_vocabulary(pair, case):
     """Larger V (the binned / pruned / quadrature paths of the scan) against the LP."""
     p, q = pair
