@@ -114,3 +114,23 @@ def test_help(capsys):
         main(["compare"])  # missing FILE: argparse's one-line error
     assert exc.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_unknown_sampling_and_bad_json_values(files, tmp_path, capsys):
+    # compare --sampling bad used to print an empty table with exit status 0
+    _one_line_error(capsys, ["compare", str(files["npz"]), "--sampling", "bad"], "unknown sampling 'bad'")
+    bools = tmp_path / "bools.json"
+    bools.write_text('{"p": [true, false], "q": [0.5, 0.5]}')
+    _one_line_error(capsys, ["bound", str(bools)], "bools.json: 'p' must contain only numbers")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    _one_line_error(capsys, ["compare", str(deep)], "nested too deeply")
+
+
+def test_huge_n_is_fast_or_rejected(files, capsys):
+    n = str(10**9)
+    assert main(["compare", str(files["npz"]), "--n", n, "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert {r["verifier"] for r in table["records"]} == {"naive", "rrs", "spectr"}
+    assert {s["verifier"] for s in table["skipped"]} >= {"optimal", "greedy", "spechub"}
+    _one_line_error(capsys, ["bound", str(files["npz"]), "--n", n, "--method", "lp"], "exact enumeration")

@@ -108,8 +108,10 @@ class _PreparedNaive(PreparedVerifier):
         if self.scheme.name == "without_replacement":
             seed = int(rng.integers(0, 2**32 - 1))
             return _kernels.sequential_draft_mass(self.p, self.q, self.n, samples, seed)
-        drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
-        return np.array([self.p[np.unique(x)].sum() for x in drafts])
+        drafts = np.sort(sample_drafts_batch(self.scheme, self.q, self.n, samples, rng), axis=1)
+        first = np.ones(drafts.shape, dtype=bool)  # p(S): each distinct drafted token counted once
+        first[:, 1:] = drafts[:, 1:] != drafts[:, :-1]
+        return np.where(first, self.p[drafts], 0.0).sum(axis=1)
 
 
 class NaiveVerifier(Verifier):
