@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..drafts import SCHEMES
-from .base import PreparedVerifier, Verifier, residual, sample_index
+from .base import PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["OptimalVerifier", "feasible_flow"]
 
@@ -81,6 +81,14 @@ class _PreparedOptimal(PreparedVerifier):
     def _law(self, drafts):
         i = self._plan_row(drafts)
         return self.plan[i] + self.stay[i] * self.residual
+
+    def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """P(accepted | drafts) of ``samples`` sampled draft tuples: it depends on the draft set only,
+        so it is evaluated once per distinct set (the same values as the per-tuple loop)."""
+        drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
+        sets, inverse = np.unique(np.sort(drafts, axis=1), axis=0, return_inverse=True)
+        accept = np.array([self._law(s)[np.unique(s)].sum() for s in sets])
+        return accept[inverse.reshape(-1)]
 
     def acceptance(self):
         """Total (projected) flow of the optimal plan, ``alpha*`` to the LP tolerance."""
