@@ -33,8 +33,14 @@ QUAD_STEP = 0.25
 #: Tail of the exponential-clock integral left out at each end of the quadrature grid.
 QUAD_TAIL = 1e-17
 
-#: Slack when pruning prefixes with the cheap W_n bounds (never prunes the optimum).
+#: Slack when pruning bins of the binned scan with exact bounds (never prunes the optimum).
 PRUNE_MARGIN = 1e-12
+
+#: Sequential sampling, n >= 3: prefixes whose upper bound cannot beat the best excess found by more
+#: than this are skipped, so the value returned is within PRUNE_SLACK (plus the ~1e-15 quadrature
+#: error) of the exact optimum. Without it, near-flat excess curves (p close to q, near one-hot
+#: distributions) would need every prefix evaluated.
+PRUNE_SLACK = 1e-13
 
 #: Prefixes evaluated exactly per pruning round of the without-replacement scan (n >= 3).
 PRUNE_BATCH = 256

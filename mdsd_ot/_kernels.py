@@ -11,7 +11,7 @@ import math
 import numba as nb
 import numpy as np
 
-from ._config import BINNED_MIN_V, PRUNE_BATCH, PRUNE_MARGIN, QUAD_STEP, QUAD_TAIL
+from ._config import BINNED_MIN_V, PRUNE_BATCH, PRUNE_MARGIN, PRUNE_SLACK, QUAD_STEP, QUAD_TAIL
 
 # ------------------------------------------------------------------------------- prefix bookkeeping
 
@@ -204,6 +204,7 @@ def quad_grid(n, r_min):
     products ``v t = exp(log v + s)`` (see :func:`times_t`), never t itself.
     """
     s_lo = math.log(QUAD_TAIL) / (n + 1)
+    r_min = max(r_min, 5e-324)  # callers pass R > 0; guard the logarithm all the same
     s_hi = math.log(-math.log(QUAD_TAIL)) - math.log(r_min)  # R t e^{-R t} negligible beyond
     h = QUAD_STEP
     M = int(math.ceil((s_hi - s_lo) / h)) + 1
@@ -322,25 +323,25 @@ def without_replacement_bounds(ps, qs, n):
 
 @nb.njit(cache=True)
 def candidate_prefixes(lo, hi, exact):
-    """Prefixes that may attain the maximum: ``(cand (int64, increasing), best exact (D, k))``."""
+    """Prefixes to evaluate: ``(cand (int64, increasing), best exact (D, k))``.
+
+    The prefix with the largest lower bound is always a candidate (evaluating it secures that
+    bound); any other prefix is one only if its upper bound beats that lower bound by more than
+    ``PRUNE_SLACK``.
+    """
     best_lo = max(lo.max(), 0.0)
+    anchor = np.argmax(lo)
     best = 0.0
     best_k = 0
-    count = 0
+    keep = np.zeros(lo.size, dtype=np.bool_)
     for k in range(lo.size):
         if exact[k]:
             if lo[k] > best:
                 best = lo[k]
                 best_k = k
-        elif hi[k] >= best_lo - PRUNE_MARGIN:
-            count += 1
-    cand = np.empty(count, dtype=np.int64)
-    i = 0
-    for k in range(lo.size):
-        if not exact[k] and hi[k] >= best_lo - PRUNE_MARGIN:
-            cand[i] = k
-            i += 1
-    return cand, best, best_k
+        elif hi[k] > best_lo + PRUNE_SLACK or k == anchor:
+            keep[k] = True
+    return np.flatnonzero(keep).astype(np.int64), best, best_k
 
 
 # ----------------------------------------------------------------------------------- ordering
@@ -592,6 +593,8 @@ def solve_batch(P, Q, n, code):
 # from one pass over the tokens and small tokens cost nothing per node.
 
 SMALL_QT = 0.05
+SATURATED = 1e-30  # P(N < n) or a node weight below this is dropped (far below every tolerance)
+CERTAIN_QT = 40.0  # tokens with q t >= this have arrived by t (e^-40 ~ 4e-18)
 NBANDS = 80
 SERIES_EXTRA = 11
 
@@ -705,16 +708,26 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
     for m in range(m0, M, mstep):
         s = s_lo + m * h
         bm = _node_band(s)
+        # bands <= bcert hold q >= 2^-(bcert + 1) >= CERTAIN_QT / t: arrived, up to e^-40 ~ 4e-18
+        bcert = int(math.floor((s - math.log(CERTAIN_QT)) / math.log(2.0))) - 1
         big = flat[start[m, 0]:start[m, 1]]
         for j in range(n):
             dp[j] = 0.0
         dp[0] = 1.0
         ptr = 0
+        certain = 0
         for c in range(C):
+            weight = _node_weight(h, Rq[c], s)
             stop = queries[c]
-            while ptr < big.size and big[ptr] < stop:
+            while ptr < big.size and big[ptr] < stop and certain < n:
                 i = big[ptr]
                 ptr += 1
+                if bands[i] <= bcert:  # shift the count by one arrival, no exp needed
+                    for j in range(n - 1, 0, -1):
+                        dp[j] = dp[j - 1]
+                    dp[0] = 0.0
+                    certain += 1
+                    continue
                 x = times_t(qs[i], s)
                 if x < 0.5:
                     a = -math.expm1(-x)
@@ -725,6 +738,17 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
                 for j in range(n - 1, 0, -1):
                     dp[j] = dp[j] * ee + dp[j - 1] * a
                 dp[0] *= ee
+            below_big = 0.0
+            for j in range(n):
+                below_big += dp[j]
+            if below_big < SATURATED:
+                # P(N < n) <= P(N_big < n) < SATURATED here and for every longer prefix (tokens
+                # only add arrivals): the integrand is the weight alone from now on
+                for c2 in range(c, C):
+                    acc[c2] += _node_weight(h, Rq[c2], s)
+                break
+            if weight < SATURATED:
+                continue  # this node adds nothing measurable to this prefix
             # the small tokens of this prefix
             if bm < NBANDS:
                 lam = times_t(S[c, bm, 1], s)
@@ -756,7 +780,7 @@ def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, ms
             for i2 in range(n):
                 for j in range(n - i2):
                     below += dp[i2] * small[j]
-            acc[c] += _node_weight(h, Rq[c], s) * max(1.0 - below, 0.0)
+            acc[c] += weight * max(1.0 - below, 0.0)
 
 
 @nb.njit(cache=True)
@@ -816,7 +840,7 @@ def scan_without_replacement(ps, qs, n):
         keep = 0
         for i in range(todo.size):
             k = todo[i]
-            if not evaluated[k] and min(hi[k], cap[k] - P[k]) >= best - PRUNE_MARGIN:
+            if not evaluated[k] and min(hi[k], cap[k] - P[k]) > best + PRUNE_SLACK:
                 todo[keep] = k
                 keep += 1
         todo = todo[:keep].copy()
