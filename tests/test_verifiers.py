@@ -920,3 +920,15 @@ def test_lp_enumeration_size_is_checked_before_it_is_built(sampling, n, V):
     if sampling == "with_replacement":
         table = compare(p, q, n)
         assert "optimal" in dict(table.skipped) and all(r.acceptance == 1.0 for r in table if n > 10**6)
+
+
+def test_rsd_path_monte_carlo_work_is_bounded():
+    from mdsd_ot.verifiers.rsd import MC_MAX_WORK
+
+    V = 2000
+    p = q = np.full(V, 1.0 / V)
+    n = 1000  # no exact recursion at this size: Monte Carlo, O(samples n^3)
+    with pytest.raises(ValueError, match="rsd.MC_MAX_WORK"):
+        verifier_acceptance("rrs_without_replacement", p, q, n, samples=MC_MAX_WORK // n**3 + 1)
+    table = compare(p, q, n, verifiers=None, samples=200)  # skipped with the reason, not a hang
+    assert "MC_MAX_WORK" in dict(table.skipped)["rrs_without_replacement"]

@@ -35,10 +35,14 @@ from ..drafts import complement_masses
 from . import _kernels
 from .base import PreparedVerifier, Verifier, power_exceeds, residual, sample_index
 
-__all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK"]
+__all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK", "MC_MAX_WORK"]
 
 #: Largest ``support^(n-1)`` for which the exact recursion is attempted (n >= 3).
 EXACT_MAX_WORK = 5_000_000
+
+#: Largest ``samples * n**3`` of the rejection-path Monte Carlo (each of the ``n`` steps of a path
+#: scans the up to ``n`` drafted tokens against the ``n`` atoms): ~10 s; beyond it, a ``ValueError``.
+MC_MAX_WORK = 20_000_000_000
 
 
 def _drop(s: np.ndarray, x: int) -> np.ndarray:
@@ -112,6 +116,12 @@ class _PreparedRSD(PreparedVerifier):
         O(n + log V) after one O(V log V) sort, and the variance is far below that of sampling draft
         tuples. The numba generator is seeded from ``rng``.
         """
+        if samples * self.n**3 > MC_MAX_WORK:
+            raise ValueError(
+                f"RSD Monte Carlo with samples={samples:,} and n={self.n:,} drafts costs samples * n^3 = "
+                f"{samples * self.n**3:.3g}, more than rsd.MC_MAX_WORK = {MC_MAX_WORK:.3g}; lower samples "
+                f"(at most {MC_MAX_WORK // self.n**3:,} for this n) or n"
+            )
         tables = _kernels.rsd_path_tables(self.p, self.q, self.n)
         seed = int(rng.integers(0, 2**32 - 1))
         return _kernels.rsd_path_mc(*tables, self.n, samples, seed)
