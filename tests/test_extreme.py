@@ -685,12 +685,9 @@ def test_denormal_draft_mass_without_replacement_3(tiny):
     assert abs(r.value - float(exact_alpha(p, q, 3, "without_replacement"))) <= TOL
 
 
-_NAIVE_DENORMAL = pytest.mark.xfail(
-    strict=True, reason="BUG: verifiers.naive computes q_i / (1 - q_i), which overflows to inf when "
-    "1 - q_max is denormal: acceptance inf or NaN (drafts._without_mass had the same bug, fixed in 254e87f)")
-
-
-@pytest.mark.parametrize("what", ["mass", pytest.param("naive", marks=_NAIVE_DENORMAL)])
+# regression: with 1 - q_max denormal, q_i / (1 - q_i) overflowed to inf in drafts._without_mass
+# (fixed in 254e87f) and in verifiers.naive (fixed since: the big token's term is q(y) q(big) / (1 - q(big)))
+@pytest.mark.parametrize("what", ["mass", "naive"])
 @pytest.mark.parametrize("tiny", [1e-310, 5e-324])
 def test_denormal_complement_without_replacement_2(what, tiny):
     p = np.array([0.5, 0.5])
@@ -704,8 +701,8 @@ def test_denormal_complement_without_replacement_2(what, tiny):
 
 
 # regression: the scan overflowed and returned 1.0 (success=True, empty certificate) where
-# alpha* = 0.6 (dual/batch fixed in 254e87f, torch NaN fixed in db9bfba); the naive verifier still fails
-@pytest.mark.parametrize("api", ["dual", "batch", "torch", pytest.param("naive", marks=_NAIVE_DENORMAL)])
+# alpha* = 0.6 (dual/batch fixed in 254e87f, torch NaN fixed in db9bfba, the naive verifier since)
+@pytest.mark.parametrize("api", ["dual", "batch", "torch", "naive"])
 @pytest.mark.parametrize("tiny", [1e-310, 5e-324])
 def test_denormal_complement_wrong_value(api, tiny):
     p = np.array([0.3, 0.3, 0.4])

@@ -53,13 +53,18 @@ def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | 
         if n == 1:
             return q.copy()
         if n == 2:  # pi(y) = q(y) (1 + sum_{x != y} q(x) / (1 - q(x)))
-            odds = q / complement_masses(q)
-            big = int(np.argmax(odds))
-            small = np.delete(odds, big).sum()  # all terms but the largest, which may dwarf them
-            # sum over x != y; its rounding error times q(y) is at most eps * q(y) * odds[big] <= eps
-            excl = small + odds[big] - odds
-            excl[big] = small
-            return q * (1.0 + np.maximum(excl, 0.0))
+            rest = complement_masses(q)
+            big = int(np.argmax(q))
+            others = np.arange(q.size) != big
+            odds = np.zeros_like(q)
+            odds[others] = q[others] / rest[others]  # each at most 1 (q(x) <= 1/2 of the mass)
+            small = odds.sum()  # every term but the largest token's, which may overflow
+            # sum over x != y; its rounding error times q(y) is at most eps * q(y) * small <= eps
+            pi = q * (1.0 + np.maximum(small - odds, 0.0))
+            # the largest token's term, q(y) q(big) / (1 - q(big)), written so that it cannot
+            # overflow: for y != big, q(y) <= 1 - q(big), so the ratio is at most one
+            pi[others] += q[big] * (q[others] / rest[big])
+            return pi
         return None
     if scheme == "conditional_poisson":  # scale invariant; rescaling to max 1 avoids underflow
         return _kernels.cp_inclusion(q / q.max(), n)
