@@ -93,11 +93,14 @@ def solve_bruteforce(p, q, n: int, scheme: DraftScheme):
     sets, masses = scheme.set_law(q, n)
     bits = 1 << np.arange(V, dtype=np.int64)
     set_bits = np.array([sum(1 << t for t in s) for s in sets], dtype=np.int64)
-    subsets = np.arange(1 << V, dtype=np.int64)
-    members = (subsets[:, None] & bits[None, :]) != 0  # (2^V, V)
-    p_h = members.astype(float) @ p
-    inside = (set_bits[None, :] & ~subsets[:, None]) == 0  # set within H
-    q_h = inside.astype(float) @ masses
-    values = p_h + 1.0 - q_h
-    best = int(np.argmin(values))
-    return float(min(max(values[best], 0.0), 1.0)), np.flatnonzero(members[best]).astype(np.int64)
+    best_value, best_h = np.inf, 0
+    block = max(1, (1 << 22) // max(len(sets), V))  # subsets per block: bounded memory
+    for start in range(0, 1 << V, block):
+        subsets = np.arange(start, min(start + block, 1 << V), dtype=np.int64)
+        members = (subsets[:, None] & bits[None, :]) != 0  # (block, V)
+        inside = (set_bits[None, :] & ~subsets[:, None]) == 0  # draft set within H
+        values = members.astype(float) @ p + 1.0 - inside.astype(float) @ masses
+        i = int(np.argmin(values))
+        if values[i] < best_value:
+            best_value, best_h = float(values[i]), int(subsets[i])
+    return min(max(best_value, 0.0), 1.0), np.flatnonzero(best_h & bits).astype(np.int64)
