@@ -55,15 +55,6 @@ def suffix_sums(x):
     return out
 
 
-@nb.njit(cache=True)
-def _argmin_first(a):
-    best = 0
-    for k in range(1, a.size):
-        if a[k] < a[best]:
-            best = k
-    return best
-
-
 # --------------------------------------------------------------------------- with replacement
 #
 # Every scan returns (D, k): the largest excess D = Q(H_k) - p(H_k) over the prefixes (>= 0, attained
