@@ -72,7 +72,7 @@ def optimal_acceptance(
     >>> round(r.value, 6), r.subset.tolist()
     (0.69, [1, 2, 3])
     """
-    p, q = check_pair(p, q, normalize=True) if normalize else check_pair(p, q)
+    p, q = check_pair(p, q, normalize=normalize)
     p = p / p.sum()
     q = q / q.sum()
     n = check_n(n)
@@ -128,7 +128,7 @@ def optimal_acceptance_batch(
     ndarray, shape (B,)
         ``alpha*`` per row (the dual value; use :func:`optimal_acceptance` for certificates).
     """
-    P, Q = check_pair(P, Q, ndim=2, normalize=True) if normalize else check_pair(P, Q, ndim=2)
+    P, Q = check_pair(P, Q, ndim=2, normalize=normalize)
     P = np.ascontiguousarray(P / P.sum(axis=1, keepdims=True))
     Q = np.ascontiguousarray(Q / Q.sum(axis=1, keepdims=True))
     n = check_n(n)

@@ -30,7 +30,10 @@ import numpy as np
 
 from .._config import UNIT_ROUNDING_TOL
 from .._validate import check_n, check_pair
-from ..drafts import DraftScheme, get_scheme, top_tokens
+from ..drafts import SCHEMES, DraftScheme, get_scheme, top_tokens
+
+#: Every draft scheme, the default (with replacement) first: for verifiers valid under any scheme.
+ANY_SCHEME = ("with_replacement",) + tuple(s for s in SCHEMES if s != "with_replacement")
 
 __all__ = [
     "Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index", "top_k", "sample_drafts_batch",

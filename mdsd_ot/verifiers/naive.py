@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafts import SCHEMES, complement_masses
+from ..drafts import complement_masses
 from . import _kernels
 from .base import (
-    PreparedVerifier, Verifier, accept_fraction, power_exceeds, sample_drafts_batch, sample_index, top_k,
+    ANY_SCHEME, PreparedVerifier, Verifier, accept_fraction, power_exceeds, sample_drafts_batch, sample_index, top_k,
     unit_interval,
 )
 
@@ -132,7 +132,7 @@ class NaiveVerifier(Verifier):
     """
 
     name = "naive"
-    schemes = ("with_replacement",) + tuple(s for s in SCHEMES if s != "with_replacement")
+    schemes = ANY_SCHEME
     reference = "membership baseline (Sun et al., SpecTr, NeurIPS 2023, arXiv:2310.15141)"
 
     def _prepare(self, p, q, n, scheme):

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafts import SCHEMES
-from .base import PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
+from .base import ANY_SCHEME, PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["OptimalVerifier", "feasible_flow"]
 
@@ -106,7 +105,7 @@ class OptimalVerifier(Verifier):
     """
 
     name = "optimal"
-    schemes = ("with_replacement",) + tuple(s for s in SCHEMES if s != "with_replacement")
+    schemes = ANY_SCHEME
     reference = "optimal transport plan (SpecTr, arXiv:2310.15141; Hu et al., arXiv:2502.18779)"
 
     def _prepare(self, p, q, n, scheme):
