@@ -181,23 +181,26 @@ def scan_conditional_poisson(ps, xs, n):
 # ------------------------------------------------- without replacement, any n: exponential clocks
 #
 # W_n(H) = int_0^inf R e^{-R t} P(N_H(t) >= n) dt  (R = q mass outside H, N_H(t) = number of tokens
-# of H whose Exp(q_i) clock rang by time t). With s = log t the integrand R t e^{-Rt} P(.) is smooth
-# and decays double-exponentially on the right and like t^(n+1) on the left, so the trapezoid rule in
-# s converges geometrically. P(N_H(t) >= n) comes from a Poisson-binomial DP truncated at n, updated
-# token by token along the sorted order; it only adds non-negative terms.
+# of H whose Exp(q_i) clock rang by time t; docs/math.md#exponential-clocks). With s = log t the
+# integrand R t e^{-Rt} P(.) is analytic, decays double-exponentially on the right and like t^(n+1)
+# on the left, so the trapezoid rule in s converges geometrically in 1/h. Its sharpest feature is the
+# rise of P(N_H(t) >= n), of width about 1/sqrt(n) in s, hence the step QUAD_STEP / sqrt(n + 1)
+# (docs/math.md#quadrature-step). Every evaluation is re-done on the grid of half that step by an
+# independent kernel (:func:`sequential_mass_check`), which is the error estimate.
 
 
 @nb.njit(cache=True)
-def quad_grid(n, r_min):
-    """Trapezoid grid in s = log t: returns ``(s_lo, h, M)``.
+def quad_grid(n, r_min, refine):
+    """Trapezoid grid in s = log t: returns ``(s_lo, h, M)``; ``refine`` halves the step that often.
 
-    Nodes may lie beyond t = 1e308 (outside masses down to denormals): kernels only ever form the
-    products ``v t = exp(log v + s)`` (see :func:`times_t`), never t itself.
+    The left end leaves out at most ``QUAD_TAIL`` (``P(N >= n) <= t^n``), the right end at most
+    ``QUAD_TAIL`` for every outside mass ``>= r_min``. Nodes may lie beyond t = 1e308 (outside masses
+    down to subnormals): kernels only form ``v t = exp(log v + s)`` (see :func:`times_t`), never t.
     """
     s_lo = math.log(QUAD_TAIL) / (n + 1)
     r_min = max(r_min, 5e-324)  # callers pass R > 0; guard the logarithm all the same
     s_hi = math.log(-math.log(QUAD_TAIL)) - math.log(r_min)  # R t e^{-R t} negligible beyond
-    h = QUAD_STEP
+    h = QUAD_STEP / math.sqrt(n + 1.0) / 2.0 ** refine
     M = int(math.ceil((s_hi - s_lo) / h)) + 1
     return s_lo, h, M
 
@@ -217,48 +220,41 @@ def _node_weight(h, r, s):
     return h * rt * math.exp(-rt) if rt < 800.0 else 0.0
 
 
+@nb.njit(cache=True, inline="always")
+def _arrival(x):
+    """``(P(clock rang by t), P(not yet))`` for ``x = q t``, each without cancellation."""
+    if x < 0.5:
+        a = -math.expm1(-x)
+        return a, 1.0 - a
+    e = math.exp(-x)
+    return 1.0 - e, e
+
+
 @nb.njit(cache=True)
-def _quad_nodes(qs, cand, Rc, n, s_lo, h, m0, mstep, M, acc):
-    """Add the trapezoid terms of nodes m0, m0 + mstep, ... < M for every candidate prefix."""
+def sequential_masses(qs, cand, Rc, n, refine=0):
+    """W_n(H_k) for prefixes ``k = cand`` (increasing), outside masses ``Rc > 0``: the plain DP.
+
+    Every token of every prefix enters the Poisson-binomial DP at every node: O(V n M). The slow
+    reference of the tests and benchmarks; the solver uses :func:`sequential_masses_fast`.
+    """
+    s_lo, h, M = quad_grid(n, Rc.min(), refine)
+    acc = np.zeros(cand.size)
     dp = np.empty(n + 1)  # dp[j] = P(N = j) for j < n, dp[n] = P(N >= n)
-    C = cand.size
-    for m in range(m0, M, mstep):
+    for m in range(M):
         s = s_lo + m * h
-        for j in range(n + 1):
-            dp[j] = 0.0
+        dp[:] = 0.0
         dp[0] = 1.0
         k = 0
-        for c in range(C):
-            stop = cand[c]
-            while k < stop:
-                x = times_t(qs[k], s)
-                if x < 0.5:
-                    a = -math.expm1(-x)
-                    e = 1.0 - a
-                else:
-                    e = math.exp(-x)
-                    a = 1.0 - e
+        for c in range(cand.size):
+            while k < cand[c]:
+                a, e = _arrival(times_t(qs[k], s))
                 dp[n] += dp[n - 1] * a
                 for j in range(n - 1, 0, -1):
                     dp[j] = dp[j] * e + dp[j - 1] * a
                 dp[0] *= e
                 k += 1
             acc[c] += _node_weight(h, Rc[c], s) * dp[n]
-
-
-@nb.njit(cache=True)
-def sequential_masses(qs, cand, Rc, n):
-    """W_n(H_k) for prefixes ``k = cand`` (increasing) with outside masses ``Rc > 0`` (serial)."""
-    s_lo, h, M = quad_grid(n, Rc.min())
-    acc = np.zeros(cand.size)
-    _quad_nodes(qs, cand, Rc, n, s_lo, h, 0, 1, M, acc)
     return acc
-
-
-def sequential_mass_quadrature(q_in, outside, n):
-    """W_n(H) for one subset with masses ``q_in`` inside and ``outside > 0`` outside."""
-    cand = np.array([q_in.size], dtype=np.int64)
-    return sequential_masses(q_in, cand, np.array([float(outside)]), n)[0]
 
 
 @nb.njit(cache=True)
@@ -540,67 +536,80 @@ SCHEME_CODES = {"with_replacement": 0, "without_replacement": 1, "conditional_po
 
 
 @nb.njit(cache=True)
-def solve_sorted(ps, qs, n, code):
-    """Dispatch on a scheme code (see ``SCHEME_CODES``); returns ``(D, k)``, alpha* = 1 - D."""
+def solve_sorted(ps, qs, n, code, refine=0):
+    """Dispatch on a scheme code (see ``SCHEME_CODES``); returns ``(D, k)``, alpha* = 1 - D.
+
+    ``refine`` halves the quadrature step of sequential sampling with n >= 3 that many times.
+    """
     if code == 0 or n == 1:
         return scan_with_replacement(ps, qs, n)
     if code == 1:
         if n == 2:
             return scan_without_replacement_2(ps, qs, complement_masses_kernel(qs))
-        return scan_without_replacement(ps, qs, n)
+        return scan_without_replacement(ps, qs, n, refine)
     return scan_conditional_poisson(ps, qs, n)
 
 
 @nb.njit(cache=True, parallel=True)
 def solve_batch(P, Q, n, code):
-    """Row-parallel batch solve of ``(B, V)`` arrays (binned scans where sums suffice)."""
-    B = P.shape[0]
+    """Row-parallel batch solve of ``(B, V)`` arrays (binned scans where sums suffice).
+
+    Returns ``(alpha, H)``: alpha* per row and a boolean mask of an optimal subset per row.
+    """
+    B, V = P.shape
     out = np.empty(B)
+    H = np.zeros((B, V), dtype=np.bool_)
     for b in nb.prange(B):
-        if P.shape[1] < BINNED_MIN_V:
-            order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-            d = solve_sorted(P[b][order], Q[b][order], n, code)[0]
-        elif n == 1 or code == 0:
-            d = bucketed_scan(P[b], Q[b], n, 0, Q[b])[0]
-        elif code == 1 and n == 2:
+        if V >= BINNED_MIN_V and (n == 1 or code == 0):
+            d, mask = bucketed_scan(P[b], Q[b], n, 0, Q[b])
+            H[b] = mask
+        elif V >= BINNED_MIN_V and code == 1 and n == 2:
             rest = complement_masses_kernel(Q[b])  # any order: 1 - q_i without cancellation
-            d = bucketed_scan(P[b], Q[b], n, 1, rest)[0]
+            d, mask = bucketed_scan(P[b], Q[b], n, 1, rest)
+            H[b] = mask
         else:
             order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-            d = solve_sorted(P[b][order], Q[b][order], n, code)[0]
+            d, k = solve_sorted(P[b][order], Q[b][order], n, code)
+            for i in range(k):
+                H[b, order[i]] = True
         out[b] = max(1.0 - d, 0.0)
-    return out
+    return out, H
 
 
 # ------------------------------------------- without replacement, any n: the fast evaluation path
 #
-# The DP above costs one exp per token and quadrature node. The fast path splits, at each node t,
-# the tokens into "big" ones (q t > SMALL_QT; few: handled by the same DP) and "small" ones, whose
-# Poisson-binomial law comes from power sums: with r_i = e^{q_i t} - 1,
-#   P(N_small = j) = e^{-t q(small)} e_j(r),   p_j(r) = sum_i r_i^j = sum_m c[j, m] t^m sum_i q_i^m,
-# c[j, m] the x^m coefficient of (e^x - 1)^j (series truncated at m = J; q t <= SMALL_QT makes the
-# remainder < SMALL_QT^(J - j + 1)), and e_j from p_j by Newton's identities (no cancellation since
-# r_i <= e^SMALL_QT - 1). Tokens are binned by q in powers of two, so the per-query power sums come
-# from one pass over the tokens and small tokens cost nothing per node.
+# The plain DP costs one exp per token and node. The fast path splits, at each node t, the tokens
+# into "big" ones (q t > SMALL_QT; few: the DP) and "small" ones, whose count law follows from a
+# short power series (docs/math.md#small-tokens). With r_i = e^{q_i t} - 1,
+#   P(N_small = k) = e^{-t q(small)} e_k(r),   sum_k e_k(r) z^k = exp(sum_j (-1)^(j-1) p_j(r) z^j / j),
+#   p_j(r) = sum_i r_i^j = sum_m c[j, m] sum_i (q_i t)^m,
+# c[j, m] the x^m coefficient of (e^x - 1)^j. As r_i <= e^SMALL_QT - 1 = 0.051, the log series is cut
+# after LOG_TERMS terms (p_j <= 0.051^(j-1) p_1), each p_j after x^J (series_length), and e_k comes
+# from k e_k = sum_j (-1)^(j-1) p_j e_{k-j}: O(n LOG_TERMS) per prefix and node. Tokens are binned by
+# q in powers of two (bands); a band's power sums are scaled by its own power of two, so that no q^m
+# underflows while it matters, and the sums over the bands at or above a node's threshold are one
+# lookup per prefix.
 
 SMALL_QT = 0.05
-SATURATED = 1e-30  # P(N < n) or a node weight below this is dropped (far below every tolerance)
-CERTAIN_QT = 40.0  # tokens with q t >= this have arrived by t (e^-40 ~ 4e-18)
-NBANDS = 80
-SERIES_EXTRA = 11
+LOG_TERMS = 13  # (e^0.05 - 1)^13 = 1.7e-17
+SATURATED = 1e-18  # P(N < n) or a node weight below this is dropped: at most 1e-18 of W in all
+LOG_CERTAIN = math.log(40.0)  # a clock with q t >= 40 has rung by t, up to e^-40 = 4e-18
+NBANDS = 80  # band b holds q in (2^-(b+1), 2^-b]; the last band also every smaller q
+_LN2 = math.log(2.0)
+_RESCALE = 1e200
 
 
 @nb.njit(cache=True)
-def series_coefficients(n, J):
-    """``c[j, m]`` = coefficient of x^m in (e^x - 1)^j for j < n, m <= J."""
+def series_coefficients(L, J):
+    """``c[j, m]`` = coefficient of x^m in (e^x - 1)^j for j <= L, m <= J."""
     base = np.zeros(J + 1)
     f = 1.0
     for m in range(1, J + 1):
         f *= m
         base[m] = 1.0 / f
-    c = np.zeros((n, J + 1))
+    c = np.zeros((L + 1, J + 1))
     c[0, 0] = 1.0
-    for j in range(1, n):
+    for j in range(1, L + 1):
         for a in range(J + 1):
             if c[j - 1, a] != 0.0:
                 for b in range(1, J + 1 - a):
@@ -609,196 +618,308 @@ def series_coefficients(n, J):
 
 
 @nb.njit(cache=True)
+def series_length(L):
+    """Smallest J such that cutting every p_j, j <= L, after x^J leaves out at most 1e-18 of a small
+    token's leading term x (x <= SMALL_QT): 9 for L = 1, 12 for L = 3, 16 for L = 13."""
+    c = series_coefficients(L, L + 40)
+    J = L
+    while J < L + 39:
+        tail = 0.0
+        x = SMALL_QT ** (J + 1)
+        for j in range(1, L + 1):
+            tail = max(tail, c[j, J + 1] * x)
+        if tail <= 1e-18 * SMALL_QT:
+            break
+        J += 1
+    return J
+
+
+@nb.njit(cache=True)
 def _bands(qs):
+    """Band of each token, ``q in (2^-(b+1), 2^-b]``, from the float's exponent bits; clipped to
+    ``[0, NBANDS - 1]`` (zero and subnormal masses go to the last band)."""
+    bits = qs.view(np.int64)
     out = np.empty(qs.size, dtype=np.int64)
     for i in range(qs.size):
-        v = qs[i]
-        if v <= 0.0:
+        e = (bits[i] >> 52) & 0x7FF
+        if qs[i] <= 0.0 or e == 0:
             out[i] = NBANDS - 1
-        else:
-            out[i] = min(int(math.floor(-math.log2(v))), NBANDS - 1)
+            continue
+        b = 1022 - e + (1 if (bits[i] & 0xFFFFFFFFFFFFF) == 0 else 0)  # q = 2^-b exactly: band b
+        out[i] = min(max(b, 0), NBANDS - 1)
     return out
 
 
 @nb.njit(cache=True)
-def _band_suffix_power_sums(qs, bands, queries, J):
-    """``S[c, b, m] = sum of q_i^m over i < queries[c] with band(i) >= b``, m = 1..J."""
-    C = queries.size
-    acc = np.zeros((NBANDS, J + 1))
-    S = np.zeros((C, NBANDS + 1, J + 1))
-    i = 0
-    for c in range(C):
-        while i < queries[c]:
-            v = qs[i]
-            x = v
-            b = bands[i]
-            for m in range(1, J + 1):
-                acc[b, m] += x
-                x *= v
-            i += 1
-        for b in range(NBANDS - 1, -1, -1):
-            for m in range(1, J + 1):
-                S[c, b, m] = S[c, b + 1, m] + acc[b, m]
-    return S
+def _band_tables(qs, bands, J):
+    """Tokens grouped by band, and running power sums inside each band: ``(off, perm, table)``.
+
+    ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
+    sort). ``table[off[b] + b + r, k]`` = sum of ``(q_i 2^b)^k`` over the first r tokens of band b
+    (one extra row per band, for r = 0). Each term is at most 1, scaled to its own band, so no power
+    that matters underflows; the sums of the first two powers are Neumaier-compensated (a band may
+    hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need not be.
+    """
+    off = np.zeros(NBANDS + 1, dtype=np.int64)
+    for i in range(qs.size):
+        off[bands[i] + 1] += 1
+    for b in range(NBANDS):
+        off[b + 1] += off[b]
+    perm = np.empty(qs.size, dtype=np.int64)
+    table = np.empty((qs.size + NBANDS, J + 1))
+    run = np.zeros((NBANDS, J + 1))
+    comp = np.zeros((NBANDS, 3))
+    fill = off[:NBANDS].copy()
+    for b in range(NBANDS):
+        table[off[b] + b, :] = 0.0
+    for i in range(qs.size):
+        b = bands[i]
+        perm[fill[b]] = i
+        fill[b] += 1
+        row = fill[b] + b
+        v = math.ldexp(qs[i], b)
+        run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
+        table[row, 1] = run[b, 1] + comp[b, 1]
+        x = v * v
+        run[b, 2], comp[b, 2] = neumaier_add(run[b, 2], comp[b, 2], x)
+        table[row, 2] = run[b, 2] + comp[b, 2]
+        for k in range(3, J + 1):
+            x *= v
+            run[b, k] += x
+            table[row, k] = run[b, k]
+    return off, perm, table
 
 
 @nb.njit(cache=True)
 def _node_band(s):
-    """Bands >= this index hold tokens with q <= 2^-index <= SMALL_QT / t (small at node s = log t)."""
-    return min(max(int(math.ceil((s - math.log(SMALL_QT)) / math.log(2.0))), 0), NBANDS)
+    """Smallest band b with ``t 2^-b <= SMALL_QT`` at t = e^s (bands >= b are small), in [0, NBANDS]."""
+    return min(max(int(math.ceil((s - math.log(SMALL_QT)) / _LN2)), 0), NBANDS)
 
 
 @nb.njit(cache=True)
-def _big_lists(bands, top, s_lo, h, M):
-    """For every node: the positions (< top, increasing) of its big tokens, concatenated.
+def _big_lists(off, perm, node_band, M):
+    """For every node: the positions (increasing) of its big tokens (band below the node's), concatenated.
 
-    Returns ``(flat, start)``: node m's big tokens are ``flat[start[m, 0]:start[m, 1]]``; nodes
-    with the same band threshold share one list.
+    Returns ``(flat, start)``: node m's big tokens are ``flat[start[m, 0]:start[m, 1]]``. Nodes with
+    the same band threshold share one list; each list is the previous one merged with the tokens of
+    the bands in between (``perm``, ``off`` from :func:`_band_tables`).
     """
     start = np.empty((M, 2), dtype=np.int64)
     total = 0
     prev = -1
-    size = 0
     for m in range(M):  # the node thresholds increase with m
-        bm = _node_band(s_lo + m * h)
-        if bm != prev:
-            size = 0
-            for i in range(top):
-                if bands[i] < bm:
-                    size += 1
-            total += size
-            prev = bm
+        if node_band[m] != prev:
+            prev = node_band[m]
+            total += off[min(prev, NBANDS)]
     flat = np.empty(total, dtype=np.int64)
     pos = 0
-    prev = -1
+    prev = 0
     first = 0
+    last = 0  # flat[first:last] is the previous list
     for m in range(M):
-        bm = _node_band(s_lo + m * h)
-        if bm != prev:
-            first = pos
-            for i in range(top):
-                if bands[i] < bm:
-                    flat[pos] = i
-                    pos += 1
-            prev = bm
+        bm = min(node_band[m], NBANDS)
+        if m == 0 or bm != prev:
+            new = np.sort(perm[off[prev] if m > 0 else 0:off[bm]])
+            i, j, begin = first, 0, pos
+            while i < last or j < new.size:  # merge two increasing lists
+                if j == new.size or (i < last and flat[i] < new[j]):
+                    flat[pos] = flat[i]
+                    i += 1
+                else:
+                    flat[pos] = new[j]
+                    j += 1
+                pos += 1
+            first, last, prev = begin, pos, bm
         start[m, 0] = first
-        start[m, 1] = pos
+        start[m, 1] = last
     return flat, start
 
 
 @nb.njit(cache=True)
-def _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, m0, mstep, M, acc):
-    """Trapezoid terms of nodes m0, m0 + mstep, ... for every query prefix (fast path)."""
-    J = coef.shape[1] - 1
-    dp = np.empty(n)
-    pw = np.empty(J + 1)
-    psum = np.empty(n)
-    e = np.empty(n)
-    small = np.empty(n)
-    C = queries.size
-    for m in range(m0, M, mstep):
+def _prepare_fast(qs, top, n, refine, r_min):
+    """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes.
+
+    Returns ``(s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u)`` where
+    ``coef_u[m, j, k] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
+    """
+    s_lo, h, M = quad_grid(n, r_min, refine)
+    L = min(n - 1, LOG_TERMS)
+    J = series_length(L)
+    coef = series_coefficients(L, J)
+    bands = _bands(qs[:top])
+    off, perm, table = _band_tables(qs[:top], bands, J)
+    node_band = np.empty(M, dtype=np.int64)
+    coef_u = np.zeros((M, L + 1, J + 1))
+    for m in range(M):
         s = s_lo + m * h
-        bm = _node_band(s)
-        # bands <= bcert hold q >= 2^-(bcert + 1) >= CERTAIN_QT / t: arrived, up to e^-40 ~ 4e-18
-        bcert = int(math.floor((s - math.log(CERTAIN_QT)) / math.log(2.0))) - 1
+        node_band[m] = _node_band(s)
+        u = math.exp(s - node_band[m] * _LN2)
+        uk = 1.0
+        for k in range(J + 1):
+            for j in range(1, L + 1):
+                coef_u[m, j, k] = coef[j, k] * uk
+            uk *= u
+    flat, start = _big_lists(off, perm, node_band, M)
+    lq = np.full(top, -np.inf)
+    for i in flat[start[M - 1, 0]:start[M - 1, 1]]:  # every token that is big at some node
+        if qs[i] > 0.0:
+            lq[i] = math.log(qs[i])
+    return s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u
+
+
+@nb.njit(cache=True)
+def _query_power_sums(bands, off, table, queries, J):
+    """``S[c, b, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in bands ``>= b``."""
+    C = queries.size
+    count = np.zeros(NBANDS, dtype=np.int64)
+    S = np.zeros((C, NBANDS + 1, J + 1))
+    shrink = np.empty(J + 1)
+    for k in range(J + 1):
+        shrink[k] = 0.5 ** k
+    i = 0
+    for c in range(C):
+        while i < queries[c]:
+            count[bands[i]] += 1
+            i += 1
+        for b in range(NBANDS - 1, -1, -1):
+            row = off[b] + b + count[b]
+            for k in range(1, J + 1):
+                S[c, b, k] = table[row, k] + shrink[k] * S[c, b + 1, k]
+    return S
+
+
+@nb.njit(cache=True, inline="always")
+def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
+    """``g[k] = P(N_small = k)`` for k < n, prefix ``c`` at node ``m`` (threshold band ``b``).
+
+    ``a[j] = (-1)^(j-1) p_j(r)``; the recurrence runs on ``e_k(r)`` scaled by a running power of
+    ``_RESCALE`` (e_k spans far more than float64 when t q(small) is large); the factor
+    ``e^{-t q(small)}`` is applied at the end, in logarithms where it would underflow.
+    """
+    lam = coef_u[m, 1, 1] * S[c, b, 1]  # c[1, 1] = 1: t q(small)
+    for j in range(1, L + 1):
+        v = 0.0
+        for k in range(j, J + 1):
+            v += coef_u[m, j, k] * S[c, b, k]
+        a[j] = v if j % 2 == 1 else -v
+    g[0] = 1.0
+    log_scale = -lam
+    for k in range(1, n):
+        v = 0.0
+        for j in range(1, min(k, L) + 1):
+            v += a[j] * g[k - j]
+        g[k] = v / k
+        if g[k] > _RESCALE:
+            for i in range(k + 1):
+                g[i] /= _RESCALE
+            log_scale += math.log(_RESCALE)
+    if log_scale > -700.0:
+        f = math.exp(log_scale)
+        for k in range(n):
+            g[k] = g[k] * f if g[k] > 0.0 else 0.0
+    else:
+        for k in range(n):
+            g[k] = math.exp(math.log(g[k]) + log_scale) if g[k] > 0.0 else 0.0
+
+
+@nb.njit(cache=True)
+def _fast_nodes(prep, queries, Rq, n, S, M, acc):
+    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path)."""
+    s_lo, h, _, bands, lq, off, table, flat, start, node_band, coef_u = prep
+    dp = np.empty(n)  # P(N_big = j), j < n
+    L = coef_u.shape[1] - 1
+    J = coef_u.shape[2] - 1
+    a = np.empty(L + 1)
+    g = np.empty(n)
+    C = queries.size
+    log_r = np.log(Rq)
+    for m in range(M):
+        s = s_lo + m * h
+        bm = node_band[m]
+        log_certain = LOG_CERTAIN - s
         big = flat[start[m, 0]:start[m, 1]]
-        for j in range(n):
-            dp[j] = 0.0
+        dp[:] = 0.0
         dp[0] = 1.0
         ptr = 0
-        certain = 0
         for c in range(C):
-            weight = _node_weight(h, Rq[c], s)
             stop = queries[c]
-            while ptr < big.size and big[ptr] < stop and certain < n:
+            while ptr < big.size and big[ptr] < stop:
                 i = big[ptr]
                 ptr += 1
-                if bands[i] <= bcert:  # shift the count by one arrival, no exp needed
+                if lq[i] >= log_certain:  # rang by t: shift the count by one arrival, no exp needed
                     for j in range(n - 1, 0, -1):
                         dp[j] = dp[j - 1]
                     dp[0] = 0.0
-                    certain += 1
                     continue
-                x = times_t(qs[i], s)
-                if x < 0.5:
-                    a = -math.expm1(-x)
-                    ee = 1.0 - a
-                else:
-                    ee = math.exp(-x)
-                    a = 1.0 - ee
+                ai, ei = _arrival(math.exp(lq[i] + s))
                 for j in range(n - 1, 0, -1):
-                    dp[j] = dp[j] * ee + dp[j - 1] * a
-                dp[0] *= ee
+                    dp[j] = dp[j] * ei + dp[j - 1] * ai
+                dp[0] *= ei
             below_big = 0.0
             for j in range(n):
                 below_big += dp[j]
+            rt = math.exp(log_r[c] + s)
+            weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
             if below_big < SATURATED:
                 # P(N < n) <= P(N_big < n) < SATURATED here and for every longer prefix (tokens
                 # only add arrivals): the integrand is the weight alone from now on
-                for c2 in range(c, C):
+                acc[c] += weight
+                for c2 in range(c + 1, C):
                     acc[c2] += _node_weight(h, Rq[c2], s)
                 break
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
-            # the small tokens of this prefix
-            if bm < NBANDS:
-                lam = times_t(S[c, bm, 1], s)
-                for mm in range(1, J + 1):  # pw[mm] = t^mm sum q^mm = sum (q t)^mm over small tokens
-                    pw[mm] = math.exp(mm * s + math.log(S[c, bm, mm])) if S[c, bm, mm] > 0.0 else 0.0
-                for j in range(1, n):
-                    v = 0.0
-                    for mm in range(j, J + 1):
-                        v += coef[j, mm] * pw[mm]
-                    psum[j] = v
-                e[0] = 1.0
-                for k in range(1, n):
-                    v = 0.0
-                    sign = 1.0
-                    for i2 in range(1, k + 1):
-                        v += sign * e[k - i2] * psum[i2]
-                        sign = -sign
-                    e[k] = max(v / k, 0.0)
-                for j in range(n):
-                    if e[j] > 0.0:
-                        small[j] = math.exp(math.log(e[j]) - lam)
-                    else:
-                        small[j] = 0.0
+            if bm < NBANDS and S[c, bm, 1] > 0.0:
+                _small_count_law(S, c, bm, coef_u, m, n, L, J, a, g)
             else:
-                small[0] = 1.0
-                for j in range(1, n):
-                    small[j] = 0.0
-            below = 0.0  # P(N < n)
-            for i2 in range(n):
-                for j in range(n - i2):
-                    below += dp[i2] * small[j]
+                g[:] = 0.0
+                g[0] = 1.0
+            below = 0.0  # P(N < n) = sum_i P(N_big = i) P(N_small < n - i)
+            run = 0.0
+            for k in range(n):
+                run += g[k]
+                below += dp[n - 1 - k] * run
             acc[c] += weight * max(1.0 - below, 0.0)
 
 
 @nb.njit(cache=True)
-def sequential_masses_fast(qs, queries, Rq, n):
-    """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
-    s_lo, h, M = quad_grid(n, Rq.min())
-    J = n - 1 + SERIES_EXTRA
-    coef = series_coefficients(n, J)
-    bands = _bands(qs)
-    flat, start = _big_lists(bands, queries[-1], s_lo, h, M)
-    S = _band_suffix_power_sums(qs, bands, queries, J)
+def _nodes_needed(s_lo, h, M, r_min):
+    """Nodes of the grid that a set of prefixes with outside masses ``>= r_min`` needs."""
+    s_hi = math.log(-math.log(QUAD_TAIL)) - math.log(max(r_min, 5e-324))
+    return min(M, int(math.ceil((s_hi - s_lo) / h)) + 1)
+
+
+@nb.njit(cache=True)
+def _evaluate_fast(prep, queries, Rq, n):
+    J = prep[10].shape[2] - 1
+    S = _query_power_sums(prep[3], prep[5], prep[6], queries, J)
     acc = np.zeros(queries.size)
-    _fast_nodes(qs, bands, flat, start, queries, Rq, n, coef, S, s_lo, h, 0, 1, M, acc)
+    _fast_nodes(prep, queries, Rq, n, S, _nodes_needed(prep[0], prep[1], prep[2], Rq.min()), acc)
     return acc
 
 
 @nb.njit(cache=True)
-def scan_without_replacement(ps, qs, n):
+def sequential_masses_fast(qs, queries, Rq, n, refine=0):
+    """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
+    prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min())
+    return _evaluate_fast(prep, queries, Rq, n)
+
+
+@nb.njit(cache=True)
+def scan_without_replacement(ps, qs, n, refine=0):
     """Any n >= 3: exact W_n at a few prefixes, the rest bounded away. Returns ``(D, k)``.
 
     ``W_n`` is non-decreasing along the prefixes, so for an evaluated prefix ``b >= k``,
     ``D_k <= W_n(H_b) - P_k``; with the cheap bounds of :func:`without_replacement_bounds` this
     discards every prefix that cannot beat the best excess found so far. Each round evaluates up to
-    ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature.
+    ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature; the tokens and
+    the grid are prepared once.
     """
     P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
     todo, best, best_k = candidate_prefixes(lo, hi, exact)
+    if todo.size == 0:
+        return best, best_k
+    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]])
     V1 = P.size
     evaluated = np.zeros(V1, dtype=np.bool_)
     w_at = np.zeros(V1)
@@ -811,7 +932,7 @@ def scan_without_replacement(ps, qs, n):
             pick[i] = todo[i * step]
         if last_extra:
             pick[count] = todo[todo.size - 1]
-        w = sequential_masses_fast(qs, pick, R[pick], n)
+        w = _evaluate_fast(prep, pick, R[pick], n)
         for i in range(pick.size):
             k = pick[i]
             wk = min(w[i], Q[k])
@@ -836,3 +957,138 @@ def scan_without_replacement(ps, qs, n):
                 keep += 1
         todo = todo[:keep].copy()
     return best, best_k
+
+
+# ---------------------------------------- without replacement: an independent evaluation of W_n(H)
+#
+# sequential_mass_check evaluates W_n(H) for one subset by another route than the solver's fast
+# path, so that a bug in one cannot certify itself (it backs DraftScheme.mass, hence every
+# certificate re-check): the tokens of H sorted by q instead of the solver's q/p order; the small
+# tokens of a node are an exact suffix of that order (no bands); their power sums are rescaled to each
+# node's own threshold as the scan meets it; their count law comes from Newton's identities in full
+# (no cut log series); every big token enters the plain DP (no arrival shortcut); and the grid has
+# half the solver's step, so that the difference of the two values is also the quadrature error
+# estimate (docs/math.md#independent-check).
+
+
+@nb.njit(cache=True)
+def _newton_count_law(pw, coef, n, psum, e, g, log_scale0):
+    """``g[k] = P(N_small = k)`` for k < n by Newton's identities, ``pw[m] = sum_i (q_i t)^m``."""
+    J = coef.shape[1] - 1
+    for j in range(1, n):
+        v = 0.0
+        for m in range(j, J + 1):
+            v += coef[j, m] * pw[m]
+        psum[j] = v  # p_j(r), r_i = e^{q_i t} - 1
+    e[0] = 1.0
+    log_scale = log_scale0
+    for k in range(1, n):
+        v = 0.0
+        for i in range(1, k + 1):
+            term = e[k - i] * psum[i]
+            v += term if i % 2 == 1 else -term
+        e[k] = v / k
+        if e[k] > _RESCALE:
+            for i in range(k + 1):
+                e[i] /= _RESCALE
+            log_scale += math.log(_RESCALE)
+    for k in range(n):
+        g[k] = math.exp(math.log(e[k]) + log_scale) if e[k] > 0.0 else 0.0
+
+
+@nb.njit(cache=True)
+def sequential_mass_check(q_in, outside, n, refine):
+    """``W_n(H)`` for the masses ``q_in`` of H (any order, zeros allowed) and ``outside > 0``."""
+    s_lo, h, M = quad_grid(n, outside, refine)
+    J = series_length(n - 1)
+    coef = series_coefficients(n - 1, J)
+    # tokens small at every node (q t <= SMALL_QT up to the last node) are summed once; the others
+    # are sorted high to low, and node m's small tokens are a suffix of them
+    log_theta_min = math.log(SMALL_QT) - (s_lo + (M - 1) * h)
+    acc = np.zeros(J + 1)  # sum of (q_i / theta)^j over the small tokens met so far
+    comp = np.zeros(3)  # compensations of the first two powers
+    rest = 0
+    for i in range(q_in.size):
+        if q_in[i] <= 0.0:
+            continue
+        lv = math.log(q_in[i]) - log_theta_min
+        if lv > 0.0:
+            rest += 1
+            continue
+        v = math.exp(lv)
+        acc[1], comp[1] = neumaier_add(acc[1], comp[1], v)
+        x = v * v
+        acc[2], comp[2] = neumaier_add(acc[2], comp[2], x)
+        for j in range(3, J + 1):
+            x *= v
+            acc[j] += x
+    lq = np.empty(rest)
+    rest = 0
+    for i in range(q_in.size):
+        if q_in[i] > 0.0 and math.log(q_in[i]) > log_theta_min:
+            lq[rest] = -math.log(q_in[i])
+            rest += 1
+    lq.sort()
+    lq = -lq  # log q of the other tokens, high to low
+    cut = np.empty(M, dtype=np.int64)  # node m: lq[cut[m]:] are small
+    pw = np.zeros((M, J + 1))  # node m: pw[m, j] = sum of (q t)^j over its small tokens
+    ptr = rest
+    log_theta_prev = log_theta_min
+    for m in range(M - 1, -1, -1):  # theta = SMALL_QT / t grows as m falls
+        log_theta = math.log(SMALL_QT) - (s_lo + m * h)
+        f = math.exp(log_theta_prev - log_theta)
+        fj = f
+        for j in range(1, J + 1):
+            acc[j] *= fj
+            if j <= 2:
+                comp[j] *= fj
+            fj *= f
+        while ptr > 0 and lq[ptr - 1] <= log_theta:
+            ptr -= 1
+            v = math.exp(lq[ptr] - log_theta)
+            acc[1], comp[1] = neumaier_add(acc[1], comp[1], v)
+            x = v * v
+            acc[2], comp[2] = neumaier_add(acc[2], comp[2], x)
+            for j in range(3, J + 1):
+                x *= v
+                acc[j] += x
+        cut[m] = ptr
+        xj = SMALL_QT
+        for j in range(1, J + 1):
+            pw[m, j] = (acc[j] + (comp[j] if j <= 2 else 0.0)) * xj
+            xj *= SMALL_QT
+        log_theta_prev = log_theta
+    dp = np.empty(n)
+    psum = np.empty(n)
+    e = np.empty(n)
+    g = np.empty(n)
+    total = 0.0
+    for m in range(M):
+        s = s_lo + m * h
+        weight = _node_weight(h, outside, s)
+        if weight == 0.0:
+            continue
+        dp[:] = 0.0
+        dp[0] = 1.0
+        below_big = 1.0
+        for i in range(cut[m]):
+            ai, ei = _arrival(math.exp(lq[i] + s))
+            for j in range(n - 1, 0, -1):
+                dp[j] = dp[j] * ei + dp[j - 1] * ai
+            dp[0] *= ei
+            below_big = 0.0
+            for j in range(n):
+                below_big += dp[j]
+            if below_big < SATURATED:  # later tokens only add arrivals
+                break
+        if below_big < SATURATED:
+            total += weight
+            continue
+        _newton_count_law(pw[m], coef, n, psum, e, g, -pw[m, 1])
+        below = 0.0
+        run = 0.0
+        for k in range(n):
+            run += g[k]
+            below += dp[n - 1 - k] * run
+        total += weight * max(1.0 - below, 0.0)
+    return total

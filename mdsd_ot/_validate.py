@@ -18,6 +18,14 @@ def _as_float_array(x, name: str) -> np.ndarray:
     """Convert an array-like (numpy, list, torch tensor) to a float64 ndarray, rejecting non-floats."""
     if isinstance(x, (str, bytes, dict, set)) or x is None:
         raise TypeError(f"{name} must be an array of probabilities, got {type(x).__name__}")
+    if isinstance(x, np.ma.MaskedArray):
+        masked = int(np.ma.count_masked(x))
+        if masked:
+            raise ValueError(
+                f"{name} is a masked array with {masked} masked entries; their meaning is ambiguous: "
+                f"pass {name}.filled(0.0) to treat them as zero mass, or drop those tokens"
+            )
+        x = x.data
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor: convert without importing torch
         x = x.detach().cpu()
         if str(getattr(x, "dtype", "")).endswith("bfloat16"):
@@ -57,6 +65,7 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
     normalize : bool
         Rescale each row to sum to one instead of rejecting sums off one by more than ``SUM_TOL``.
     """
+    normalize = check_bool(normalize, "normalize")
     arr = _as_float_array(x, name)
     if arr.ndim != ndim:
         shape = "(V,)" if ndim == 1 else "(B, V)"
@@ -91,8 +100,16 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
     return arr
 
 
+def check_bool(value, name: str) -> bool:
+    """Validate a flag: ``True``/``False`` (or numpy bools) only, never a truthy string or number."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
 def check_pair(p, q, *, ndim: int = 1, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Validate a target/draft pair of the same shape."""
+    normalize = check_bool(normalize, "normalize")
     p = check_probabilities(p, "p", ndim=ndim, normalize=normalize)
     q = check_probabilities(q, "q", ndim=ndim, normalize=normalize)
     if p.shape != q.shape:
@@ -127,3 +144,17 @@ def check_choice(value, name: str, choices) -> str:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; choose one of {sorted(choices)}")
     return value
+
+
+def fingerprint(*arrays, **params) -> str:
+    """A short, stable identifier of an input (sha256 of the arrays' float64 bytes and the params),
+    printed in internal-error messages so that a report can be matched to its input."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    h.update(repr(sorted(params.items())).encode())
+    return h.hexdigest()[:16]

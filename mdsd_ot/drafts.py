@@ -122,11 +122,11 @@ def _merged_sequential_mass(q_in: np.ndarray, outside: float, n: int) -> float:
     Only the first draw outside ``H`` matters, so the complement can be merged into a single token
     of mass ``outside`` without changing the event "the first n draws all lie in H".
     """
-    q_ext = np.append(q_in, outside)
-    support = np.flatnonzero(q_in > 0)
-    if support.size < n:
+    q_pos = q_in[q_in > 0]  # zero masses are never drawn
+    if q_pos.size < n:
         return 0.0
-    tuples = np.array(list(itertools.permutations(support, n)), dtype=np.int64)
+    q_ext = np.append(q_pos, outside)
+    tuples = np.array(list(itertools.permutations(range(q_pos.size), n)), dtype=np.int64)
     return float(_sequential_tuple_probs(q_ext, tuples).sum())
 
 
@@ -160,6 +160,8 @@ class DraftScheme:
     _mass: Callable
     _min_support: Callable  # n -> number of tokens with q > 0 the scheme needs
     fixed_n: int | None = None  # the scheme is only defined for this number of drafts
+    #: Q(H) is a numerical quadrature (not a closed form) from this n on; None: never.
+    quadrature_from: int | None = None
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, q: np.ndarray, n: int) -> None:
@@ -199,10 +201,21 @@ class DraftScheme:
         sets = sorted(law, key=lambda s: (len(s), s))
         return sets, np.array([law[s] for s in sets])
 
-    def mass(self, q: np.ndarray, n: int, subset) -> float:
-        """``Q(H)``: probability that all ``n`` drafts fall in ``subset`` (indices or a bool mask)."""
+    def mass(self, q: np.ndarray, n: int, subset, *, refine: int = 0) -> float:
+        """``Q(H)``: probability that all ``n`` drafts fall in ``subset`` (indices or a bool mask).
+
+        ``refine`` (schemes with ``quadrature_from``): halve the quadrature step that many more
+        times; the default grid is already one halving finer than the dual solver's.
+        """
         self.check(q, n)
-        return float(self._mass(q, n, _as_mask(subset, q.size)))
+        mask = _as_mask(subset, q.size)
+        if self.is_quadrature(n):
+            return float(self._mass(q, n, mask, refine))
+        return float(self._mass(q, n, mask))
+
+    def is_quadrature(self, n: int) -> bool:
+        """True when ``Q(H)`` for ``n`` drafts is evaluated by quadrature (its grid can be refined)."""
+        return self.quadrature_from is not None and n >= self.quadrature_from
 
 
 # with replacement ------------------------------------------------------------------------------
@@ -246,7 +259,15 @@ def _without_tuples(q, n):
     return tuples, _sequential_tuple_probs(q, tuples)
 
 
-def _without_mass(q, n, mask):
+#: Largest number of ordered draws inside H that :func:`_without_mass` enumerates exactly.
+_ENUMERATE_DRAWS = 200_000
+
+
+def _without_mass(q, n, mask, refine=0):
+    """``W_n(H)``: n = 1, 2 in closed form; n >= 3 by enumerating the ordered draws inside H when
+    there are at most ``_ENUMERATE_DRAWS`` of them, else by the independent exponential-clock
+    evaluation :func:`mdsd_ot._kernels.sequential_mass_check` (not the solver's fast path) on a grid
+    ``refine + 1`` halvings finer than the solver's base grid (docs/math.md#independent-check)."""
     q_in = q[mask]
     outside = q[~mask].sum()
     if n == 1:
@@ -259,12 +280,11 @@ def _without_mass(q, n, mask):
     k = _support_size(q_in)
     if k < n:
         return 0.0
-    if np.prod(np.arange(k - n + 1, k + 1), dtype=float) <= 200_000:
+    if math.lgamma(k + 1) - math.lgamma(k - n + 1) <= math.log(_ENUMERATE_DRAWS):
         return _merged_sequential_mass(q_in, outside, n)
-    from . import _kernels  # exponential-clock quadrature on this subset alone, in index order
+    from . import _kernels
 
-    return float(_kernels.sequential_masses_fast(
-        np.ascontiguousarray(q_in), np.array([q_in.size]), np.array([outside]), n)[0])
+    return float(_kernels.sequential_mass_check(np.ascontiguousarray(q_in), float(outside), n, refine + 1))
 
 
 # greedy (Hu et al.) ------------------------------------------------------------------------------
@@ -358,7 +378,7 @@ SCHEMES: dict[str, DraftScheme] = {
         ),
         DraftScheme(
             "without_replacement", "sequential draws without replacement (Gumbel-top-n order)", True,
-            _without_sample, _without_tuples, _without_mass, lambda n: n,
+            _without_sample, _without_tuples, _without_mass, lambda n: n, quadrature_from=3,
         ),
         DraftScheme(
             "greedy", "the n-1 most likely tokens plus one draw from the rest", True,

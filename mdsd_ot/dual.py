@@ -33,7 +33,7 @@ def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return _kernels.break_ties_by_index(keys, np.argsort(keys))
 
 
-def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
+def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
     """Optimal acceptance by the sorted-prefix scan.
 
     With replacement (and sequential sampling with n = 2) ``Q(H)`` depends on sums over ``H`` only,
@@ -42,7 +42,8 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
 
     Sequential sampling without replacement uses the closed form for n = 2; for n >= 3 it evaluates
     ``W_n`` by exponential-clock quadrature at a few prefixes and bounds the others away
-    (:func:`mdsd_ot._kernels.scan_without_replacement`).
+    (:func:`mdsd_ot._kernels.scan_without_replacement`); ``refine`` halves its quadrature step that
+    many times.
     """
     code = _kernels.SCHEME_CODES[scheme.name]
     by_sums = n == 1 or code == 0 or (code == 1 and n == 2)
@@ -51,7 +52,7 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme):
         excess, mask = _kernels.bucketed_scan(p, q, n, min(code, n - 1), rest)
     else:
         order = sorted_order(p, q)
-        excess, k = _kernels.solve_sorted(p[order], q[order], n, code)
+        excess, k = _kernels.solve_sorted(p[order], q[order], n, code, refine)
         mask = np.zeros(p.size, dtype=bool)
         mask[order[: int(k)]] = True
     return max(1.0 - float(excess), 0.0), np.flatnonzero(mask)
@@ -75,11 +76,11 @@ def solve_greedy(p, q, n: int):
     return max(1.0 - float(excess), 0.0), np.union1d(top, np.flatnonzero(gain)).astype(np.int64)
 
 
-def solve_dual(p, q, n: int, scheme: DraftScheme):
+def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0):
     """The fast exact dual for ``scheme``: closed form for greedy/hub, sorted prefixes otherwise."""
     if scheme.name in ("greedy", "hub"):
         return solve_greedy(p, q, n)
-    return solve_sorted_prefix(p, q, n, scheme)
+    return solve_sorted_prefix(p, q, n, scheme, refine)
 
 
 def solve_bruteforce(p, q, n: int, scheme: DraftScheme):

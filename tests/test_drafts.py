@@ -78,8 +78,11 @@ def test_quadrature_path_of_sequential_mass(rng):
         mask = rng.random(V) < 0.5
         q_in, outside = q[mask], q[~mask].sum()
         closed = q_in.sum() - outside * np.sum(q_in / complement_masses(q)[mask])
-        quad = _kernels.sequential_mass_quadrature(np.ascontiguousarray(q_in), outside, 2)
-        assert quad == pytest.approx(closed, abs=1e-13)
+        q_in = np.ascontiguousarray(q_in)
+        fast = _kernels.sequential_masses_fast(q_in, np.array([q_in.size]), np.array([outside]), 2)[0]
+        check = _kernels.sequential_mass_check(q_in, outside, 2, 1)
+        assert fast == pytest.approx(closed, abs=1e-13)
+        assert check == pytest.approx(closed, abs=1e-13)
     # n = 3 on a subset of 100 tokens (10^6 ordered tuples: the quadrature path inside mass())
     # against the double-sum closed form W_3 = sum_{i != j} q_i q_j/(1-q_i) (q(H)-q_i-q_j)/(1-q_i-q_j)
     q = rng.dirichlet(np.ones(120))
