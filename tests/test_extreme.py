@@ -27,6 +27,8 @@ from mdsd_ot._config import SUM_TOL, VALUE_TOL
 from mdsd_ot.compare import compare
 from mdsd_ot.verifiers import verifier_acceptance
 
+from oracles import exact_alpha, fr, top_indices
+
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
 TOL = 1e-12
 BIG_V = 262_144
@@ -42,66 +44,8 @@ needs_torch = pytest.mark.skipif(torch is None, reason="torch not installed")
 
 
 # ------------------------------------------------------------------- exact rational oracle (small V)
-def _fr(x):
-    f = [Fraction(float(v)) for v in np.asarray(x, dtype=np.float64)]
-    s = sum(f)
-    return [v / s for v in f]
-
-
-def _top(q, k):
-    return sorted(range(len(q)), key=lambda i: (-q[i], i))[:k]
-
-
-def exact_set_law(q, n, scheme):
-    """{frozenset: probability} of the drafted set, exact (MATH.md 1); q a list of Fractions."""
-    V = len(q)
-    sup = [i for i in range(V) if q[i] > 0]
-    law = {}
-
-    def add(t, pr):
-        law[frozenset(t)] = law.get(frozenset(t), Fraction(0)) + pr
-
-    if scheme == "with_replacement":
-        for t in itertools.product(sup, repeat=n):
-            add(t, math.prod((q[i] for i in t), start=Fraction(1)))
-    elif scheme == "without_replacement":
-        for t in itertools.permutations(sup, n):
-            pr, used = Fraction(1), set()
-            for i in t:
-                pr *= q[i] / sum((q[j] for j in range(V) if j not in used), Fraction(0))
-                used.add(i)
-            add(t, pr)
-    elif scheme == "conditional_poisson":
-        sets = list(itertools.combinations(sup, n))
-        w = [math.prod((q[i] for i in s), start=Fraction(1)) for s in sets]
-        for s, wi in zip(sets, w):
-            add(s, wi / sum(w))
-    elif scheme == "greedy":
-        top = _top(q, n - 1)
-        rest = [i for i in sup if i not in top]
-        mass = sum(q[i] for i in rest)
-        for i in rest:
-            add(top + [i], q[i] / mass)
-    elif scheme == "hub":
-        a = _top(q, 1)[0]
-        rest = sum(q[i] for i in range(V) if i != a)
-        for i in sup:
-            if i != a:
-                add((i, a), q[i])
-                add((a, i), q[a] * q[i] / rest)
-    return law
-
-
-def exact_alpha(p, q, n, scheme):
-    """Exact alpha* by brute force over all subsets (Fraction)."""
-    P, Q = _fr(p), _fr(q)
-    V = len(P)
-    law = [(sum(1 << i for i in s), pr) for s, pr in exact_set_law(Q, n, scheme).items()]
-    return min(
-        sum((P[i] for i in range(V) if h >> i & 1), Fraction(0)) + 1
-        - sum((pr for m, pr in law if m & ~h == 0), Fraction(0))
-        for h in range(1 << V)
-    )
+_fr = fr
+_top = top_indices
 
 
 def fsum_objective(p, q, n, scheme, subset):

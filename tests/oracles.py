@@ -1,0 +1,207 @@
+"""Exact references for the tests, independent of the code under test.
+
+* :func:`exact_set_law`, :func:`exact_alpha`: exact rational arithmetic (``fractions.Fraction``) by
+  enumerating every ordered draft tuple and every subset (small V; any magnitude down to subnormals,
+  since every float is an exact rational).
+* :func:`class_sequential_mass`: ``W_n(H)`` for sequential sampling when the masses take a few
+  distinct values, by a DP over how many tokens of each value have been drawn (no quadrature).
+* :func:`uniform_sequential_alpha`: the closed form for a uniform draft, where the drafted set is a
+  uniform n-subset: ``W_n(H) = C(|H|, n) / C(V, n)``.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+
+
+def fr(x):
+    """The exact rationals of a float vector, normalised to sum to one."""
+    f = [Fraction(float(v)) for v in np.asarray(x, dtype=np.float64)]
+    s = sum(f)
+    return [v / s for v in f]
+
+
+def top_indices(q, k):
+    """The k largest entries' indices, ties by index."""
+    return sorted(range(len(q)), key=lambda i: (-q[i], i))[:k]
+
+
+def exact_set_law(q, n, scheme):
+    """{frozenset: probability} of the drafted set, exact; ``q`` a list of Fractions."""
+    V = len(q)
+    sup = [i for i in range(V) if q[i] > 0]
+    law = {}
+
+    def add(t, pr):
+        law[frozenset(t)] = law.get(frozenset(t), Fraction(0)) + pr
+
+    if scheme == "with_replacement":
+        for t in itertools.product(sup, repeat=n):
+            add(t, math.prod((q[i] for i in t), start=Fraction(1)))
+    elif scheme == "without_replacement":
+        for t in itertools.permutations(sup, n):
+            pr, used = Fraction(1), set()
+            for i in t:
+                pr *= q[i] / sum((q[j] for j in range(V) if j not in used), Fraction(0))
+                used.add(i)
+            add(t, pr)
+    elif scheme == "conditional_poisson":
+        sets = list(itertools.combinations(sup, n))
+        w = [math.prod((q[i] for i in s), start=Fraction(1)) for s in sets]
+        for s, wi in zip(sets, w):
+            add(s, wi / sum(w))
+    elif scheme == "greedy":
+        top = top_indices(q, n - 1)
+        rest = [i for i in sup if i not in top]
+        mass = sum(q[i] for i in rest)
+        for i in rest:
+            add(top + [i], q[i] / mass)
+    elif scheme == "hub":
+        a = top_indices(q, 1)[0]
+        rest = sum(q[i] for i in range(V) if i != a)
+        for i in sup:
+            if i != a:
+                add((i, a), q[i])
+                add((a, i), q[a] * q[i] / rest)
+    else:
+        raise ValueError(scheme)
+    return law
+
+
+def exact_alpha(p, q, n, scheme):
+    """Exact alpha* by brute force over all subsets (Fraction)."""
+    P, Q = fr(p), fr(q)
+    V = len(P)
+    law = [(sum(1 << i for i in s), pr) for s, pr in exact_set_law(Q, n, scheme).items()]
+    return min(
+        sum((P[i] for i in range(V) if h >> i & 1), Fraction(0)) + 1
+        - sum((pr for m, pr in law if m & ~h == 0), Fraction(0))
+        for h in range(1 << V)
+    )
+
+
+def exact_alpha_with_replacement(p, q, n):
+    """Exact alpha* for i.i.d. drafts at any n: ``min_H p(H) + 1 - q(H)^n`` over all subsets."""
+    P, Q = fr(p), fr(q)
+    V = len(P)
+    best = Fraction(1)
+    for h in range(1 << V):
+        pick = [i for i in range(V) if h >> i & 1]
+        best = min(best, sum((P[i] for i in pick), Fraction(0)) + 1 - sum((Q[i] for i in pick), Fraction(0)) ** n)
+    return best
+
+
+def class_sequential_mass(values, inside, outside, n):
+    """``W_n(H)`` for sequential draws when the masses take a few distinct values.
+
+    ``values[c]`` is the mass of one token of class c, ``inside[c]`` how many of them H holds, and
+    ``outside`` the total mass outside H. A DP over ``(drawn from class 0, drawn from class 1, ...)``
+    in 50-digit arithmetic; every step adds non-negative terms and the mass left is a direct sum.
+    """
+    with mpmath.workdps(50):
+        vals = [mpmath.mpf(float(v)) for v in values]
+        out = mpmath.mpf(float(outside))
+        states = {tuple(0 for _ in vals): mpmath.mpf(1)}
+        for _ in range(n):
+            nxt = {}
+            for drawn, pr in states.items():
+                left = out + mpmath.fsum((k - d) * v for k, d, v in zip(inside, drawn, vals))
+                for c, v in enumerate(vals):
+                    if inside[c] - drawn[c] > 0 and v > 0:
+                        d2 = drawn[:c] + (drawn[c] + 1,) + drawn[c + 1:]
+                        nxt[d2] = nxt.get(d2, 0) + pr * (inside[c] - drawn[c]) * v / left
+            states = nxt
+        return mpmath.fsum(states.values())
+
+
+def class_sequential_alpha(p, cls, values, n):
+    """alpha* for sequential draws of a class-structured draft (token i has mass ``values[cls[i]]``).
+
+    Prefixes of the tokens sorted by q/p (high to low; ``p = 0 < q`` first) contain an optimal H
+    (the sorting theorem); ``W_n`` of a prefix depends only on its class counts. 50-digit arithmetic.
+    """
+    with mpmath.workdps(50):
+        V = len(p)
+        P = [mpmath.mpf(float(x)) for x in p]
+        total_p = mpmath.fsum(P)
+        P = [x / total_p for x in P]
+        vals = [mpmath.mpf(float(v)) for v in values]
+        total_q = mpmath.fsum(vals[c] for c in cls)
+        vals = [v / total_q for v in vals]
+        q = [vals[c] for c in cls]
+        key = [(mpmath.inf if P[i] == 0 else q[i] / P[i]) if q[i] > 0 else -mpmath.inf for i in range(V)]
+        order = sorted(range(V), key=lambda i: -key[i])
+        counts = [0] * len(vals)
+        n_classes = [sum(1 for c in cls if c == k) for k in range(len(vals))]
+        best = mpmath.mpf(0)
+        pH = mpmath.mpf(0)
+        for i in order:
+            counts[cls[i]] += 1
+            pH += P[i]
+            out = mpmath.fsum((n_classes[k] - counts[k]) * vals[k] for k in range(len(vals)))
+            if sum(counts[k] for k in range(len(vals)) if vals[k] > 0) < n:
+                w = mpmath.mpf(0)
+            elif out == 0:
+                w = mpmath.mpf(1)
+            else:
+                w = class_sequential_mass(vals, counts, out, n)
+            best = max(best, w - pH)
+        return 1 - best
+
+
+def uniform_sequential_alpha(p, n):
+    """alpha* for a uniform draft on all V tokens (sequential draws = a uniform n-subset).
+
+    ``W_n(H) = C(|H|, n) / C(V, n)`` depends on |H| only, so the best H of each size holds the
+    tokens of smallest p: ``alpha* = min_k [p_(1) + ... + p_(k) + 1 - C(k, n) / C(V, n)]``.
+    40-digit arithmetic; the ratio is built as a product, never from factorials.
+    """
+    V = len(p)
+    with mpmath.workdps(40):
+        ps = sorted(mpmath.mpf(float(x)) for x in p)
+        total = mpmath.fsum(ps)
+        best = mpmath.mpf(1)
+        pk = mpmath.mpf(0)
+        ratio = mpmath.mpf(0)  # C(k, n) / C(V, n)
+        for k in range(1, V + 1):
+            pk += ps[k - 1] / total
+            if k == n:
+                ratio = mpmath.fprod(mpmath.mpf(n - i) / (V - i) for i in range(n))
+            elif k > n:
+                ratio = ratio * k / (k - n)
+            best = min(best, pk + 1 - ratio)
+        return best
+
+
+def sequential_mass_3(q, mask):
+    """``W_3(H)`` by its double-sum closed form (draw i, then j, then any third token of H):
+    ``sum_{i != j in H} q_i q_j / (1 - q_i) * (q(H) - q_i - q_j) / (1 - q_i - q_j)``.
+
+    O(|H|^2) in extended precision; every mass left is ``outside + (what is left of H)``, and what is
+    left of H is summed directly wherever a subtraction could cancel (after the largest mass, and
+    after the two largest: no 1 - q_max).
+    """
+    q = np.asarray(q, dtype=np.longdouble)
+    q = q / q.sum()
+    qh = q[mask]
+    outside = q[~mask].sum()
+    order = np.argsort(-qh)
+    qh = qh[order]
+    total_h = qh.sum()
+    rest_without_top = qh[1:].sum()  # q(H) minus its largest mass, summed directly
+    qi = qh[:, None]
+    qj = qh[None, :]
+    left_i = outside + total_h - qi  # mass left after drawing i
+    left_i[0, 0] = outside + rest_without_top
+    inside_ij = total_h - qi - qj  # what is left of H after drawing i and j
+    inside_ij[0, :] = rest_without_top - qh
+    inside_ij[:, 0] = inside_ij[0, :]
+    if qh.size > 1:  # the two largest masses may hold almost all of H: sum the rest directly
+        inside_ij[0, 1] = inside_ij[1, 0] = qh[2:].sum()
+    terms = qi * qj / left_i * inside_ij / (outside + inside_ij)
+    np.fill_diagonal(terms, 0.0)
+    return float(terms.sum())

@@ -1,0 +1,186 @@
+"""The exactness promise over its whole stated domain, swept against independent references.
+
+Every value is compared with a reference that does not call the code under test (``oracles``):
+exact rationals (small V, magnitudes from 1 down to the smallest subnormal mixed in one vector),
+the uniform-draft closed form (V up to 152,064, n up to 128), and a 50-digit DP over mass classes
+(class-structured drafts: near one-hot, tiny masses, top-k-truncated targets). Seeded, so a failure
+is reproducible.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mdsd_ot import optimal_acceptance, optimal_acceptance_batch
+
+from oracles import class_sequential_alpha, exact_alpha, exact_alpha_with_replacement, uniform_sequential_alpha
+
+TOL = 1e-12
+SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
+
+
+def mixed_magnitudes(rng, V, *, zeros=True):
+    """A vector whose entries range from 1 down to subnormals (10^-U(0, 323)), some zero."""
+    x = 10.0 ** -rng.uniform(0, 323, V)
+    if rng.random() < 0.5:
+        x[rng.integers(V)] = 1.0  # one dominant token (near one-hot)
+    if zeros:
+        x[rng.random(V) < 0.2] = 0.0
+    if x.sum() == 0:
+        x[0] = 1.0
+    return x / x.sum()
+
+
+def target(rng, V):
+    """A target: mixed magnitudes, one-hot, or truncated to its top k (top-k / top-p sampling)."""
+    kind = rng.integers(3)
+    p = mixed_magnitudes(rng, V) if kind else rng.dirichlet(np.ones(V))
+    if kind == 1:
+        p = np.zeros(V)
+        p[rng.integers(V)] = 1.0
+    elif kind == 2:
+        k = int(rng.integers(1, V + 1))
+        p[np.argsort(-p, kind="stable")[k:]] = 0.0
+        p /= p.sum()
+    return p
+
+
+def _cases(rng, count):
+    for _ in range(count):
+        V = int(rng.integers(2, 7))
+        q = mixed_magnitudes(rng, V)
+        support = int(np.count_nonzero(q))
+        for scheme in SCHEMES:
+            top_n = 2 if scheme == "hub" else min(support, 6 if V <= 5 else 4)
+            need = 1 if scheme == "with_replacement" else 2
+            if scheme != "with_replacement" and support < need:
+                continue
+            n = 2 if scheme == "hub" else int(rng.integers(1 if scheme == "with_replacement" else 2, top_n + 1))
+            yield V, q, scheme, n
+
+
+def test_mixed_magnitudes_every_scheme_against_exact_rationals():
+    """V <= 6, masses from 1 to 1e-323 mixed (subnormals, zeros, near one-hot), every scheme, n up to
+    the support size: the dual value and the batch value equal exact rational arithmetic to 1e-12."""
+    rng = np.random.default_rng(8_2026)
+    checked = 0
+    for V, q, scheme, n in _cases(rng, 40):
+        p = target(rng, V)
+        expected = float(exact_alpha(p, q, n, scheme))
+        r = optimal_acceptance(p, q, n, sampling=scheme)
+        assert r.success, (scheme, n, p, q, r.message)
+        assert abs(r.value - expected) <= TOL, (scheme, n, p.tolist(), q.tolist(), r.value, expected)
+        batch = optimal_acceptance_batch(p[None], q[None], n, sampling=scheme)[0]
+        assert abs(batch - expected) <= TOL, (scheme, n, p.tolist(), q.tolist(), batch, expected)
+        checked += 1
+    assert checked >= 150
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 32, 128])
+def test_with_replacement_many_drafts_mixed_magnitudes(n):
+    """With replacement, any n: exact rationals (q(H)^n) at magnitudes down to subnormals."""
+    rng = np.random.default_rng(n)
+    for _ in range(15):
+        V = int(rng.integers(2, 9))
+        p, q = target(rng, V), mixed_magnitudes(rng, V)
+        expected = float(exact_alpha_with_replacement(p, q, n))
+        assert abs(optimal_acceptance(p, q, n).value - expected) <= TOL
+
+
+def test_issue_examples_tiny_draft_masses():
+    """The inputs that returned wrong values with success=True: tiny masses, sequential n = 3."""
+    p = np.array([1.0, 0, 0, 0])
+    q = np.array([1e-55, 1e-200, 1e-140, 1.0])
+    q /= q.sum()
+    expected = float(exact_alpha(p, q, 3, "without_replacement"))
+    assert expected == 1.0
+    r = optimal_acceptance(p, q, 3, sampling="without_replacement")
+    assert r.success and abs(r.value - expected) <= TOL
+    assert abs(optimal_acceptance_batch(p[None], q[None], 3, sampling="without_replacement")[0] - expected) <= TOL
+    # V = 100: q = 1e-40 except q[0] = 1 and q[-1] = 1e-30; p one-hot on the last token
+    V = 100
+    cls = [1] * V
+    cls[0], cls[-1] = 0, 2
+    values = [1.0, 1e-40, 1e-30]
+    q = np.array([values[c] for c in cls])
+    q /= q.sum()
+    p = np.zeros(V)
+    p[-1] = 1.0
+    expected = float(class_sequential_alpha(p, cls, values, 3))
+    r = optimal_acceptance(p, q, 3, sampling="without_replacement")
+    assert r.success and abs(r.value - expected) <= TOL
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_class_structured_drafts_without_replacement(seed):
+    """Sequential sampling, n = 3..16: drafts with 2-3 mass classes of wildly different magnitude
+    (near one-hot heads, tails down to 1e-300) and targets that are one-hot, top-k-truncated or
+    random, against the 50-digit class DP (no quadrature)."""
+    rng = np.random.default_rng(100 + seed)
+    V = int(rng.integers(20, 80))
+    values = sorted(10.0 ** -rng.uniform(0, 300, int(rng.integers(2, 4))), reverse=True)
+    values[0] = 1.0
+    cls = rng.integers(0, len(values), V)
+    cls[rng.integers(V)] = 0
+    q = np.array([values[c] for c in cls])
+    q /= q.sum()
+    p = target(rng, V)
+    n = int(rng.integers(3, min(16, V) + 1))
+    expected = float(class_sequential_alpha(p, list(cls), values, n))
+    r = optimal_acceptance(p, q, n, sampling="without_replacement")
+    assert r.success, r.message
+    assert abs(r.value - expected) <= TOL, (seed, n, r.value, expected)
+
+
+@pytest.mark.parametrize("V, n", [(1000, 3), (1000, 64), (10_000, 8), (10_000, 128), (10_000, 500),
+                                  pytest.param(152_064, 16, marks=pytest.mark.slow),
+                                  pytest.param(152_064, 128, marks=pytest.mark.slow)])
+def test_uniform_draft_many_drafts(V, n):
+    """Uniform q (the drafted set is a uniform n-subset): closed form at every n, random and
+    top-k-truncated targets (the error grew to 1e-3 at n = 128 before the step depended on n)."""
+    rng = np.random.default_rng(V + n)
+    q = np.full(V, 1.0 / V)
+    for kind in range(2):
+        p = rng.dirichlet(np.full(V, 0.5))
+        if kind == 1:
+            p[np.argsort(-p)[max(n, V // 20):]] = 0.0
+            p /= p.sum()
+        expected = float(uniform_sequential_alpha(p, n))
+        r = optimal_acceptance(p, q, n, sampling="without_replacement")
+        assert r.success, r.message
+        assert abs(r.value - expected) <= TOL, (kind, r.value, expected)
+
+
+def _llm_top5_pair(rng, V):
+    z = rng.standard_normal(V) * 2.5 - 1.1 * np.log(np.arange(1, V + 1))
+    p = np.exp(z - z.max())
+    p[np.argsort(-p)[5:]] = 0.0  # a target truncated to its top 5 (top-k sampling)
+    zq = (z + rng.standard_normal(V)) / 0.05  # the draft: a full softmax at temperature 0.05
+    q = np.exp(zq - zq.max())
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("V, seeds", [(1200, range(8)), pytest.param(4000, range(8, 12), marks=pytest.mark.slow)])
+def test_llm_like_top5_target_cold_draft_n3(V, seeds):
+    """The LLM-like pairs that were wrong by up to 1.4e-2: top-5 target, T = 0.05 draft, n = 3.
+
+    p = 0 tokens come first in the q/p order and only add draft mass, so the optimal H is one of the
+    6 prefixes that end the p = 0 block; W_3 of each by its double-sum closed form (extended
+    precision) gives alpha* independently of the quadrature.
+    """
+    from oracles import sequential_mass_3
+
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        p, q = _llm_top5_pair(rng, V)
+        zero = p == 0
+        nonzero = np.flatnonzero(~zero)
+        nonzero = nonzero[np.argsort(-(q[nonzero] / p[nonzero]), kind="stable")]
+        best = 0.0
+        for k in range(nonzero.size + 1):
+            mask = zero.copy()
+            mask[nonzero[:k]] = True
+            best = max(best, sequential_mass_3(q, mask) - p[mask].sum())
+        r = optimal_acceptance(p, q, 3, sampling="without_replacement")
+        assert r.success, r.message
+        assert abs(r.value - (1.0 - best)) <= TOL, (seed, r.value, 1.0 - best)
