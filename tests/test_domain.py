@@ -184,3 +184,84 @@ def test_llm_like_top5_target_cold_draft_n3(V, seeds):
         r = optimal_acceptance(p, q, 3, sampling="without_replacement")
         assert r.success, r.message
         assert abs(r.value - (1.0 - best)) <= TOL, (seed, r.value, 1.0 - best)
+
+
+# ------------------------------------------------------------------------------ every verifier
+def _verifier_cases(seed, count):
+    from mdsd_ot.verifiers import VERIFIERS
+
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        V = int(rng.integers(2, 6))
+        p, q = target(rng, V), mixed_magnitudes(rng, V)
+        for name, verifier in VERIFIERS.items():
+            schemes = ("with_replacement", "without_replacement", "greedy") if name == "optimal" else (None,)
+            for sampling in schemes:
+                scheme = verifier.resolve_scheme(sampling)
+                n = 2 if name == "spechub" else int(rng.integers(1, 4))
+                try:
+                    verifier.check_n(n)
+                    scheme.check(q, n)
+                except ValueError:
+                    continue
+                yield name, p, q, n, scheme.name
+
+
+def test_every_verifier_is_valid_and_below_its_bound_at_extreme_magnitudes():
+    """Masses from 1 to subnormals mixed (1 - q_x subnormal included), every verifier: the exact
+    output law summed over every draft tuple equals p to 1e-12, the exact acceptance equals that
+    enumeration, and no acceptance exceeds its scheme's exact (rational) bound."""
+    from mdsd_ot.verifiers import VERIFIERS
+
+    checked = 0
+    for name, p, q, n, sampling in _verifier_cases(31, 60):
+        prepared = VERIFIERS[name].prepare(p, q, n, sampling=sampling)
+        tuples, probs = prepared.scheme.tuple_law(prepared.q, n)
+        law = np.zeros(p.size)
+        acc = 0.0
+        for t, pr in zip(tuples, probs):
+            lt, at = prepared.output_law(t)
+            law += pr * lt
+            acc += pr * at
+        np.testing.assert_allclose(law, prepared.p, rtol=0, atol=1e-12, err_msg=f"{name} {p} {q} {n}")
+        bound = float(exact_alpha(p, q, n, sampling))
+        assert acc <= bound + 1e-12, (name, p.tolist(), q.tolist(), n, acc, bound)
+        if prepared.exact_available():
+            assert abs(prepared.acceptance() - acc) <= 1e-12, (name, p.tolist(), q.tolist(), n)
+        checked += 1
+    assert checked >= 300
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_rsd_with_subnormal_complement(n):
+    """RSD when 1 - q_x is subnormal: 1 / (1 - q_x) overflowed and the rejection term was dropped
+    (acceptance 1.0, three times alpha*). Exact and Monte Carlo stay at or below the exact bound."""
+    from mdsd_ot.verifiers import verifier_acceptance
+
+    p = np.array([0.0, 1.0, 0.0, 0.0])
+    q = np.array([1.0, 1.5e-321, 1.5e-321, 1.5e-321])
+    bound = float(exact_alpha(p, q, n, "without_replacement"))
+    exact = verifier_acceptance("rrs_without_replacement", p, q, n)
+    assert exact.value <= bound + 1e-12
+    mc = verifier_acceptance("rrs_without_replacement", p, q, n, method="monte_carlo", samples=2000, rng=0)
+    assert mc.value <= bound + 1e-12
+
+
+def test_monte_carlo_error_is_honest_when_rare_paths_are_never_sampled():
+    """Near one-hot drafts: the rare rejection paths are not sampled, every sample can be equal, and
+    the sample standard error is 0; the reported error still covers the distance to the exact value."""
+    from mdsd_ot.verifiers import verifier_acceptance
+
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        V = 6
+        q = np.full(V, 1e-7)
+        q[0] = 1.0
+        q[1:] = 10.0 ** -rng.uniform(6, 9, V - 1)
+        q /= q.sum()
+        p = rng.dirichlet(np.ones(V))
+        for n in (3, 4):
+            exact = verifier_acceptance("rrs_without_replacement", p, q, n, method="exact").value
+            mc = verifier_acceptance("rrs_without_replacement", p, q, n, method="monte_carlo", samples=500, rng=1)
+            assert mc.stderr > 0.0
+            assert abs(mc.value - exact) <= 4 * mc.stderr, (n, mc, exact)

@@ -158,7 +158,9 @@ def verifier_acceptance(
     Returns
     -------
     VerifierAcceptance
-        ``value``, ``stderr`` (0.0 when exact), ``method``, ``verifier``, ``sampling``.
+        ``value``, ``stderr`` (0.0 when exact; for Monte Carlo the sample standard error, but never
+        below ``1.5 (hi - lo) / samples`` for the range ``[lo, hi]`` of the per-sample values, which
+        covers rare draft events no sample hit), ``method``, ``verifier``, ``sampling``.
 
     Examples
     --------
@@ -193,7 +195,9 @@ def verifier_acceptance(
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
     acc = unit_interval(_monte_carlo(prepared, samples, rng), "per-sample acceptance")
-    stderr = float(acc.std(ddof=1) / np.sqrt(samples))
+    lo, hi = prepared.monte_carlo_range()
+    # never below the shift that unobserved rare draft events could cause (PreparedVerifier.monte_carlo_range)
+    stderr = max(float(acc.std(ddof=1) / np.sqrt(samples)), 1.5 * (hi - lo) / samples)
     return VerifierAcceptance(
         float(acc.mean()), stderr, "monte_carlo", verifier.name, sampling_name, prepared.n, samples
     )

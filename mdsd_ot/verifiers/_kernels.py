@@ -25,13 +25,16 @@ __all__ = [
 def rsd2_rejection(p, q, rest):
     """Rejection probability of recursive speculative decoding with two sequential drafts.
 
-    .. math:: 1 - \\alpha = \\sum_{x:\\,q_x > p_x} (q_x - p_x)\\, G\\!\\left(\\tfrac{1}{1 - q_x}\\right),
-              \\qquad G(c) = \\sum_y (r'_y - c\\, q_y)_+,\\quad r' = \\frac{(p - q)_+}{\\sum (p - q)_+}
+    .. math:: 1 - \\alpha = \\sum_{x:\\,q_x > p_x} (q_x - p_x)\\, G_x, \\qquad
+              G_x = \\sum_y \\bigl(r'_y - q_y / (1 - q_x)\\bigr)_+,\\quad
+              r' = \\frac{(p - q)_+}{\\sum (p - q)_+}
 
-    ``G(c) = 1 - beta(r', q without x renormalised)`` because ``r'_x = 0`` for every rejected ``x``.
-    ``G`` is piecewise linear in ``c``: with the tokens sorted by ``r'/q`` (descending) it is
-    ``R_k - c Q_k`` over the ``k`` tokens with ``r'/q > c`` (prefix sums, compensated), found by binary
-    search. Complexity O(V log V).
+    ``G_x = 1 - beta(r', q without x renormalised)`` because ``r'_x = 0`` for every rejected ``x``.
+    With the tokens sorted by ``r'/q`` (descending), ``G_x = R_k - Q_k / (1 - q_x)`` over the ``k``
+    tokens with ``r'_y (1 - q_x) > q_y`` (prefix sums, compensated), found by binary search. The
+    comparison runs on ``log r' - log q`` against ``-log(1 - q_x)``, and ``Q_k`` is divided by
+    ``1 - q_x``: neither ``1 / (1 - q_x)`` nor ``r'/q`` is ever formed, so a subnormal ``1 - q_x`` or
+    ``q_y`` cannot overflow (``Q_k / (1 - q_x) < R_k <= 1`` for the tokens counted). O(V log V).
 
     Parameters
     ----------
@@ -48,7 +51,7 @@ def rsd2_rejection(p, q, rest):
             tv += d
     if tv <= 0.0:
         return 0.0
-    # tokens with r' > 0, keyed by r'/q (inf where q = 0)
+    # tokens with r' > 0, keyed by log(r'/q) (inf where q = 0)
     m = 0
     for i in range(V):
         if p[i] > q[i]:
@@ -60,7 +63,7 @@ def rsd2_rejection(p, q, rest):
         if p[i] > q[i]:
             idx[j] = i
             r = (p[i] - q[i]) / tv
-            key[j] = r / q[i] if q[i] > 0.0 else np.inf
+            key[j] = math.log(r) - math.log(q[i]) if q[i] > 0.0 else np.inf
             j += 1
     order = np.argsort(key)  # ascending; prefix sums are taken from the top
     skey = np.empty(m, dtype=np.float64)
@@ -81,11 +84,10 @@ def rsd2_rejection(p, q, rest):
     total = 0.0
     for x in range(V):
         w = q[x] - p[x]
-        if w <= 0.0:
+        if w <= 0.0 or rest[x] <= 0.0:  # rest = 0: q one-hot at x, no second draft to reject
             continue
-        c = 1.0 / rest[x]
-        k = m - np.searchsorted(skey, c, side="right")  # number of keys > c
-        g = R[k] - c * Q[k]
+        k = m - np.searchsorted(skey, -math.log(rest[x]), side="right")  # keys above log(1/(1-q_x))
+        g = R[k] - Q[k] / rest[x]
         if g > 0.0:
             total += w * g
     return total
@@ -230,9 +232,10 @@ def rsd_path_tables(p, q, n):
     keep = (p > 0) | (q > 0)
     idx = np.flatnonzero(keep)
     qk = q[idx]
-    t = np.full(idx.size, np.inf)
+    t = np.full(idx.size, np.inf)  # q = 0: never drafted, above every theta
     pos = qk > 0
-    t[pos] = p[idx][pos] / qk[pos]
+    with np.errstate(over="ignore"):
+        t[pos] = np.minimum(p[idx][pos] / qk[pos], np.finfo(np.float64).max)  # subnormal q: finite
     order = np.argsort(t, kind="stable")
     idx, t = idx[order], t[order]
     ps, qs = p[idx], q[idx]
@@ -250,7 +253,13 @@ def rsd_path_tables(p, q, n):
 
 @njit(cache=True)
 def _excess(t, Ps, Qs, theta):
-    """E(theta) = sum_{t_y > theta} (p_y - theta q_y), O(log V)."""
+    """E(theta) = sum_{t_y > theta} (p_y - theta q_y), O(log V).
+
+    ``theta = inf`` (a step ``E / M`` that overflowed: the q-mass ``M`` not yet drafted is subnormal)
+    is the limit: only tokens with ``q = 0`` (``t = inf``) keep residual mass.
+    """
+    if theta == np.inf:
+        return Ps[np.searchsorted(t, np.inf, side="left")]
     k = np.searchsorted(t, theta, side="right")
     e = Ps[k] - theta * Qs[k]
     return e if e > 0.0 else 0.0
@@ -370,13 +379,70 @@ def _draw_rejected(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next):
     return last
 
 
+#: Below this undrafted q-mass (or above this theta) the theta form is left for explicit residuals:
+#: ``theta + E / M`` would overflow (M subnormal), while ``q / M`` stays a proper distribution.
+_THETA_SAFE = 1e290
+
+
+@njit(cache=True)
+def _explicit_rejection(ps, qs, drawn, nd, theta, e, mass, steps):
+    """``E(theta_{n+1})`` from the current state, with the residuals as explicit arrays: O(V) a step.
+
+    The state after ``nd`` rejected drafts: ``r = (p - theta q)_+ / e``, ``s = q`` on the tokens not
+    yet drafted divided by ``mass``. Each of the remaining ``steps`` steps multiplies ``e`` by its
+    rejection probability ``Z = sum (r - s)_+``; between steps a rejected token is drawn with
+    probability ``(s_x - r_x)_+ / Z`` and ``r, s`` are updated as RSD does. Used only where the theta
+    form would overflow (a subnormal undrafted mass).
+    """
+    V = ps.size
+    r = np.empty(V)
+    sv = np.empty(V)
+    live = np.ones(V, dtype=np.bool_)
+    for i in range(nd):
+        live[drawn[i]] = False
+    for i in range(V):
+        d = ps[i] - theta * qs[i]
+        r[i] = d / e if d > 0.0 else 0.0
+        sv[i] = qs[i] / mass if live[i] else 0.0
+    for step in range(steps):
+        z = 0.0
+        for i in range(V):
+            d = r[i] - sv[i]
+            if d > 0.0:
+                z += d
+        e *= z
+        if e <= 0.0 or step == steps - 1:
+            break
+        v = np.random.random() * z  # the rejected draft: P(x) = (s_x - r_x)_+ / Z
+        x = -1
+        for i in range(V):
+            d = sv[i] - r[i]
+            if d > 0.0:
+                x = i
+                if v < d:
+                    break
+                v -= d
+        for i in range(V):
+            d = r[i] - sv[i]
+            r[i] = d / z if d > 0.0 else 0.0
+        sv[x] = 0.0
+        left = 0.0
+        for i in range(V):
+            left += sv[i]
+        for i in range(V):
+            sv[i] /= left
+    return e
+
+
 @njit(cache=True)
 def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
     """Per-sample P(accepted) estimates of RSD along sampled rejection paths (see the block comment).
 
     Each estimate is ``1 - E(theta_{n+1})`` for one path of ``n - 1`` rejected tokens drawn from
     ``w_1, ..., w_{n-1}``; its mean is the exact acceptance. Uses numba's generator seeded with
-    ``seed``. Complexity O(samples n (n + log V)), plus an O(V) fallback in degenerate steps.
+    ``seed``. Complexity O(samples n (n + log V)), plus an O(V) fallback in degenerate steps; a path
+    whose undrafted mass becomes subnormal continues with explicit residuals
+    (:func:`_explicit_rejection`, O(V) a step).
     """
     np.random.seed(seed)
     out = np.empty(samples, dtype=np.float64)
@@ -386,7 +452,12 @@ def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
         e = _excess(t, Ps, Qs, 0.0)
         mass = _undrafted_mass(qs, atoms, rest_q, drawn, 0)
         nd = 0
+        explicit = False
         for k in range(n - 1):
+            if e > 0.0 and (mass < 1.0 / _THETA_SAFE or theta > _THETA_SAFE):
+                e = _explicit_rejection(ps, qs, drawn, nd, theta, e, mass, n - k)
+                explicit = True
+                break
             theta_next = theta + e / mass
             e_next = _excess(t, Ps, Qs, theta_next)
             if e_next <= 0.0:
@@ -401,8 +472,11 @@ def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
             mass = _undrafted_mass(qs, atoms, rest_q, drawn, nd)
             theta = theta_next
             e = e_next
-        if e > 0.0 and mass > 0.0:
-            e = _excess(t, Ps, Qs, theta + e / mass)
+        if not explicit and e > 0.0 and mass > 0.0:
+            if mass < 1.0 / _THETA_SAFE or theta > _THETA_SAFE:
+                e = _explicit_rejection(ps, qs, drawn, nd, theta, e, mass, 1)
+            else:
+                e = _excess(t, Ps, Qs, theta + e / mass)
         out[s] = 1.0 - e
     return out
 

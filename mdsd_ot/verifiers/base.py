@@ -37,7 +37,7 @@ ANY_SCHEME = ("with_replacement",) + tuple(s for s in SCHEMES if s != "with_repl
 
 __all__ = [
     "Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index", "top_k", "sample_drafts_batch",
-    "accept_fraction", "unit_interval", "power_exceeds",
+    "accept_ratio", "accept_fraction", "unit_interval", "power_exceeds",
 ]
 
 
@@ -72,6 +72,21 @@ def residual(r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, float]:
     if mass > 0.0:
         return d / mass, mass
     return r, 0.0
+
+
+def accept_ratio(r, s):
+    """``min(1, r / s)`` for ``r, s >= 0`` without overflow: 1 where ``r >= s``, else ``r / s`` (< 1).
+
+    The acceptance probability of one speculative-sampling step; ``r / s`` alone overflows when
+    ``s`` is subnormal (and warns), which this never forms. Scalars give a float, arrays an array.
+    """
+    if np.ndim(r) == 0 and np.ndim(s) == 0:
+        return 1.0 if r >= s else float(r) / float(s)
+    r, s = np.broadcast_arrays(np.asarray(r, dtype=np.float64), np.asarray(s, dtype=np.float64))
+    out = np.ones(r.shape)
+    below = r < s
+    out[below] = r[below] / s[below]
+    return out
 
 
 def accept_fraction(accept: float, reject: float) -> float:
@@ -282,6 +297,16 @@ class PreparedVerifier(ABC):
     def acceptance(self) -> float:
         """Exact acceptance rate ``E[P(output is a draft | drafts)]``."""
         raise NotImplementedError  # pragma: no cover
+
+    def monte_carlo_range(self) -> tuple[float, float]:
+        """Bounds ``(lo, hi)`` on every per-sample Monte Carlo value (default: ``[0, 1]``).
+
+        The reported standard error is never below ``1.5 (hi - lo) / samples``: a draft event of
+        probability below ``3 / samples`` is missed with probability up to 5% and would shift the mean
+        by up to ``3 (hi - lo) / samples``, which a sample standard error cannot see (it is 0 when every
+        sample is equal). Verifiers with a tighter range override this.
+        """
+        return 0.0, 1.0
 
     # -- to implement ------------------------------------------------------------------------
     @abstractmethod

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index, top_k
+from .base import accept_ratio, PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index, top_k
 
 __all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
 
@@ -54,7 +54,7 @@ class _PreparedGreedy(PreparedVerifier):
 
     def _verify(self, drafts, rng):
         x = self._last(drafts)
-        if rng.random() < self.p[x] / self.qp[x]:
+        if rng.random() < accept_ratio(self.p[x], self.qp[x]):
             return x
         if self.R_mass > 0.0:
             return sample_index(self.R, rng.random())
@@ -62,7 +62,7 @@ class _PreparedGreedy(PreparedVerifier):
 
     def _law(self, drafts):
         x = self._last(drafts)
-        a = min(1.0, self.p[x] / self.qp[x])
+        a = accept_ratio(self.p[x], self.qp[x])
         law = np.zeros(self.p.size)
         law[x] += a
         if a < 1.0:
@@ -72,19 +72,19 @@ class _PreparedGreedy(PreparedVerifier):
     def accept_probability(self, drafts):
         """``a + (1 - a) p(Top) / R_mass`` with ``a = min(1, p(x_n) / q'(x_n))``, O(n)."""
         x = self._last(self.check_drafts(drafts))
-        a = min(1.0, self.p[x] / self.qp[x])
+        a = accept_ratio(self.p[x], self.qp[x])
         if self.R_mass <= 0.0:  # rejection has probability zero; the law's placeholder is p
             return a + (1.0 - a) * (self._p_top + self.p[x])
-        return a + (1.0 - a) * self._p_top / self.R_mass  # R is 0 at a rejectable x_n
+        return a + (1.0 - a) * accept_ratio(self._p_top, self.R_mass)  # R is 0 at a rejectable x_n
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
         """:meth:`accept_probability` of ``samples`` sampled draft tuples, vectorised (the sampled
         tuples put the drawn token last)."""
         x = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)[:, -1]
-        a = np.minimum(1.0, self.p[x] / self.qp[x])
+        a = accept_ratio(self.p[x], self.qp[x])
         if self.R_mass <= 0.0:
             return a + (1.0 - a) * (self._p_top + self.p[x])
-        return a + (1.0 - a) * self._p_top / self.R_mass
+        return a + (1.0 - a) * accept_ratio(self._p_top, self.R_mass)
 
     def acceptance(self):
         """``p(Top) + sum_{y not in Top} min(p(y), q'(y))``. O(V)."""

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..drafts import complement_masses
 from . import _kernels
-from .base import PreparedVerifier, Verifier, power_exceeds, residual, sample_index
+from .base import accept_ratio, PreparedVerifier, Verifier, power_exceeds, residual, sample_index
 
 __all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK", "MC_MAX_WORK"]
 
@@ -76,7 +76,7 @@ class _PreparedRSD(PreparedVerifier):
         r, s = self.p, self.q
         for i, x in enumerate(drafts):
             x = int(x)
-            if rng.random() < r[x] / s[x]:
+            if rng.random() < accept_ratio(r[x], s[x]):
                 return x
             r, _ = residual(r, s)
             if i + 1 < drafts.size:
@@ -89,7 +89,7 @@ class _PreparedRSD(PreparedVerifier):
         r, s = self.p, self.q
         for i, x in enumerate(drafts):
             x = int(x)
-            a = min(1.0, r[x] / s[x])
+            a = accept_ratio(r[x], s[x])
             law[x] += alive * a
             alive *= 1.0 - a
             r, _ = residual(r, s)
@@ -107,6 +107,37 @@ class _PreparedRSD(PreparedVerifier):
     def acceptance(self):
         """``1 - Rej(p, q, n)``; O(V) for n = 1, O(V log V) for n = 2, O(V^(n-1) log V) beyond."""
         return float(1.0 - rsd_rejection(self.p, self.q, self.n))
+
+    def monte_carlo_range(self):
+        """Bounds on a rejection path's ``1 - E(theta_{n+1})``, O(n V).
+
+        ``theta_{k+1} = theta_k + E(theta_k) / M_k`` grows with ``theta_k`` and falls with the q-mass
+        ``M_k`` not yet drafted, so the path that drafts the largest masses first ends at the largest
+        theta (least rejection) and the one that drafts the smallest first at the smallest; every
+        path lies between (both may be infeasible paths: the bounds are safe, not tight).
+        """
+        q_desc = np.sort(self.q[self.q > 0])[::-1]
+        never = float(self.p[self.q == 0].sum())  # E(inf): mass that can never be drafted
+
+        def excess(theta):
+            if theta == np.inf:
+                return never
+            return float(np.maximum(self.p - theta * self.q, 0.0).sum())
+
+        def final_excess(masses):
+            theta, e = 0.0, excess(0.0)
+            for m in masses:
+                if e <= 0.0:
+                    return 0.0
+                with np.errstate(over="ignore", divide="ignore"):
+                    theta = theta + e / m if m > 0.0 else np.inf
+                e = excess(theta)
+            return e
+
+        k = np.arange(self.n)
+        largest_first = [q_desc[j:].sum() for j in k]  # M_j with the j largest masses drafted
+        smallest_first = [q_desc[: q_desc.size - j].sum() for j in k]
+        return 1.0 - final_excess(smallest_first), 1.0 - final_excess(largest_first)
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
         """Unbiased per-sample acceptance estimates along sampled rejection paths.

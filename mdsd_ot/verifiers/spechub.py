@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index
+from .base import accept_ratio, PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index
 from .greedy import hub_or_greedy_parts
 
 __all__ = ["SpecHubVerifier"]
@@ -42,22 +42,22 @@ class _PreparedHub(PreparedVerifier):
 
     def _verify(self, drafts, rng):
         b = self._other(drafts)
-        if rng.random() < self.p[b] / self.qp[b]:
+        if rng.random() < accept_ratio(self.p[b], self.qp[b]):
             return b
         if self.reject <= 0.0:
             return sample_index(self.p, rng.random())  # rejection has probability zero here
-        if rng.random() < self.p[self.a] / self.reject:
+        if rng.random() < accept_ratio(self.p[self.a], self.reject):
             return self.a
         return sample_index(self.tail, rng.random())
 
     def _law(self, drafts):
         b = self._other(drafts)
-        acc = min(1.0, self.p[b] / self.qp[b])
+        acc = accept_ratio(self.p[b], self.qp[b])
         law = np.zeros(self.p.size)
         law[b] += acc
         if acc < 1.0:
             if self.reject > 0.0:
-                hub = min(1.0, self.p[self.a] / self.reject)
+                hub = accept_ratio(self.p[self.a], self.reject)
                 law[self.a] += (1.0 - acc) * hub
                 tail_mass = self.tail.sum()
                 if tail_mass > 0.0:
@@ -69,22 +69,22 @@ class _PreparedHub(PreparedVerifier):
     def accept_probability(self, drafts):
         """``acc + (1 - acc) min(1, p(a) / (1 - S))`` for the non-hub draft ``b``, O(1)."""
         b = self._other(self.check_drafts(drafts))
-        acc = min(1.0, self.p[b] / self.qp[b])
+        acc = accept_ratio(self.p[b], self.qp[b])
         if acc >= 1.0:
             return 1.0
         if self.reject <= 0.0:
             return acc + (1.0 - acc) * (self.p[self.a] + self.p[b])
-        return acc + (1.0 - acc) * min(1.0, self.p[self.a] / self.reject)
+        return acc + (1.0 - acc) * accept_ratio(self.p[self.a], self.reject)
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
         """:meth:`accept_probability` of ``samples`` sampled draft tuples, vectorised."""
         drafts = sample_drafts_batch(self.scheme, self.q, self.n, samples, rng)
         b = np.where(drafts[:, 0] != self.a, drafts[:, 0], drafts[:, 1])  # the non-hub draft
-        acc = np.minimum(1.0, self.p[b] / self.qp[b])
+        acc = accept_ratio(self.p[b], self.qp[b])
         if self.reject <= 0.0:
             out = acc + (1.0 - acc) * (self.p[self.a] + self.p[b])
         else:
-            out = acc + (1.0 - acc) * min(1.0, self.p[self.a] / self.reject)
+            out = acc + (1.0 - acc) * accept_ratio(self.p[self.a], self.reject)
         return np.where(acc >= 1.0, 1.0, out)
 
     def acceptance(self):

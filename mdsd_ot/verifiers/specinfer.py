@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._config import RRS_MAX_CHAIN_ENTRIES
-from .base import PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
+from .base import accept_ratio, PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecInferVerifier", "rrs_rejection"]
 
@@ -51,7 +51,7 @@ def rrs_rejection(p: np.ndarray, q: np.ndarray, n: int) -> float:
     """
     pos = p > 0
     pp, qq = p[pos], q[pos]
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):  # q = 0 or subnormal q: +inf, above every theta
         t = pp / qq  # +inf where q = 0
     order = np.argsort(-t, kind="stable")
     t, pp, qq = t[order], pp[order], qq[order]
@@ -119,7 +119,7 @@ class _PreparedRRS(PreparedVerifier):
         return chain[min(i, len(chain) - 1)]
 
     def _ratio(self, i, x):
-        return self._r(i)[x] / self.q[x]
+        return accept_ratio(self._r(i)[x], self.q[x])
 
     def _verify(self, drafts, rng):
         for i, x in enumerate(drafts):
@@ -131,7 +131,7 @@ class _PreparedRRS(PreparedVerifier):
         law = np.zeros(self.p.size)
         alive = 1.0
         for i, x in enumerate(drafts):
-            a = min(1.0, self._ratio(i, x))
+            a = self._ratio(i, x)
             law[x] += alive * a
             alive *= 1.0 - a
         law += alive * self._r(len(drafts))
@@ -142,7 +142,7 @@ class _PreparedRRS(PreparedVerifier):
         x = self.check_drafts(drafts)
         alive = 1.0
         for i, xi in enumerate(x):
-            alive *= 1.0 - min(1.0, self._ratio(i, xi))
+            alive *= 1.0 - self._ratio(i, xi)
         return 1.0 - alive
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
@@ -152,7 +152,7 @@ class _PreparedRRS(PreparedVerifier):
         alive = np.ones(samples)
         for i in range(self.n):
             x = drafts[:, i]
-            alive *= 1.0 - np.minimum(1.0, self._r(i)[x] / self.q[x])
+            alive *= 1.0 - accept_ratio(self._r(i)[x], self.q[x])
         return 1.0 - alive
 
     def acceptance(self):

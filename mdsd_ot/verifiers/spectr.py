@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
+from .base import PreparedVerifier, accept_ratio, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecTrVerifier", "kseq_rho"]
 
@@ -36,7 +36,8 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
     """
     pos = q > 0
     qq, pp = q[pos], p[pos]
-    t = pp / qq
+    with np.errstate(over="ignore"):  # q subnormal: the ratio overflows to +inf, which is >= n anyway
+        t = pp / qq
     # for rho >= t_max = max p/q every token has min(q, p/rho) = p/rho, so rho beta(rho) = sum(p) = 1
     # and the condition holds: rho* <= t_max. Bisecting past t_max let the rounding of sum(p) (1 - ulp
     # against 1 - (1 - beta)^n) push rho* above t_max, where every draft can be rejected
@@ -91,13 +92,12 @@ class _PreparedSpecTr(PreparedVerifier):
             # near the root that difference is rounding noise of the size of the whole residual mass
             # (1 - beta)^n (e.g. 1e-18), which put mass on rejected drafts and broke the per-tuple law.
             # The zero set uses the very expression of _ratio, so a rejectable draft never gets mass.
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rejectable = p / (self.rho * q) < 1.0  # q = 0: never (inf, or nan when p = 0 too)
+            rejectable = p < self.rho * q  # exactly where _ratio < 1 (q = 0: never)
             self.p_res, mass = residual(np.where(rejectable, 0.0, p), self.rho * q)
             if mass <= 0.0:
                 # rho* lies within rounding of the largest ratio t_max, so (p - rho* q)_+ rounds to 0
                 # (its exact mass (1 - beta)^n is below ~eps): its limit, p on the tokens of ratio t_max
-                with np.errstate(divide="ignore", invalid="ignore"):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                     t = np.where(p > 0, p / q, -np.inf)
                 self.p_res = np.where(t == t.max(), p, 0.0)
                 self.p_res /= self.p_res.sum()
@@ -106,7 +106,7 @@ class _PreparedSpecTr(PreparedVerifier):
             self.p_res, _ = residual(p, accept_one * c)
 
     def _ratio(self, x):
-        return self.p[x] / (self.rho * self.q[x])
+        return accept_ratio(self.p[x], self.rho * self.q[x])
 
     def _verify(self, drafts, rng):
         for x in drafts:
@@ -118,7 +118,7 @@ class _PreparedSpecTr(PreparedVerifier):
         law = np.zeros(self.p.size)
         alive = 1.0
         for x in drafts:
-            a = min(1.0, self._ratio(x))
+            a = self._ratio(x)
             law[x] += alive * a
             alive *= 1.0 - a
         law += alive * self.p_res
@@ -130,7 +130,7 @@ class _PreparedSpecTr(PreparedVerifier):
         x = self.check_drafts(drafts)
         alive = 1.0
         for xi in x:
-            alive *= 1.0 - min(1.0, self._ratio(xi))
+            alive *= 1.0 - self._ratio(xi)
         return 1.0 - alive
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
@@ -139,7 +139,7 @@ class _PreparedSpecTr(PreparedVerifier):
         alive = np.ones(samples)
         for i in range(self.n):
             x = drafts[:, i]
-            alive *= 1.0 - np.minimum(1.0, self.p[x] / (self.rho * self.q[x]))
+            alive *= 1.0 - accept_ratio(self.p[x], self.rho * self.q[x])
         return 1.0 - alive
 
     def acceptance(self):
