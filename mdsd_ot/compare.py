@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ._validate import check_choice, check_n, check_pair
+from ._config import RECHECK_TOL
+from ._validate import check_choice, check_n, check_pair, fingerprint
 from .drafts import SCHEMES, DraftScheme
 from .verifiers import ACCEPTANCE_METHODS, DEFAULT_SAMPLES, VERIFIERS, get_verifier, verifier_acceptance
 from .verifiers.base import power_exceeds
@@ -133,6 +134,21 @@ def _parse_names(verifiers) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _check_below_bound(result, bound: float, p, q) -> None:
+    """No valid verifier beats the optimal acceptance of its scheme: an exact value above the bound
+    (beyond ``RECHECK_TOL``), or a Monte Carlo value above it by more than 4 standard errors, is an
+    internal error, raised with the input's fingerprint; it is never reported as a ratio above one."""
+    excess = result.value - bound
+    if excess <= RECHECK_TOL + 4.0 * result.stderr:
+        return
+    raise RuntimeError(
+        f"internal error: verifier {result.verifier!r} ({result.method}) accepts {result.value:.15g}, above "
+        f"the optimal acceptance {bound:.15g} of {result.sampling!r} drafts with n={result.n} by "
+        f"{excess:.3g}; please report this input (fingerprint "
+        f"{fingerprint(p, q, n=result.n, sampling=result.sampling, verifier=result.verifier)})"
+    )
+
+
 def compare(
     p,
     q,
@@ -224,6 +240,7 @@ def compare(
         if bound.success is False:
             skipped.append((name, f"bound for {scheme!r} failed: {bound.message}"))
             continue
+        _check_below_bound(result, value, p, q)
         ratio = result.value / value if value > 0 else (1.0 if result.value == 0 else math.inf)
         records.append(
             ComparisonRecord(

@@ -98,3 +98,20 @@ def test_batch_bad_input():
     with pytest.raises(ValueError, match="at least 2 tokens"):
         optimal_acceptance_batch([[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [1.0, 0.0]], 2,
                                  sampling="without_replacement")
+
+
+@pytest.mark.parametrize("flag", ["no", "yes", 1, 0, None])
+def test_normalize_must_be_a_bool(flag):
+    """normalize="no" was treated as True (a truthy string); every entry point now refuses non-bools."""
+    with pytest.raises(TypeError, match="normalize must be True or False"):
+        optimal_acceptance([0.5, 0.5], [0.5, 0.5], 2, normalize=flag)
+    with pytest.raises(TypeError, match="normalize must be True or False"):
+        optimal_acceptance_batch([[0.5, 0.5]], [[0.5, 0.5]], 2, normalize=flag)
+
+
+def test_masked_arrays_with_masked_entries_are_refused():
+    p = np.ma.masked_array([0.5, 0.3, 0.2], mask=[False, True, False])
+    with pytest.raises(ValueError, match="masked array with 1 masked entries.*filled"):
+        optimal_acceptance(p, [0.2, 0.3, 0.5], 2)
+    unmasked = np.ma.masked_array([0.5, 0.3, 0.2], mask=False)
+    assert optimal_acceptance(unmasked, [0.2, 0.3, 0.5], 2).value == optimal_acceptance([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 2).value

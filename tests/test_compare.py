@@ -107,3 +107,13 @@ def test_unknown_option_names_are_rejected_up_front(kwargs, match):
         compare(P, Q, 2, verifiers=["naive"], **kwargs)
     with pytest.raises(TypeError, match="must be a string"):
         compare(P, Q, 2, **{k: 3 for k in kwargs})
+
+
+def test_a_verifier_above_its_bound_is_an_internal_error(monkeypatch):
+    """compare never prints a ratio above one: an exact acceptance above the bound raises with a
+    fingerprint of the input (simulated by a verifier whose closed form is off)."""
+    from mdsd_ot.verifiers.specinfer import _PreparedRRS
+
+    monkeypatch.setattr(_PreparedRRS, "acceptance", lambda self: 0.999)
+    with pytest.raises(RuntimeError, match="internal error.*'rrs'.*fingerprint [0-9a-f]{16}"):
+        compare([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2, verifiers=["rrs"])

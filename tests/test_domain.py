@@ -265,3 +265,18 @@ def test_monte_carlo_error_is_honest_when_rare_paths_are_never_sampled():
             mc = verifier_acceptance("rrs_without_replacement", p, q, n, method="monte_carlo", samples=500, rng=1)
             assert mc.stderr > 0.0
             assert abs(mc.value - exact) <= 4 * mc.stderr, (n, mc, exact)
+
+
+def test_sequential_mass_at_many_drafts_warns_nothing_and_is_exact():
+    """DraftScheme.mass at n = 128, V = 500 overflowed a float product (a RuntimeWarning escaped);
+    against the uniform closed form C(k, n) / C(V, n)."""
+    import math
+    from fractions import Fraction
+
+    from mdsd_ot import get_scheme
+
+    V, n, k = 500, 128, 400
+    q = np.full(V, 1.0 / V)
+    mask = np.arange(V) < k
+    expected = float(Fraction(math.comb(k, n), math.comb(V, n)))
+    assert abs(get_scheme("without_replacement").mass(q, n, mask) - expected) <= 1e-15

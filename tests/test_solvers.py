@@ -112,3 +112,27 @@ def test_certificate_is_checked(rng):
     from mdsd_ot.drafts import get_scheme
 
     assert p[mask].sum() + 1 - get_scheme("without_replacement").mass(q, 2, mask) == pytest.approx(r.value, abs=1e-12)
+
+
+def test_a_wrong_dual_value_is_caught(monkeypatch, rng):
+    """The certificate re-check is independent of the solver: a solver value off by 1e-6 gives
+    success=False (single call), is recomputed (batch), or raises when the recomputation is wrong too."""
+    from mdsd_ot import _kernels, dual, optimal_acceptance_batch
+
+    p, q = random_pair(rng, 30)
+    good = optimal_acceptance(p, q, 3, sampling="without_replacement")
+    real_solve = dual.solve_dual
+    real_batch = _kernels.solve_batch
+
+    def off_batch(P, Q, n, code):
+        values, masks = real_batch(P, Q, n, code)
+        return values - 1e-6, masks
+
+    monkeypatch.setattr(_kernels, "solve_batch", off_batch)
+    batch = optimal_acceptance_batch(p[None], q[None], 3, sampling="without_replacement")
+    assert batch[0] == pytest.approx(good.value, abs=1e-12)  # the row was recomputed and certified
+    monkeypatch.setattr(dual, "solve_dual", lambda *a: (lambda v, h: (v - 1e-6, h))(*real_solve(*a)))
+    bad = optimal_acceptance(p, q, 3, sampling="without_replacement")
+    assert not bad.success and "certificate check failed" in bad.message
+    with pytest.raises(RuntimeError, match="row 0.*fingerprint"):
+        optimal_acceptance_batch(p[None], q[None], 3, sampling="without_replacement")

@@ -35,7 +35,7 @@ import math
 from typing import NamedTuple
 
 from .._config import SUM_TOL
-from .._validate import check_n
+from .._validate import check_bool, check_n
 from . import TORCH_HINT
 
 __all__ = [
@@ -87,6 +87,7 @@ def _as_float64_tensor(x, name: str):
 def _check_probs(x, name: str, normalize: bool):
     """Validate a float64 probability tensor along the last axis; return it (rescaled if asked)."""
     torch = require_torch()
+    normalize = check_bool(normalize, "normalize")
     if not bool(torch.isfinite(x).all()):
         bad = torch.nonzero(~torch.isfinite(x))[0].tolist()
         raise ValueError(f"{name} contains NaN or inf (first at index {tuple(bad)})")
@@ -311,14 +312,34 @@ def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
     return BatchBound(value, k, order)
 
 
+def _prefix_sums(x):
+    """``S[..., k] = sum(x[..., :k])`` for k = 0..V, compensated: exact to about one ulp of the sum.
+
+    ``torch.cumsum`` rounds at every step (a million tiny terms after one large one drift by 1e-11)
+    and may associate in any order on a GPU. With ``s`` its result, the local residual
+    ``r_k = (s_{k-1} + x_k) - s_k`` is computed exactly (TwoSum, and ``t - s_k`` is exact by
+    Sterbenz since both approximate the same sum), and ``r`` telescopes: ``s_k + sum_{j<=k} r_j`` is
+    the exact prefix sum up to the (second-order) rounding of the small residuals' own sum.
+    """
+    torch = require_torch()
+    zero = torch.zeros_like(x[..., :1])
+    s = torch.cumsum(x, -1)
+    prev = torch.cat([zero, s[..., :-1]], -1)
+    t = prev + x
+    bp = t - prev
+    err = (prev - (t - bp)) + (x - bp)  # t + err == prev + x exactly
+    r = (t - s) + err
+    return torch.cat([zero, s + torch.cumsum(r, -1)], -1)
+
+
 def _scan(pt, qt, order, ns, sampling):
     """{n: (alpha* per row, first optimal prefix length)} for (B, V) float64 rows sharing ``order``."""
     torch = require_torch()
     ps = torch.gather(pt, -1, order)
     qs = torch.gather(qt, -1, order)
     zero = torch.zeros_like(ps[:, :1])
-    P = torch.cat([zero, torch.cumsum(ps, -1)], -1)  # P[k] = p(H_k), k = 0..V
-    Q = torch.cat([zero, torch.cumsum(qs, -1)], -1)
+    P = _prefix_sums(ps)  # P[k] = p(H_k), k = 0..V
+    Q = _prefix_sums(qs)
     S = R = BIG = None
     out = {}
     for n in ns:
@@ -329,7 +350,7 @@ def _scan(pt, qt, order, ns, sampling):
         else:
             if S is None:
                 # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
-                R = torch.cat([torch.flip(torch.cumsum(torch.flip(qs, [-1]), -1), [-1]), zero], -1)
+                R = torch.flip(_prefix_sums(torch.flip(qs, [-1])), [-1])
                 others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
                 # q_i / (1 - q_i) overflows when 1 - q_i is denormal. Only a token with q_i > 3/4
                 # ("big"; at most one per row) can have 1 - q_i < 1/4: its term R_k q_b / (1 - q_b)
@@ -338,7 +359,7 @@ def _scan(pt, qt, order, ns, sampling):
                 small = ~big & (qs > 0)
                 term = torch.where(small, qs / torch.where(small, others, torch.ones_like(others)),
                                    torch.zeros_like(qs))
-                S = torch.cat([zero, torch.cumsum(term, -1)], -1)
+                S = _prefix_sums(term)
                 has_big = big.any(-1, keepdim=True)
                 rank_b = torch.argmax(big.to(torch.int8), -1, keepdim=True)
                 q_b = torch.where(has_big, torch.gather(qs, -1, rank_b), torch.zeros_like(zero))
