@@ -57,6 +57,11 @@ PRUNE_SLACK = 1e-13
 #: Prefixes evaluated exactly per pruning round of the without-replacement scan (n >= 3).
 PRUNE_BATCH = 256
 
+#: Above this many drafts (and when q(H) > 1/2), q(H)^n is computed as exp(n log1p(-R)) from the outside
+#: mass R, summed directly: x^n multiplies the relative rounding error of x by n (~1e-7 at n = 10^9);
+#: below it, n eps <= 7e-15 (docs/math.md#with-replacement).
+POWER_FROM_REST_N = 64
+
 #: Vocabulary size from which the binned prefix scan (O(V) plus ~16k bins) replaces a full sort.
 BINNED_MIN_V = 16_384
 

@@ -11,7 +11,9 @@ import math
 import numba as nb
 import numpy as np
 
-from ._config import BINNED_MIN_V, PRUNE_BATCH, PRUNE_MARGIN, PRUNE_SLACK, QUAD_STEP, QUAD_TAIL
+from ._config import (
+    BINNED_MIN_V, POWER_FROM_REST_N, PRUNE_BATCH, PRUNE_MARGIN, PRUNE_SLACK, QUAD_STEP, QUAD_TAIL,
+)
 
 # ------------------------------------------------------------------------------- prefix bookkeeping
 
@@ -62,15 +64,30 @@ def suffix_sums(x):
 # of the same kind, so p == q gives D = 0 exactly, and every Q(H) is capped by the exact bound q(H).
 
 
+@nb.njit(cache=True, inline="always")
+def power_of_mass(Qh, Rout, n):
+    """``q(H)^n``, capped by ``q(H)``, accurate for every n.
+
+    ``x^n`` multiplies the relative error of x by n: q(H) close to one carries an absolute rounding
+    error of ~1e-16, so for n = 10^9 the power is off by ~1e-7. The outside mass ``Rout = 1 - q(H)``,
+    summed directly, does not have that error: ``exp(n log1p(-R))`` is exact to a few ulps. Used above
+    ``POWER_FROM_REST_N`` drafts (below, n eps <= 7e-15) when ``R < 1/2``.
+    """
+    if n > POWER_FROM_REST_N and Rout < 0.5:
+        return min(math.exp(n * math.log1p(-Rout)), Qh)
+    return min(Qh ** n, Qh)
+
+
 @nb.njit(cache=True)
 def scan_with_replacement(ps, qs, n):
     """D = max_k min(Q_k^n, Q_k) - P_k over sorted prefixes; returns ``(D, k)``."""
     P = prefix_sums(ps)
     Q = prefix_sums(qs)
+    R = suffix_sums(qs) if n > POWER_FROM_REST_N else Q  # R only read above that n
     best = 0.0
     best_k = 0
     for k in range(1, ps.size + 1):
-        d = min(Q[k] ** n, Q[k]) - P[k]
+        d = power_of_mass(Q[k], R[k], n) - P[k]
         if d > best:
             best = d
             best_k = k
@@ -264,7 +281,7 @@ def without_replacement_bounds(ps, qs, n):
     Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
     ``D_k = W_n(H_k) - P_k``; ``exact[k]`` marks prefixes where ``lo[k] == hi[k]`` is the value
     (fewer than n drafted tokens in ``H_k``: W = 0; no q mass outside: W = 1, taken as ``Q_k``).
-    Bounds (MATH.md 3.2): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
+    Bounds (docs/math.md#without-replacement): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
     sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``.
     """
     V = qs.size
@@ -424,7 +441,7 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
     term ``q_i (R / (1 - q_i))`` is passed as ``big`` (see :func:`scan_without_replacement_2`).
     """
     if code == 0:
-        return min(Qh ** n, Qh) - Ph
+        return power_of_mass(Qh, Rout, n) - Ph
     return (Qh - Ph) - Rout * Sh - big
 
 

@@ -60,7 +60,7 @@ def optimal_acceptance(
     .. math:: \\alpha^* = \\min_{H} \\; p(H) + 1 - Q(H)
 
     where ``Q(H)`` is the probability that all ``n`` drafts (drawn from ``q`` under ``sampling``)
-    lie in ``H`` (MATH.md section 3). This is the largest probability, over all valid verifiers, that
+    lie in ``H`` (docs/math.md#dual-and-sorting-theorem). This is the largest probability, over all valid verifiers, that
     the output token is one of the drafts.
 
     Parameters

@@ -5,7 +5,7 @@ ordered draft tuples (small vocabularies; the test oracle), and evaluate
 
 .. math:: Q(H) = \\Pr[\\text{every draft lies in } H]
 
-for an arbitrary token subset ``H`` (MATH.md section 1). The dual solver (:mod:`mdsd_ot.dual`) only
+for an arbitrary token subset ``H`` (docs/math.md#draft-schemes). The dual solver (:mod:`mdsd_ot.dual`) only
 needs ``Q`` along sorted prefixes; :meth:`DraftScheme.mass` is the independent, subset-at-a-time
 evaluation used to re-check its certificates.
 
@@ -149,7 +149,7 @@ class DraftScheme:
     description : str
         One-line description.
     prefix_optimal : bool
-        True when an optimal dual subset is a prefix of the tokens sorted by ``q/p`` (MATH.md 3).
+        True when an optimal dual subset is a prefix of the tokens sorted by ``q/p`` (docs/math.md#dual-and-sorting-theorem).
     """
 
     name: str
@@ -239,7 +239,11 @@ def _with_tuples(q, n):
 
 
 def _with_mass(q, n, mask):
-    return q.sum(where=mask) ** n
+    inside = q.sum(where=mask)
+    outside = q.sum(where=~mask)  # a direct sum: accurate where 1 - q(H) would not be
+    if n > 1 and outside < 0.5:  # x^n multiplies x's relative error by n: use log1p of the outside
+        return min(math.exp(n * math.log1p(-outside)), inside)
+    return inside**n
 
 
 # without replacement (sequential) --------------------------------------------------------------

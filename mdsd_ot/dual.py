@@ -1,4 +1,4 @@
-"""The dual of the optimal-transport LP: subset selection (MATH.md section 3).
+"""The dual of the optimal-transport LP: subset selection (docs/math.md#dual-and-sorting-theorem).
 
 .. math:: \\alpha^* = \\min_{H \\subseteq \\Sigma} \\; p(H) + 1 - Q(H)
 
@@ -59,7 +59,7 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
 
 
 def solve_greedy(p, q, n: int):
-    """Greedy / hub drafts (MATH.md 3.3): ``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))``.
+    """Greedy / hub drafts (docs/math.md#greedy-and-hub): ``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))``.
 
     ``Top`` holds the n-1 most likely draft tokens and ``q'`` is q restricted to the others and
     renormalised (rest mass summed directly). The optimal subset is ``Top`` plus the tokens with

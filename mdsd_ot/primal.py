@@ -1,4 +1,4 @@
-"""The primal LP: optimal transport with membership cost (MATH.md section 2).
+"""The primal LP: optimal transport with membership cost (docs/math.md#primal-lp).
 
 Variables ``pi(S, y) >= 0`` for each reachable draft set ``S`` and each ``y in S``:
 

@@ -16,7 +16,7 @@ class AcceptanceResult:
         The optimal acceptance rate alpha* in [0, 1].
     subset : ndarray of int64
         Sorted token indices of an optimal dual subset H, with
-        ``alpha* = p(H) + 1 - Q(H)`` (MATH.md section 3).
+        ``alpha* = p(H) + 1 - Q(H)`` (docs/math.md#dual-and-sorting-theorem).
     method : str
         The method that produced the value (``"dual"``, ``"lp"``, ``"cvxpy"``, ``"bruteforce"``).
     sampling : str

@@ -65,7 +65,7 @@ SCHEMES = ("with_replacement", "without_replacement", "greedy")
 DEFAULT_VERIFIERS = ("naive", "rrs", "spectr", "rrs_without_replacement", "greedy", "spechub")
 
 #: Fallback: the draft scheme each verifier is built for (its bound is the one to compare with).
-#: SpecHub's hub draft law equals the greedy law for n = 2 (MATH.md section 1 and 3.3).
+#: SpecHub's hub draft law equals the greedy law for n = 2 (docs/math.md#draft-schemes and docs/math.md#greedy-and-hub).
 VERIFIER_SCHEME = {
     "naive": "with_replacement",
     "rrs": "with_replacement",

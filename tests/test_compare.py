@@ -19,7 +19,7 @@ def test_records_match_math_vectors():
     table = compare(P, Q, 2)
     assert isinstance(table, Comparison) and table.n == 2 and table.V == 4
     assert [r.verifier for r in table] == list(VERIFIERS)  # all can run at n = 2, V = 4
-    expected = {  # MATH.md section 6, row 2
+    expected = {  # docs/math.md#test-vectors, row 2
         "naive": (0.305, 0.69), "rrs": (0.65, 0.69), "rrs_without_replacement": (0.680952, 0.734524),
         "spectr": (0.658443, 0.69), "greedy": (0.666667, 0.666667), "spechub": (0.666667, 0.666667),
         "optimal": (0.69, 0.69),

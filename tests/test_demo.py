@@ -29,7 +29,7 @@ def test_demo_prints_table_and_writes_plot(tmp_path, capsys):
         assert 0.0 <= m <= 1.0 + 1e-12 or method.startswith("gap:")
         if method.startswith("gap:"):
             assert m >= -1e-9  # no verifier beats the bound of its own scheme
-    for T in (0.3, 1.0):  # MATH.md section 4: alpha* non-decreasing in n
+    for T in (0.3, 1.0):  # docs/math.md#test-facts: alpha* non-decreasing in n
         assert means[("bound:with_replacement", 3, T)] >= means[("bound:with_replacement", 2, T)] - 1e-12
 
 

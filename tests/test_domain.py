@@ -280,3 +280,40 @@ def test_sequential_mass_at_many_drafts_warns_nothing_and_is_exact():
     mask = np.arange(V) < k
     expected = float(Fraction(math.comb(k, n), math.comb(V, n)))
     assert abs(get_scheme("without_replacement").mass(q, n, mask) - expected) <= 1e-15
+
+
+@pytest.mark.parametrize("n", [100, 10**3, 10**6, 10**9, 10**15])
+def test_with_replacement_and_its_verifiers_at_huge_n(n):
+    """q(H)^n at n = 10^9: a prefix sum near one carries ~1e-16 of rounding, which x^n multiplies by n
+    (the bound and SpecTr's 1 - (1 - beta)^n were 2e-8 apart). Against 50-digit arithmetic over all
+    subsets; SpecTr and naive stay below it."""
+    import itertools
+
+    import mpmath
+
+    from mdsd_ot.verifiers import verifier_acceptance
+
+    rng = np.random.default_rng(n % 1000)
+    for trial in range(7):
+        V = int(rng.integers(3, 7))
+        p = rng.dirichlet(np.ones(V))
+        q = rng.dirichlet(np.ones(V)) if trial % 2 else mixed_magnitudes(rng, V)
+        if trial == 0:
+            p[0], q[0] = 0.2, 0.0  # a token that is never drafted
+            p, q = p / p.sum(), q / q.sum()
+        if trial == 6:  # the fuzz input that found it
+            p = np.array([0.0, 0.17533786, 0.30284902, 0.00078905, 0.52102406])
+            q = np.array([0.91546315, 0.0, 0.03999421, 0.01001797, 0.03452467])
+            V = 5
+        with mpmath.workdps(60):
+            P = [mpmath.mpf(float(x)) for x in p]
+            Q = [mpmath.mpf(float(x)) for x in q]
+            tp, tq = mpmath.fsum(P), mpmath.fsum(Q)
+            best = min(
+                mpmath.fsum(P[i] for i in H) / tp + 1 - (mpmath.fsum(Q[i] for i in H) / tq) ** n
+                for r in range(V + 1) for H in itertools.combinations(range(V), r)
+            )
+        expected = float(best)
+        assert abs(optimal_acceptance(p, q, n).value - expected) <= TOL, (trial, p, q)
+        for name in ("spectr", "naive", "rrs"):
+            assert verifier_acceptance(name, p, q, n).value <= expected + TOL, (name, trial)

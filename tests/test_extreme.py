@@ -3,14 +3,14 @@
 Oracles used here:
 
 * exact rational arithmetic (:class:`fractions.Fraction`): the draft law of each scheme enumerated
-  from MATH.md section 1 and the dual ``min_H p(H) + 1 - Q(H)`` of section 3 (small V);
-* 50-digit :mod:`mpmath` for near-one-hot drafts at V ~ 10^3 (MATH.md section 7);
+  from docs/math.md#draft-schemes and the dual ``min_H p(H) + 1 - Q(H)`` of section 3 (small V);
+* 50-digit :mod:`mpmath` for near-one-hot drafts at V ~ 10^3 (docs/math.md#numerics);
 * closed forms: ``n = 1`` gives ``sum min(p, q)``; ``p == q`` gives 1; one-hot targets give the
   inclusion probability of the target token; block-uniform inputs give
   ``alpha* = 1 - max_i [Q(m - k + i) - i / a]`` by symmetry (counts only);
 * at V = 262,144: the certificate's objective recomputed here with ``math.fsum``, and single-token
   local optimality of the certificate (no token added or removed improves the dual objective),
-  evaluated with MATH.md's formulas for ``Q(H)``.
+  evaluated with docs/math.md's formulas for ``Q(H)``.
 """
 from __future__ import annotations
 
@@ -104,9 +104,9 @@ def big_pair():
 
 
 def _local_gains(p, q, n, scheme, subset):
-    """Change of ``p(H) + 1 - Q(H)`` when each single token is toggled, by MATH.md's formulas.
+    """Change of ``p(H) + 1 - Q(H)`` when each single token is toggled, by docs/math.md's formulas.
 
-    with replacement: Q(H) = q(H)^n.  without replacement, n = 2 (MATH.md 3.2):
+    with replacement: Q(H) = q(H)^n.  without replacement, n = 2 (docs/math.md#without-replacement):
     W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i), R = q(outside H), 1 - q_i summed directly.
     """
     pn, qn = p / math.fsum(p), q / math.fsum(q)
@@ -148,7 +148,7 @@ def test_big_vocabulary_certificate_and_local_optimality(big_pair, scheme, n):
     elif n == 2:
         assert np.all(_local_gains(p, q, n, scheme, r.subset) >= -TOL)
         assert verifier_acceptance("rrs_without_replacement", p, q, 2).value <= r.value + TOL
-    # more drafts never hurt, and sequential drafts dominate i.i.d. ones (MATH.md 4)
+    # more drafts never hurt, and sequential drafts dominate i.i.d. ones (docs/math.md#test-facts)
     if n == 3:
         assert r.value >= optimal_acceptance(p, q, 2, sampling=scheme).value - TOL
     if scheme == "without_replacement":
@@ -453,7 +453,7 @@ def _mp(x):
 
 
 def mp_without_replacement_2(p, q):
-    """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p (MATH.md 3.2)."""
+    """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p (docs/math.md#without-replacement)."""
     with mpmath.workdps(50):
         P, Q = _mp(p), _mp(q)
         V = len(P)
@@ -473,7 +473,7 @@ def mp_without_replacement_2(p, q):
 
 
 def mp_greedy(p, q, n):
-    """alpha*_greedy = p(Top) + sum_{x not in Top} min(p(x), q(x) / q(rest))  (MATH.md 3.3)."""
+    """alpha*_greedy = p(Top) + sum_{x not in Top} min(p(x), q(x) / q(rest))  (docs/math.md#greedy-and-hub)."""
     with mpmath.workdps(50):
         P, Q = _mp(p), _mp(q)
         top = _top([float(v) for v in q], n - 1)
@@ -485,7 +485,7 @@ def mp_greedy(p, q, n):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("V", [8, 1000])
 def test_near_one_hot_draft_without_replacement_2(V, seed):
-    """q_max = 1 - 1e-12: the sequential n = 2 bound matches 50-digit arithmetic (MATH.md 7)."""
+    """q_max = 1 - 1e-12: the sequential n = 2 bound matches 50-digit arithmetic (docs/math.md#numerics)."""
     p, q = _near_one_hot(V, seed)
     r = optimal_acceptance(p, q, 2, sampling="without_replacement")
     assert r.success, r.message
@@ -510,7 +510,7 @@ def test_near_one_hot_draft_greedy(V, n, seed):
         assert abs(optimal_acceptance(p, q, 2, sampling="hub").value - expected) <= TOL
     if tb is not None:
         assert abs(float(tb.greedy_bounds(torch.tensor(p), torch.tensor(q), [n])[n]) - expected) <= TOL
-    # the greedy verifier attains it (MATH.md 5.6)
+    # the greedy verifier attains it (docs/math.md#greedy-verifier)
     assert abs(verifier_acceptance("greedy", p, q, n).value - expected) <= TOL
 
 
@@ -523,7 +523,7 @@ def test_near_one_hot_draft_without_replacement_3_exact(seed):
 
 
 def mp_without_replacement_3(p, q):
-    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (MATH.md 3.2) at every prefix
+    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (docs/math.md#without-replacement) at every prefix
     sorted by q/p, with the pair sums updated incrementally (O(V^2) in all).
 
     W_3(H) = 1 - R [1 + sum_i (1/(1-q_i) - 1) + sum_{i<j} (1 - 1/(1-q_i) - 1/(1-q_j) + 1/(1-q_i-q_j))],
@@ -575,7 +575,7 @@ def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, see
 
 
 def mp_conditional_poisson(p, q, n):
-    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (MATH.md 1) at every
+    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (docs/math.md#draft-schemes) at every
     prefix sorted by q/p, e_n by the DP e_j(S + x) = e_j(S) + x e_{j-1}(S)."""
     with mpmath.workdps(50):
         P, Q = _mp(p), _mp(q)

@@ -1,10 +1,10 @@
 """Property-based tests of the public API against independent oracles (issue #5, item 1).
 
-Every property of MATH.md section 4 is checked on random inputs drawn by hypothesis, with the awkward
+Every property of docs/math.md#test-facts is checked on random inputs drawn by hypothesis, with the awkward
 cases generated on purpose: zeros, ties, tiny masses (1e-300), near-one-hot drafts
 (``q_max = 1 - 1e-12``), ``p == q``, disjoint supports.
 
-The main oracle, :func:`exact_alpha`, is written here from MATH.md alone and shares no code with the
+The main oracle, :func:`exact_alpha`, is written here from docs/math.md alone and shares no code with the
 package: it enumerates the draft law of each scheme (section 1) in exact rational arithmetic
 (:class:`fractions.Fraction`, so ``1 - 1e-12`` costs no digits), then minimises the dual objective
 ``p(H) + 1 - Q(H)`` over all ``2^V`` subsets (section 3). The LP (``method="lp"``) is a second,
@@ -40,12 +40,12 @@ SLOW = settings(max_examples=120, deadline=None, derandomize=True,
 
 # ------------------------------------------------------------------------ independent exact oracle
 def _top(q, k):
-    """The k most likely tokens, ties by index (MATH.md 1)."""
+    """The k most likely tokens, ties by index (docs/math.md#draft-schemes)."""
     return sorted(range(len(q)), key=lambda i: (-q[i], i))[:k]
 
 
 def exact_set_law(q, n, scheme):
-    """{frozenset of drafted tokens: probability} in exact rationals, by enumeration (MATH.md 1)."""
+    """{frozenset of drafted tokens: probability} in exact rationals, by enumeration (docs/math.md#draft-schemes)."""
     V = len(q)
     support = [i for i in range(V) if q[i] > 0]
     law: dict[frozenset, Fraction] = {}
@@ -97,7 +97,7 @@ def as_fractions(x):
 
 
 def exact_alpha(p, q, n, scheme):
-    """Exact ``alpha* = min_H p(H) + 1 - Q(H)`` (MATH.md 3), brute force over subsets, as a Fraction.
+    """Exact ``alpha* = min_H p(H) + 1 - Q(H)`` (docs/math.md#dual-and-sorting-theorem), brute force over subsets, as a Fraction.
 
     Also returns the exact inclusion probabilities ``P(y drafted)`` for the singleton bound.
     """
@@ -136,13 +136,13 @@ def _normalise(w):
 
 @st.composite
 def pairs(draw, min_v=1, max_v=6):
-    """A (p, q) pair of float64 distributions with the awkward cases MATH.md 4 and 7 ask for."""
+    """A (p, q) pair of float64 distributions with the awkward cases docs/math.md#test-facts and docs/math.md#numerics ask for."""
     V = draw(st.integers(min_v, max_v))
     p = _normalise(draw(st.lists(_WEIGHT, min_size=V, max_size=V)))
     kind = draw(st.sampled_from(["independent"] * 4 + ["equal", "near_one_hot", "ties", "disjoint"]))
     if kind == "equal":
         q = p.copy()
-    elif kind == "near_one_hot" and V >= 2:  # low-temperature drafts, MATH.md 7
+    elif kind == "near_one_hot" and V >= 2:  # low-temperature drafts, docs/math.md#numerics
         top = draw(st.integers(0, V - 1))
         q = np.full(V, 1e-12 / (V - 1))
         q[top] = 1.0 - 1e-12
@@ -166,7 +166,7 @@ def support(q):
 
 
 def valid_ns(q, scheme, n_max=3):
-    """The numbers of drafts the scheme accepts for this q (MATH.md 1)."""
+    """The numbers of drafts the scheme accepts for this q (docs/math.md#draft-schemes)."""
     if scheme == "hub":
         return [2] if support(q) >= 2 else []
     if scheme == "with_replacement":
@@ -255,7 +255,7 @@ def test_batch_identical_rows_exactly_one(scheme, weights):
 @given(pairs(min_v=2), st.sampled_from(["with_replacement", "without_replacement", "greedy",
                                          "conditional_poisson"]))
 def test_monotone_in_n(pair, scheme):
-    """alpha* is non-decreasing in the number of drafts (MATH.md 4)."""
+    """alpha* is non-decreasing in the number of drafts (docs/math.md#test-facts)."""
     p, q = pair
     ns = valid_ns(q, scheme, n_max=4)
     values = [optimal_acceptance(p, q, n, sampling=scheme).value for n in ns]
@@ -285,7 +285,7 @@ def test_permutation_invariance(prob, random):
 @FAST
 @given(pairs(), st.integers(1, 4))
 def test_without_replacement_dominates_with(pair, n):
-    """alpha*_without >= alpha*_with (MATH.md 4: observed on every random instance)."""
+    """alpha*_without >= alpha*_with (docs/math.md#test-facts: observed on every random instance)."""
     p, q = pair
     assume(n <= support(q))
     w = optimal_acceptance(p, q, n, sampling="with_replacement").value
@@ -351,7 +351,7 @@ def test_every_verifier_below_its_bound(pair, n, case):
     assert acc.method == "exact" and acc.stderr == 0.0
     bound = optimal_acceptance(p, q, n, sampling=scheme).value
     assert 0.0 <= acc.value <= bound + 1e-12, (name, scheme, acc.value, bound)
-    if name == "optimal":  # attains the bound (the projected LP flow, MATH.md 5.8)
+    if name == "optimal":  # attains the bound (the projected LP flow, docs/math.md#optimal-verifier)
         assert acc.value >= bound - VALUE_TOL
 
 
@@ -430,7 +430,7 @@ def test_torch_backend_equals_numpy(pair, scheme, n):
 
 
 def test_oracle_reproduces_math_md_test_vectors():
-    """The rational oracle itself reproduces MATH.md section 6 (guards the oracle, not the code)."""
+    """The rational oracle itself reproduces docs/math.md#test-vectors (guards the oracle, not the code)."""
     cases = [
         ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, {"with_replacement": .972222, "without_replacement": 1,
                                                          "greedy": 1, "hub": 1}),
@@ -445,7 +445,7 @@ def test_oracle_reproduces_math_md_test_vectors():
         for scheme, value in expected.items():
             got = float(exact_alpha(np.array(p), np.array(q), n, scheme)[0])
             assert abs(got - value) < 5e-7, (p, q, n, scheme, got, value)
-    # MATH.md 3.2 caution: sequential W_2 vs the conditional-Poisson e_2 ratio on H = {0, 1}
+    # docs/math.md#without-replacement caution: sequential W_2 vs the conditional-Poisson e_2 ratio on H = {0, 1}
     q = as_fractions([0.5, 0.3, 0.2])
     seq = sum(pr for s, pr in exact_set_law(q, 2, "without_replacement").items() if s <= {0, 1})
     cp = sum(pr for s, pr in exact_set_law(q, 2, "conditional_poisson").items() if s <= {0, 1})
@@ -454,7 +454,7 @@ def test_oracle_reproduces_math_md_test_vectors():
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_disjoint_supports_single_draft_is_zero(scheme):
-    """Disjoint supports with n = 1 give alpha* = 0 (MATH.md 4); hub needs n = 2: then only Top."""
+    """Disjoint supports with n = 1 give alpha* = 0 (docs/math.md#test-facts); hub needs n = 2: then only Top."""
     p = np.array([0.5, 0.5, 0.0, 0.0])
     q = np.array([0.0, 0.0, 0.3, 0.7])
     if scheme == "hub":

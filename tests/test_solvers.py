@@ -59,7 +59,7 @@ def test_lp_plan_is_a_valid_verifier(rng):
             assert np.all(row[outside] == 0)
 
 
-MATH_TABLE = [  # MATH.md section 6: p, q, n, alpha*_with, alpha*_without, greedy
+MATH_TABLE = [  # docs/math.md#test-vectors: p, q, n, alpha*_with, alpha*_without, greedy
     ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, 0.972222, 1.0, 1.0),
     ((0.5, 0.3, 0.2, 0.0), (0.1, 0.2, 0.3, 0.4), 2, 0.690000, 0.734524, 0.666667),
     ((0.5, 0.3, 0.2, 0.0), (0.1, 0.2, 0.3, 0.4), 3, 0.771000, 0.948810, 0.833333),
@@ -77,7 +77,7 @@ def test_math_table(p, q, n, with_, without, greedy):
 
 
 def test_invariants(rng):
-    """MATH.md section 4: n = 1 is 1 - TV; p == q gives 1; monotone in n; permutation invariant;
+    """docs/math.md#test-facts: n = 1 is 1 - TV; p == q gives 1; monotone in n; permutation invariant;
     singleton bound; without >= with replacement."""
     for _ in range(100):
         V = int(rng.integers(2, 40))

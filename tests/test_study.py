@@ -49,7 +49,7 @@ def _np_softmax(z, T):
 
 
 def _oracle(p, q, n, scheme):
-    """alpha* by exhaustive search over all subsets (vectorised), MATH.md section 3 definition."""
+    """alpha* by exhaustive search over all subsets (vectorised), docs/math.md#dual-and-sorting-theorem definition."""
     Vv = len(p)
     masks = ((np.arange(1 << Vv)[:, None] >> np.arange(Vv)[None, :]) & 1).astype(float)
     qH = masks @ q
@@ -241,9 +241,9 @@ def test_verifiers_when_available(models, tmp_path):
         assert "verifier:spechub@2" in r and "verifier:rrs_without_replacement@2" in r
         for name in names:
             scheme = study.verifier_scheme(name)
-            # every valid verifier stays below the bound of its own draft scheme (MATH.md 4)
+            # every valid verifier stays below the bound of its own draft scheme (docs/math.md#test-facts)
             assert r[f"verifier:{name}@2"] <= r[f"bound:{scheme}@2"] + 1e-9
-    # exact values agree with a direct call; the greedy verifier attains its bound (MATH.md 5.6)
+    # exact values agree with a direct call; the greedy verifier attains its bound (docs/math.md#greedy-verifier)
     P = [r["verifier:rrs@2"] for r in rows]
     assert all(0 <= v <= 1 for v in P)
     for r in rows:

@@ -122,7 +122,7 @@ def test_without_replacement_n2_matches_enumeration():
 
 
 def test_math_md_test_vectors():
-    # MATH.md section 6, columns alpha*_with and alpha*_without
+    # docs/math.md#test-vectors, columns alpha*_with and alpha*_without
     cases = [
         ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, 0.972222, 1.0),
         ((.5, .3, .2, 0), (.1, .2, .3, .4), 2, 0.690000, 0.734524),
@@ -136,7 +136,7 @@ def test_math_md_test_vectors():
 
 
 def test_near_one_hot_draft_no_cancellation():
-    # q_max = 1 - 1e-12: 1 - q_i must come from the direct sum of the others (MATH.md section 7)
+    # q_max = 1 - 1e-12: 1 - q_i must come from the direct sum of the others (docs/math.md#numerics)
     V = 6
     q = np.array([1.0, 4e-13, 3e-13, 2e-13, 1e-13, 0.0])
     p = np.array([0.5, 0.2, 0.1, 0.1, 0.1, 0.0])
@@ -310,13 +310,13 @@ def test_multi_n_shares_sort_and_matches_single():
     for n in (1, 2, 3, 4):
         assert torch.equal(multi[n], tb.sorted_prefix_bound(P, Q, n).value)
     prev = None
-    for n in (1, 2, 3, 4):  # alpha* is non-decreasing in n (MATH.md section 4)
+    for n in (1, 2, 3, 4):  # alpha* is non-decreasing in n (docs/math.md#test-facts)
         if prev is not None:
             assert bool((multi[n] >= prev - 1e-12).all())
         prev = multi[n]
     wo = tb.sorted_prefix_bounds(P, Q, [1, 2], "without_replacement")
     assert torch.equal(wo[1], multi[1])
-    assert bool((wo[2] >= multi[2] - 1e-12).all())  # without >= with (observed, MATH.md section 4)
+    assert bool((wo[2] >= multi[2] - 1e-12).all())  # without >= with (observed, docs/math.md#test-facts)
 
 
 def test_greedy_bounds_match_numpy_formula_and_enumeration():

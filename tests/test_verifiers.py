@@ -90,7 +90,7 @@ def brute_force_bound(q, n, p, sampling) -> float:
     return float(best)
 
 
-# ---------------------------------------------------------------- MATH.md section 6
+# ---------------------------------------------------------------- docs/math.md#test-vectors
 VECTORS = [
     # p, q, n, naive, rrs, rrs_wor, spectr, alpha*_with, alpha*_without, greedy, spechub
     ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2,
@@ -205,7 +205,7 @@ def test_rsd_mc_kernel_matches_slow_twin():
 
 
 def test_rsd_fast_n2_matches_recursion_at_larger_v():
-    """O(V log V) path against the MATH.md recursion (slow twin) on V = 300."""
+    """O(V log V) path against the docs/math.md recursion (slow twin) on V = 300."""
     rng = np.random.default_rng(5)
     p = rng.dirichlet(np.full(300, 0.5))
     q = rng.dirichlet(np.full(300, 0.5))
@@ -304,7 +304,7 @@ def test_verify_sampling_chi_square(name, n, sampling):
     assert abs(accepted / draws - alpha) <= 5 * sd + 1e-9
 
 
-# ---------------------------------------------------------------- pitfalls of MATH.md section 7
+# ---------------------------------------------------------------- pitfalls of docs/math.md#numerics
 def _near_one_hot(V=6, eps=1e-12):
     q = np.array([1 - eps] + [eps / (V - 1)] * (V - 1))
     p = np.array([0.4, 0.3, 0.1, 0.1, 0.05, 0.05])[:V]
@@ -312,7 +312,7 @@ def _near_one_hot(V=6, eps=1e-12):
 
 
 def _mp_rsd2(p, q):
-    """RSD n = 2 acceptance in 50-digit arithmetic, the recursion of MATH.md 5.3 verbatim."""
+    """RSD n = 2 acceptance in 50-digit arithmetic, the recursion of docs/math.md#rsd verbatim."""
     with mpmath.workdps(50):
         P = [mpmath.mpf(float(x)) for x in p]
         Q = [mpmath.mpf(float(x)) for x in q]
@@ -770,7 +770,7 @@ from mdsd_ot.verifiers.specinfer import rrs_rejection  # noqa: E402
 
 
 def _rrs_rejection_exact(p, q, n) -> Fraction:
-    """prod_i sum_y (r_i - q)_+ in rational arithmetic (the residual chain of MATH.md 5.2)."""
+    """prod_i sum_y (r_i - q)_+ in rational arithmetic (the residual chain of docs/math.md#rrs)."""
     p = [Fraction(x) for x in p]
     q = [Fraction(x) for x in q]
     p = [x / sum(p) for x in p]

@@ -10,10 +10,10 @@ Two jobs:
    temperature, top-k and top-p on the way. The order is always: temperature, then top-k, then top-p
    (on the top-k renormalised distribution), then one renormalisation computed as a float64 softmax
    over the surviving logits (no ``x / x.sum()`` of a float32 vector).
-2. :func:`sorted_prefix_bound` evaluates the optimal acceptance alpha* (MATH.md section 3) for a batch
+2. :func:`sorted_prefix_bound` evaluates the optimal acceptance alpha* (docs/math.md#dual-and-sorting-theorem) for a batch
    of pairs on the tensors' device by one ``torch.sort`` and a few ``cumsum``: sampling with
    replacement for any ``n`` and sequential sampling without replacement for ``n = 2``;
-   :func:`greedy_bounds` the closed form for greedy drafts (MATH.md 3.3).
+   :func:`greedy_bounds` the closed form for greedy drafts (docs/math.md#greedy-and-hub).
 
 Tie and boundary conventions
 ----------------------------
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .._config import SUM_TOL
+from .._config import POWER_FROM_REST_N, SUM_TOL
 from .._validate import check_bool, check_n
 from . import TORCH_HINT
 
@@ -270,7 +270,7 @@ def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
     * ``"without_replacement"`` (sequential, ``n = 2`` only):
       :math:`W_2(H) = q(H) - R \sum_{i \in H} q_i / (1 - q_i)`, where :math:`R` is the mass outside
       ``H`` computed as a direct suffix sum and each :math:`1 - q_i` as the sum of the other entries
-      (prefix before ``i`` plus suffix after ``i``), never by subtraction from 1 (MATH.md section 7).
+      (prefix before ``i`` plus suffix after ``i``), never by subtraction from 1 (docs/math.md#numerics).
       ``n = 1`` is the same for both schemes.
 
     Parameters
@@ -347,6 +347,10 @@ def _scan(pt, qt, order, ns, sampling):
             # Q_k <= 1 in exact arithmetic; a rounded prefix sum of 1 + 2e-16 must not make
             # Q_k**n exceed Q_k (p == q would then give 1 - 2e-16 instead of exactly 1)
             QH = torch.minimum(Q**n, Q)
+            if n > POWER_FROM_REST_N:  # x^n multiplies x's rounding by n: use the outside mass
+                if R is None:
+                    R = torch.flip(_prefix_sums(torch.flip(qs, [-1])), [-1])
+                QH = torch.minimum(torch.where(R < 0.5, torch.exp(n * torch.log1p(-R)), QH), Q)
         else:
             if S is None:
                 # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
@@ -428,7 +432,7 @@ def sorted_prefix_bounds(p, q, ns, sampling: str = "with_replacement", *, normal
 
 
 def greedy_bounds(p, q, ns, *, normalize: bool = False):
-    r"""alpha* for greedy drafts (Hu et al.; MATH.md 3.3) for several ``n``, batched.
+    r"""alpha* for greedy drafts (Hu et al.; docs/math.md#greedy-and-hub) for several ``n``, batched.
 
     .. math:: \alpha^*_{greedy} = p(\mathrm{Top}) + \sum_{x \notin \mathrm{Top}} \min(p(x), q'(x)),
         \quad q'(x) = q(x) / q(\Sigma \setminus \mathrm{Top})

@@ -14,7 +14,7 @@ name                         draft scheme            method
 ``optimal``                  any (small V)           the LP transport plan, attains alpha*
 ===========================  ======================  ==============================================
 
-:func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (closed forms of MATH.md
+:func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (closed forms of docs/math.md
 section 5) or by Monte Carlo with a standard error.
 """
 from __future__ import annotations
@@ -143,7 +143,7 @@ def verifier_acceptance(
     n : int
         Number of drafts.
     method : {"auto", "exact", "monte_carlo"}
-        ``"exact"`` uses the closed form / recursion of MATH.md section 5 (``ValueError`` when none
+        ``"exact"`` uses the closed form / recursion of docs/math.md#verifiers (``ValueError`` when none
         applies at this size); ``"monte_carlo"`` averages the exact P(accepted | drafts) over
         ``samples`` sampled draft tuples; ``"auto"`` is exact when possible.
     samples : int

@@ -94,7 +94,7 @@ def rsd2_rejection(p, q, rest):
 
 
 def rsd2_rejection_slow(p, q):
-    """Pure-numpy O(V^2) twin of :func:`rsd2_rejection`: the recursion of MATH.md 5.3 verbatim."""
+    """Pure-numpy O(V^2) twin of :func:`rsd2_rejection`: the recursion of docs/math.md#rsd verbatim."""
     d = np.maximum(p - q, 0.0)
     tv = d.sum()
     if tv <= 0.0:

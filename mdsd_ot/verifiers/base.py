@@ -3,7 +3,7 @@
 A *verifier* receives the target ``p``, the draft distribution ``q`` and the ``n`` drafts (drawn from
 ``q`` under the draft scheme the verifier assumes) and outputs one token. It is **valid** when the
 output token is distributed exactly as ``p``; its **acceptance** is the probability that the output
-token is one of the drafts (MATH.md, preamble).
+token is one of the drafts (docs/math.md#notation).
 
 Two layers:
 
@@ -14,7 +14,7 @@ Two layers:
   not depend on the drafts (residual chains, thresholds, transport plans) so that verifying many draft
   tuples, enumerating a draft law or running Monte Carlo costs little per tuple.
 
-Numerical conventions (MATH.md section 7): float64 throughout; every ``(r - s)_+`` is clamped at zero
+Numerical conventions (docs/math.md#numerics): float64 throughout; every ``(r - s)_+`` is clamped at zero
 and every normalisation is guarded (a zero residual is a branch of probability zero, never a NaN); a
 draft is accepted when ``u < ratio`` with ``u ~ U[0, 1)``, so a zero-probability token is never
 accepted; every mass "outside a set" is a direct sum over the complement.

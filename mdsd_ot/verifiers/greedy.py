@@ -1,7 +1,7 @@
 """The optimal verifier for greedy multi-draft sampling.
 
 Reference: Hu, Zheng, Liu & Huang, "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025,
-arXiv:2502.18779. MATH.md sections 3.3 and 5.6.
+arXiv:2502.18779. docs/math.md#greedy-and-hub and docs/math.md#greedy-verifier.
 
 Drafts: the ``n - 1`` most likely tokens ``Top`` of ``q`` (ties by index), then one token ``x_n`` drawn
 from ``q' = q / q(rest)`` on the remaining tokens (``q(rest)`` summed directly over the rest, never

@@ -1,7 +1,7 @@
 """Naive membership verification: sample the target independently, accept if it was drafted.
 
 Reference: the baseline of SpecTr (Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
-Transport", NeurIPS 2023, arXiv:2310.15141). MATH.md section 5.1.
+Transport", NeurIPS 2023, arXiv:2310.15141). docs/math.md#naive.
 
 ``Y ~ p`` independently of the drafts; the step counts as accepted iff ``Y`` is one of the drafts.
 The output is exactly ``p`` whatever the draft law, so the method is valid for every draft scheme,
@@ -40,8 +40,9 @@ def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | 
     """
     if scheme == "with_replacement":
         miss = complement_masses(q)  # 1 - q(y), no cancellation
-        with np.errstate(divide="ignore"):
-            return -np.expm1(n * np.log(miss))  # 1 - miss^n, accurate for small q(y)
+        with np.errstate(divide="ignore"):  # log(1 - q) from whichever of q, 1 - q is accurate
+            log_miss = np.where(q < 0.5, np.log1p(-np.minimum(q, 0.5)), np.log(miss))
+        return -np.expm1(n * log_miss)  # 1 - miss^n, accurate for small q(y) and any n
     if scheme in ("greedy", "hub"):
         top = top_k(q, n - 1)
         rest = np.ones(q.size, dtype=bool)

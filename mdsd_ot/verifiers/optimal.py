@@ -2,7 +2,7 @@
 
 Reference: the optimal-transport formulation of SpecTr (Sun et al., NeurIPS 2023,
 arXiv:2310.15141) and its membership-cost LP / max-flow form (Hu et al., ICLR 2025,
-arXiv:2502.18779). MATH.md sections 2 and 5.8.
+arXiv:2502.18779). docs/math.md#primal-lp and docs/math.md#optimal-verifier.
 
 Given a feasible flow ``pi(S, y)`` (``sum_y pi(S, y) <= Q_S``, ``sum_S pi(S, y) <= p(y)``), the
 verifier outputs ``y in S`` with probability ``pi(S, y) / Q_S`` for the observed draft set ``S`` and

@@ -2,7 +2,7 @@
 
 Reference: Jeon, Gagrani, Goel, Park, Lee & Lott, "Recursive Speculative Decoding: Accelerating LLM
 Inference via Sampling Without Replacement", arXiv:2402.14160 (registry name
-``"rrs_without_replacement"``). MATH.md section 5.3.
+``"rrs_without_replacement"``). docs/math.md#rsd.
 
 Start with ``r = p, s = q``. For each draft in draw order: accept ``x_i`` with probability
 ``min(1, r(x_i) / s(x_i))``; on rejection set ``r = (r - s)_+`` normalised, then remove ``x_i`` from

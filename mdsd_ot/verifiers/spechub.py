@@ -2,7 +2,7 @@
 
 Reference: Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh (Ryan Sun et al.), "SpecHub:
 Provable Acceleration to Multi-Draft Speculative Decoding", EMNLP 2024, arXiv:2411.05289.
-MATH.md section 5.5.
+docs/math.md#spechub.
 
 Drafts (n = 2): the hub ``a = argmax q`` (ties by index); ``x_1 ~ q``; ``x_2 = a`` if ``x_1 != a``,
 else ``x_2 ~ q`` on the other tokens. The draft set is always ``{a, b}`` with

@@ -2,7 +2,7 @@
 
 Reference: Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-based
 Speculative Inference and Verification", ASPLOS 2024, arXiv:2305.09781 (multi-step speculative
-sampling). MATH.md section 5.2.
+sampling). docs/math.md#rrs.
 
 Start with ``r_1 = p``. For draft ``i = 1..n`` (in order; repeated tokens are processed again): accept
 ``x_i`` with probability ``min(1, r_i(x_i) / q(x_i))``; on rejection move to the residual

@@ -1,7 +1,7 @@
 """SpecTr's K-SEQ verifier for i.i.d. drafts.
 
 Reference: Sun, Suresh, Ro, Beirami, Jain & Yu, "SpecTr: Fast Speculative Decoding via Optimal
-Transport", NeurIPS 2023, arXiv:2310.15141 (Algorithm K-SEQ). MATH.md section 5.4.
+Transport", NeurIPS 2023, arXiv:2310.15141 (Algorithm K-SEQ). docs/math.md#spectr.
 
 With ``beta(rho) = sum_y min(q(y), p(y) / rho)``, take the smallest ``rho*`` in ``[1, n]`` with
 
@@ -21,11 +21,23 @@ O(log V) per evaluation, and the smallest root is bracketed by bisection to mach
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .base import PreparedVerifier, accept_ratio, Verifier, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecTrVerifier", "kseq_rho"]
+
+
+def accept_any(beta: float, reject: float, n: int) -> float:
+    """``1 - (1 - beta)^n`` with ``reject = 1 - beta`` summed directly: the logarithm is taken of
+    whichever of the two is accurate (``x^n`` multiplies a relative error of x by n, and n may be
+    10^9), so the result is exact to a few ulps for every n."""
+    if reject <= 0.0:
+        return 1.0
+    log_reject = math.log1p(-beta) if beta < 0.5 else math.log(reject)
+    return float(-math.expm1(n * log_reject))
 
 
 def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
@@ -58,7 +70,7 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
         k = int(np.searchsorted(t, rho, side="left"))  # ratios t < rho: min(q, p/rho) = p/rho
         rej = max(q_lo[k] - p_lo[k] / rho, 0.0)
         beta = q_hi[k] + p_lo[k] / rho
-        return rho * beta - (1.0 - rej**n)
+        return rho * beta - accept_any(beta, rej, n)
 
     lo, hi = 1.0, min(float(n), t_max)
     if n == 1 or hi <= 1.0 or gap(lo) >= 0.0:
@@ -84,7 +96,7 @@ class _PreparedSpecTr(PreparedVerifier):
         # 1 - beta, direct; as a fraction of sum(q) (one up to rounding) it is <= 1 in floating point
         # ((q - s)_+ <= q term by term, same summation tree), so p_acc below lies in [0, 1]
         self.reject_one = float(np.maximum(q - scaled, 0.0).sum()) / float(q.sum())
-        self.p_acc = float(1.0 - self.reject_one**n)
+        self.p_acc = accept_any(self.beta / float(q.sum()), self.reject_one, n)
         if self.rho > 1.0:
             # rho* > 1 is a root of rho beta(rho) = p_acc, so c = p_acc / beta = rho* exactly and
             # p - min(q, p/rho*) c = (p - rho* q)_+: zero on every token a draft of which can be
