@@ -39,7 +39,7 @@ ENUMERATION_MAX_TUPLES = 5_000_000
 #: The trapezoid rule in s = log t for the exponential-clock integral of W_n uses the step
 #: QUAD_STEP / sqrt(n + 1): the integrand's sharpest rise has width about 1/sqrt(n) in s. Calibrated on
 #: the sharpest integrands (Poisson and binomial counts, every outside mass): error <= 1e-13 at 0.5,
-#: 4e-12 at 0.6 (docs/math.md#quadrature-step). Each value is re-checked on the grid of half the step.
+#: 4e-12 at 0.6 (docs/math.md#quadrature-step). Each value is re-checked on a grid shifted by half a step.
 QUAD_STEP = 0.5
 
 #: Tail of the exponential-clock integral left out at each end of the quadrature grid.

@@ -40,7 +40,8 @@ def _solve_dual_checked(p, q, n, scheme):
     """The dual value, its subset and the independent re-check, with quadrature refinement.
 
     For sequential sampling with n >= 3 the solver and the re-check are two quadratures, the
-    re-check on a grid of half the solver's step; a disagreement above ``RECHECK_TOL`` halves both
+    re-check on nodes half-way between the solver's (the trapezoid rule's leading error changes sign
+    under that shift); a disagreement above ``RECHECK_TOL`` halves both
     steps again (at most ``QUAD_MAX_REFINE`` times), so the difference is the error estimate.
     """
     refine = 0

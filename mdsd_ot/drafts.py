@@ -204,8 +204,8 @@ class DraftScheme:
     def mass(self, q: np.ndarray, n: int, subset, *, refine: int = 0) -> float:
         """``Q(H)``: probability that all ``n`` drafts fall in ``subset`` (indices or a bool mask).
 
-        ``refine`` (schemes with ``quadrature_from``): halve the quadrature step that many more
-        times; the default grid is already one halving finer than the dual solver's.
+        ``refine`` (schemes with ``quadrature_from``): halve the quadrature step that many times
+        (the nodes lie half-way between those of the dual solver at the same ``refine``).
         """
         self.check(q, n)
         mask = _as_mask(subset, q.size)
@@ -271,7 +271,8 @@ def _without_mass(q, n, mask, refine=0):
     """``W_n(H)``: n = 1, 2 in closed form; n >= 3 by enumerating the ordered draws inside H when
     there are at most ``_ENUMERATE_DRAWS`` of them, else by the independent exponential-clock
     evaluation :func:`mdsd_ot._kernels.sequential_mass_check` (not the solver's fast path) on a grid
-    ``refine + 1`` halvings finer than the solver's base grid (docs/math.md#independent-check)."""
+    whose nodes lie half-way between those of the solver's grid at the same ``refine``
+    (docs/math.md#independent-check)."""
     q_in = q[mask]
     outside = q[~mask].sum()
     if n == 1:
@@ -288,7 +289,7 @@ def _without_mass(q, n, mask, refine=0):
         return _merged_sequential_mass(q_in, outside, n)
     from . import _kernels
 
-    return float(_kernels.sequential_mass_check(np.ascontiguousarray(q_in), float(outside), n, refine + 1))
+    return float(_kernels.sequential_mass_check(np.ascontiguousarray(q_in), float(outside), n, refine))
 
 
 # greedy (Hu et al.) ------------------------------------------------------------------------------
