@@ -69,7 +69,7 @@ def test_version_and_python_dash_m(capsys):
     assert done.returncode == 0 and done.stdout.strip() == f"mdsd-ot {mdsd_ot.__version__}"
     done = subprocess.run([sys.executable, "-m", "mdsd_ot"], capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 2 and "bound" in done.stdout and "demo" in done.stdout
+    assert done.returncode == 2 and "audit" in done.stdout and "demo" in done.stdout
 
 
 def test_every_option_with_a_default_shows_it_in_help():
