@@ -410,7 +410,8 @@ def audit(
     k = int(np.count_nonzero(q > 0))
     log_count = _log_tuple_count(scheme.name, k, n)
     if log_count > math.log(max_tuples) + 1e-9:
-        shown = f"{math.exp(log_count):,.0f}" if log_count < 40 else f"about 10^{log_count / math.log(10):.0f}"
+        shown = (f"{math.exp(log_count):,.0f}" if log_count < 40
+                 else f"about 10^{log_count / math.log(10):.0f}")
         raise ValueError(
             f"the {scheme.name!r} scheme has {shown} draft tuples for {k} tokens of q > 0 and n = {n}, "
             f"more than max_tuples = {max_tuples:,}; audit on a smaller vocabulary (a few tokens "

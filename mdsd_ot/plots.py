@@ -164,8 +164,8 @@ def plot_families(table, out, *, title: str | None = None) -> dict:
                                   mfc="none" if parts else color))
             label = method.split(":", 1)[1] if kind == "gap" else method
             if parts:
-                label += "\n  subsample: " + "; ".join(
-                    f"{c:,} of {t:,} positions (n = {', '.join(k)})" for (c, t), k in parts.items())
+                label += "".join(f"\n  subsample: {c:,} of {t:,} positions (n = {', '.join(k)})"
+                                 for (c, t), k in parts.items())
             texts.append(label)
         right = 1 - 3.3 / width
         if title:
