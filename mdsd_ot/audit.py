@@ -243,11 +243,11 @@ def _token(x) -> int:
         return operator.index(x)
     except TypeError:
         pass
-    item = getattr(x, "item", None)
-    if item is not None and getattr(x, "ndim", 0) <= 1 and getattr(x, "size", 1) in (1, None):
+    item = getattr(x, "item", None)  # one-element numpy arrays and torch tensors
+    if callable(item):
         try:
             return operator.index(item())
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RuntimeError):
             pass
     raise VerifierError(f"verify must return an integer token index, got {type(x).__name__} {x!r}")
 

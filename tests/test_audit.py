@@ -200,6 +200,10 @@ def test_bad_input_and_bad_verifiers_are_clear_errors():
         audit(lambda p, q, d, g: 1 / 0, P, Q, 2, trials=100)
     with pytest.raises(VerifierError, match="integer token index"):
         audit(lambda p, q, d, g: 1.5, P, Q, 2, trials=100)
+    constant = audit(lambda p, q, d, g: np.array([0]), P, Q, 2, trials=100)  # a 1-element array
+    assert constant.output_law[0] == 1.0 and not constant.lossless
+    with pytest.raises(VerifierError, match="integer token index"):
+        audit(lambda p, q, d, g: np.array([0, 1]), P, Q, 2, trials=100)
     with pytest.raises(VerifierError, match=r"returned token 4 .* \[0, 4\)"):
         audit(lambda p, q, d, g: 4, P, Q, 2, trials=100)
 
@@ -264,6 +268,9 @@ def test_cli_registry_verifier_passes(tmp_path, capsys):
     (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--level", "0"], "level must be"),
     (["numpy:sum", "--p", "0.5,0.5", "--q", "0.5,0.5"], "verify raised"),
     (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--sampling", "sideways"], "unknown sampling"),
+    (["rrs", "missing.npz"], "no such file"),
+    (["rrs", "a.npy", "b.npy", "c.npy"], "two files"),
+    (["rrs", "pq.json", "--p", "0.5,0.5", "--q", "0.5,0.5"], "not both"),
 ])
 def test_cli_errors_exit_2_with_one_line(module_file, capsys, argv, match):
     assert main(["audit", *argv]) == 2

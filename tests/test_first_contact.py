@@ -136,10 +136,11 @@ needs_sample = pytest.mark.skipif(not sample.sample_path().exists(), reason="bun
 @pytest.mark.parametrize("flags, match", [
     (["--n", "0"], "must be >= 1, got 0"),
     (["--n", "-1"], "must be >= 1, got -1"),
-    (["--n", ","], "at least one number of drafts"),
+    (["--n", ","], "give at least one n"),
     (["--n", "two"], "comma-separated integers"),
-    (["--temperatures", "-0.5"], "finite and > 0"),
-    (["--temperatures", "nan"], "finite and > 0"),
+    (["--temperatures", "-0.5"], "finite floats > 0"),
+    (["--temperatures", "nan"], "finite floats > 0"),
+    (["--temperatures", ","], "give at least one temperature"),
     (["--temperatures", "0.42"], "available"),
     (["--positions", "0"], "--positions must be >= 1"),
 ])

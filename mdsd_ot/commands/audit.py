@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from ._inputs import INPUT_HELP
+from ._inputs import INPUT_HELP, load_inputs
 
 HELP = "audit a verifier verify(p, q, drafts, rng) -> token: is its output law exactly p? (small V)"
 
@@ -110,7 +110,6 @@ def load_callable(spec: str):
 
 def run(args) -> int:
     from ..audit import VerifierError, audit
-    from ..io import load_pair
 
     verify = load_callable(args.target)
     if args.p is not None or args.q is not None:
@@ -120,9 +119,7 @@ def run(args) -> int:
             raise ValueError("--p and --q go together; give both")
         p, q = _inline(args.p, "p"), _inline(args.q, "q")
     elif args.inputs:
-        if len(args.inputs) > 2:
-            raise ValueError(f"expected one file (p and q) or two files (p, then q); got {len(args.inputs)}")
-        p, q = load_pair(*args.inputs)
+        p, q = load_inputs(args)
     else:
         raise ValueError("give p and q: a FILE (or two), or --p 0.5,0.3,0.2 --q 0.2,0.3,0.5")
     sampling = args.sampling or getattr(verify, "default_sampling", None) or "with_replacement"

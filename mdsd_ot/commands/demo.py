@@ -30,28 +30,6 @@ def add_arguments(parser):
     parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
 
 
-def _check_ns(ns) -> list:
-    from .._validate import check_n
-
-    if not ns:
-        raise ValueError("--n needs at least one number of drafts, e.g. --n 2,3")
-    for n in ns:
-        if n < 1:
-            raise ValueError(f"--n: the number of drafts must be >= 1, got {n}")
-    return list(dict.fromkeys(check_n(n) for n in ns))
-
-
-def _check_temperatures(temps) -> list:
-    import math
-
-    if not temps:
-        raise ValueError("--temperatures needs at least one temperature, e.g. --temperatures 0.7")
-    for t in temps:
-        if not (math.isfinite(t) and t > 0):
-            raise ValueError(f"--temperatures must be finite and > 0, got {t!r}")
-    return list(dict.fromkeys(temps))
-
-
 class _Progress:
     """Progress on stderr: a tqdm bar on a terminal when tqdm is installed, else a line per tenth."""
 
@@ -100,16 +78,16 @@ def run(args) -> int:
 
 
     from ..sample import load_sample, sample_metadata
-    from ..study import SCHEMES, check_verifier_names, evaluate_rows, format_table, summarize
+    from ..study import SCHEMES, StudyConfig, evaluate_rows, format_table, summarize
     from ..verifiers import get_verifier
     from .study import _floats, _ints, _names
 
     t0 = time.time()
-    temps = _check_temperatures(_floats(args.temperatures))
-    ns = _check_ns(_ints(args.n))
-    # aliases (specinfer, rsd) to registry names, then the study's own check
-    verifiers = check_verifier_names(list(dict.fromkeys(get_verifier(v).name
-                                                        for v in _names(args.verifiers))))
+    # the study's own checks (n >= 1, finite temperatures > 0, verifier names); aliases first
+    config = StudyConfig(temperatures=_floats(args.temperatures), ns=_ints(args.n),
+                         verifiers=list(dict.fromkeys(get_verifier(v).name
+                                                      for v in _names(args.verifiers)))).validate()
+    temps, ns, verifiers = config.temperatures, config.ns, config.verifiers
     if args.positions < 1:
         raise ValueError(f"--positions must be >= 1, got {args.positions}")
     records = load_sample(temperatures=temps)
