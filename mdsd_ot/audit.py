@@ -335,7 +335,9 @@ def audit(
         float64 arrays of shape (V,), ``drafts`` an int64 array of shape (n,), ``rng`` a
         ``numpy.random.Generator``. With ``backend="torch"``: float64 tensors, an int64 tensor and a
         ``torch.Generator`` (CPU). It must return the output token index (int, numpy or torch integer
-        scalar, or an object with a ``.token`` attribute) and must not modify its inputs.
+        scalar, or an object with a ``.token`` attribute) and must not modify its inputs. Its
+        randomness must come from ``rng`` only, with no state kept between calls: the statistics
+        assume independent runs.
     p, q : array_like, shape (V,)
         Target and draft distributions (validated as by :func:`mdsd_ot.optimal_acceptance`).
     n : int
