@@ -16,7 +16,26 @@ COMMANDS = {
     "demo": "demo",
     "study": "study",
     "merge": "merge",
+    "audit": "audit",
 }
+
+
+def _has_default(action) -> bool:
+    """True for an option whose default is worth printing (not None, False, '' or suppressed)."""
+    d = action.default
+    return bool(action.option_strings) and not (
+        d is None or d is False or d is argparse.SUPPRESS or (isinstance(d, str) and not d)
+    )
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to every option whose help does not state its default already."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not _has_default(action) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,10 +44,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = _Parser(
         prog="mdsd-ot",
         description="Optimal acceptance rates of multi-draft speculative decoding.",
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
         try:
@@ -37,8 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == f"mdsd_ot.commands.{module_name}":
                 continue  # command not built yet
             raise
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP,
+                             formatter_class=_HelpFormatter)
         module.add_arguments(cmd)
+        for action in cmd._actions:  # options without any help text still show their default
+            if action.help is None and _has_default(action):
+                action.help = "(default: %(default)s)"
         cmd.set_defaults(_run=module.run)
     return parser
 

