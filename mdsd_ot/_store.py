@@ -2,9 +2,9 @@
 
 The study (:mod:`mdsd_ot.study`) streams one group of JSON rows per *record* (a prompt) into a
 folder that must survive being killed at any instant, started twice, damaged by hand, filled up or
-made read-only, and never mix rows that were computed under different conditions. This module is that
-storage layer; it knows nothing about models or distributions, so that any pipeline producing rows
-per record (a tree decoder, say) can reuse it.
+made read-only, and never mix rows that were computed under different conditions. This module is
+that storage layer; it knows nothing about models or distributions, so that any pipeline producing
+rows per record (a tree decoder, say) can reuse it.
 
 A folder holds::
 
@@ -129,7 +129,7 @@ def _fsync(fd: int, path) -> None:
 
 
 def fsync_dir(path) -> None:
-    """Make a rename or a new file in folder ``path`` durable (no-op where folders cannot be opened)."""
+    """Make a rename or a new file in ``path`` durable (no-op where folders cannot be opened)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:  # pragma: no cover - e.g. Windows
@@ -206,7 +206,7 @@ def atomic_file(path, *, step: str | None = None):
 
 
 def atomic_write(path, data, *, step: str | None = None) -> None:
-    """Replace ``path`` by ``data`` (str or bytes) atomically and durably (see :func:`atomic_file`)."""
+    """Replace ``path`` by ``data`` (str or bytes) atomically and durably (:func:`atomic_file`)."""
     with atomic_file(path, step=step) as fh:
         fh.write(data)
 
@@ -449,9 +449,9 @@ def read_config(folder) -> dict:
         raise StoreError(f"{folder} is not a results folder (no {CONFIG})")
     if state == "legacy":
         raise StoreError(
-            f"{path} was written by an older mdsd_ot that did not record which models and prompts "
-            f"made the rows, so they cannot be checked; use that version for it, or rerun the study "
-            f"into a new folder")
+            f"{path} was written by an older mdsd_ot that did not record which models and "
+            f"prompts made the rows, so they cannot be checked; use that version for it, or rerun "
+            f"the study into a new folder")
     if state == "damaged":
         raise StoreError(f"{path} is {problem}; restore it from a backup (it records which models, "
                          f"prompts and parameters made the rows), or rerun into a new folder")
@@ -815,7 +815,8 @@ class ResultsFolder:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
-            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(path)) from None
+            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder",
+                                     str(path)) from None
         except OSError as exc:
             raise _with_path(exc, path) from None
         self._lock = FolderLock(path).acquire()
@@ -908,7 +909,7 @@ class ResultsFolder:
 
     # -- writing
     def append(self, record_id: str, lines) -> None:
-        """Add one finished record: its rows (JSON text lines, without newlines), then its done line.
+        """Add one finished record: its rows (JSON text lines, no newlines), then its done line.
 
         The rows are written and fsync'd before the done line, which is written in one call and
         fsync'd. After a failed write the folder refuses further appends (reopen it to resume).
@@ -997,8 +998,9 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
         if not s.is_dir():
             raise FileNotFoundError(f"{s} is not a folder")
         if dest.exists() and os.path.samefile(s, dest):
-            raise StoreError(f"the destination {dest} is also a source ({s}); merging into it would "
-                             f"overwrite that folder's results: choose a new destination folder")
+            raise StoreError(f"the destination {dest} is also a source ({s}); merging into it "
+                             f"would overwrite that folder's results: choose a new destination "
+                             f"folder")
     configs = [read_config(s) for s in sources]
     first = configs[0]
     for s, c in zip(sources, configs):
@@ -1076,7 +1078,8 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
                                 out.write(raw)
                 except OSError as exc:
                     raise _with_path(exc, s / ROWS) from None
-                changed = [rec for rec in mine if hashes[rec].hexdigest() != chosen[rec][1]["sha256"]]
+                changed = [rec for rec in mine
+                           if hashes[rec].hexdigest() != chosen[rec][1]["sha256"]]
                 if changed:
                     raise StoreError(f"{s} changed while it was being merged (record "
                                      f"{changed[0]!r}); run the merge again")

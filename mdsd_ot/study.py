@@ -239,8 +239,8 @@ def load_prompts(source) -> list[dict]:
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{lineno} is not valid JSON: {exc}") from None
                 except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit integer
-                    raise ValueError(f"{path}:{lineno} cannot be read: "
-                                     f"{' '.join(str(exc).split()) or 'nested too deeply'}") from None
+                    why = " ".join(str(exc).split()) or "nested too deeply"
+                    raise ValueError(f"{path}:{lineno} cannot be read: {why}") from None
         else:
             records = [{"prompt": line} for line in text.splitlines() if line.strip()]
     for i, r in enumerate(records):
@@ -693,7 +693,8 @@ def model_identity(model) -> dict:
     """Identity of an in-memory model: sha256 of its configuration and of every parameter's bytes.
 
     Used by :func:`run_study` when it is given models rather than files (the command line
-    identifies the model files instead, before loading them: :func:`mdsd_ot._store.fingerprint_path`).
+    identifies the model files instead, before loading them:
+    :func:`mdsd_ot._store.fingerprint_path`).
     """
     torch = _torch()
     h = hashlib.sha256()
@@ -719,7 +720,7 @@ def model_identity(model) -> dict:
 
 
 def tokenizer_identity(tokenizer) -> dict | None:
-    """Identity of an in-memory tokenizer (its full serialisation when it has one, else its vocabulary)."""
+    """Identity of an in-memory tokenizer (its serialisation, else its vocabulary)."""
     if tokenizer is None:
         return None
     backend = getattr(tokenizer, "backend_tokenizer", None)

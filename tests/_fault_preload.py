@@ -26,8 +26,6 @@ import mdsd_ot.verifiers  # noqa: E402,F401
 import _fault_child  # noqa: E402,F401
 
 
-
-
 def _warm_up():
     """One complete tiny study in a throw-away folder (without plots: the children skip them), so
     that lazily loaded code (numba's cached kernels, transformers' loading path) is loaded here,

@@ -185,7 +185,8 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
         assert r == ref[(r["record"], r["pos"], r["T"])]
 
     # a different study in the same folder is refused
-    with pytest.raises(ValueError, match=r"different study: temperatures: \[0\.5\] now, \[1\.0\] before"):
+    with pytest.raises(ValueError,
+                       match=r"different study: temperatures: \[0\.5\] now, \[1\.0\] before"):
         study.run_study(target, draft, recs, part,
                         study.StudyConfig(temperatures=[0.5], ns=[2], verifiers=[]),
                         progress=False)

@@ -113,6 +113,8 @@ def _fault_child():
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A warm fork server, the models, and the reference run (plots off, checkpoints recorded)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("the fault-injection tests fork their runs from a fork server (POSIX)")
     root = tmp_path_factory.mktemp("store")
     lab = Lab(root)
     ctx = multiprocessing.get_context("forkserver")
@@ -203,7 +205,7 @@ def test_sigkill_at_random_moments_until_done(lab):
 
 
 def _first_of_each_step(steps):
-    """The first checkpoint of each kind (the three summary files share one code path: the first)."""
+    """The first checkpoint of each kind (the three summary files share one code path)."""
     seen = {}
     for k, s in enumerate(steps, 1):
         if not s.startswith(("summary.json", "summary.md")):
@@ -548,11 +550,13 @@ def _changed_prompts(lab, tmp_path):
 IDENTITY_CHANGES = [
     (lambda lab, tmp: ["--target", lab.root / "other"], r"target: \S*other \(3 files.* now, "
                                                          r"\S*target \(3 files.* before"),
-    (lambda lab, tmp: ["--draft", lab.root / "other"], r"draft: \S*other .* now, \S*draft .* before"),
+    (lambda lab, tmp: ["--draft", lab.root / "other"],
+     r"draft: \S*other .* now, \S*draft .* before"),
     (lambda lab, tmp: ["--dtype", "bfloat16"], r'dtype: "bfloat16" now, "float32" before'),
     (_changed_prompts, r"prompts: 4 prompts from \S*changed.jsonl \(sha256 \w+\) now, 4 prompts "
                        r"from \S*prompts.jsonl \(sha256 \w+\) before"),
-    (lambda lab, tmp: ["--temperatures", "0.7,1"], r"temperatures: \[0.7, 1.0\] now, \[0.5, 1.0\] before"),
+    (lambda lab, tmp: ["--temperatures", "0.7,1"],
+     r"temperatures: \[0.7, 1.0\] now, \[0.5, 1.0\] before"),
     (lambda lab, tmp: ["--n", "2,3"], r"ns: \[2, 3\] now, \[2\] before"),
     (lambda lab, tmp: ["--top-k", "5"], r"top_k: 5 now, null before"),
     (lambda lab, tmp: ["--shard", "1/2"], r"shard: 1/2 now, 0/1 before"),
@@ -749,7 +753,7 @@ def test_simulated_disk_full_at_every_write_is_one_line_and_resumable(lab, tmp_p
     assert code == 0, err
     assert len(calls) >= 10
     real = os.write
-    firsts = [k for k, f in enumerate(calls, 1) if f not in calls[: k - 1]]  # first write of each file
+    firsts = [k for k, f in enumerate(calls, 1) if f not in calls[: k - 1]]  # first of each file
     for k in sorted(set(firsts) | {len(calls)}):
         state = {"n": 0}
 
@@ -805,11 +809,22 @@ def test_every_replacement_is_fsynced_before_and_its_folder_after(lab, tmp_path,
         return os.readlink(f"/proc/self/fd/{fd}")
 
     real_write, real_fsync, real_replace = os.write, os.fsync, os.replace
-    monkeypatch.setattr(_store, "_os_write",
-                        lambda fd, data: (events.append(("write", name(fd))), real_write(fd, data))[1])
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", name(fd))), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(a), str(b))),
-                                                     real_replace(a, b))[1])
+
+    def write(fd, data):
+        events.append(("write", name(fd)))
+        return real_write(fd, data)
+
+    def fsync(fd):
+        events.append(("fsync", name(fd)))
+        return real_fsync(fd)
+
+    def replace(a, b):
+        events.append(("replace", str(a), str(b)))
+        return real_replace(a, b)
+
+    monkeypatch.setattr(_store, "_os_write", write)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     out = tmp_path / "sync"
     code, _, err = _cli(capsys, lab.argv(out))
     assert code == 0, err
