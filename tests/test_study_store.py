@@ -104,7 +104,9 @@ class Lab:
 
 
 def _fault_child():
-    sys.path.insert(0, str(TESTS)) if str(TESTS) not in sys.path else None
+    """The child-side module (tests/ is on sys.path under pytest; made sure of here)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
     import _fault_child as mod
 
     return mod
@@ -744,7 +746,7 @@ def _count_writes(monkeypatch):
     return calls
 
 
-def test_simulated_disk_full_at_every_write_is_one_line_and_resumable(lab, tmp_path, capsys,
+def test_simulated_disk_full_is_one_line_and_resumable(lab, tmp_path, capsys,
                                                                       monkeypatch, quick):
     """ENOSPC after a partial write, at the first write of each file and at the last write of a
     run, then the same command again (the real tmpfs test covers each file where it can run)."""
