@@ -70,20 +70,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error(exc: OSError) -> str:
+    """One line naming the path: ``<path>: <reason>`` (disk full, permissions, bad paths)."""
+    if exc.errno is not None and exc.strerror and exc.filename is not None:
+        extra = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
+        return f"{exc.filename}{extra}: {exc.strerror}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "_run", None) is None:
-        parser.print_help()
-        return 2
-    try:
-        return int(args._run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"mdsd-ot {args.command}: error: {message}", file=sys.stderr)
-        return 2
+    prog = "mdsd-ot"
+    try:  # Ctrl-C at any moment, imports and argument parsing included: one line, status 130
+        from . import _cli_startup
+
+        _cli_startup.restore()
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "_run", None) is None:
+            parser.print_help()
+            return 2
+        prog = f"mdsd-ot {args.command}"
+        try:
+            return int(args._run(args) or 0)
+        except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as exc:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"{prog}: error: {_os_error(exc)}", file=sys.stderr)
+            return 2
     except KeyboardInterrupt:
-        print(f"mdsd-ot {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 

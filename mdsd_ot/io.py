@@ -70,6 +70,12 @@ def _from_json(path: Path) -> list[np.ndarray]:
         ) from None
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a UTF-8 text file") from None
+    except ValueError as exc:  # Python refuses integers of more than 4300 digits
+        reason = " ".join(str(exc).split())
+        if "digits" in reason:
+            reason = ("it holds an integer with thousands of digits; write each probability as a "
+                      "number like 0.5")
+        raise ValueError(f"{path} cannot be read: {reason}") from None
     if isinstance(data, dict):
         missing = [k for k in ("p", "q") if k not in data]
         if missing:

@@ -6,17 +6,21 @@ Pipeline (one forward pass per prompt and model, by teacher forcing)::
     float64 p, q (mdsd_ot.backends.torch.to_distribution) -> bounds per scheme and n,
     verifier acceptance per name and n -> one JSONL row per (prompt, position, temperature)
 
-Outputs in the study folder ``out``:
+Outputs in the study folder ``out`` (the storage layer is :mod:`mdsd_ot._store`: one writer per
+folder, identity checks, checksummed rows, atomic replacement):
 
-* ``config.json``: the study parameters (a resumed or merged run must match them);
+* ``config.json``: the identity of the study (model files, dtype, prompts, parameters: see
+  :func:`study_identity`) and provenance; a resumed or merged run must have the same identity;
 * ``positions.jsonl``: one row per (record, position, temperature) with flat keys
   ``"bound:<scheme>@<n>"`` and ``"verifier:<name>@<n>"`` (plus ``"...:se"`` for Monte Carlo
   standard errors), written as soon as a prompt is done (full-vocabulary distributions are never
   kept beyond one prompt);
-* ``done.txt``: the ids of the finished records, appended after their rows are flushed. A killed
-  run restarted on the same folder drops the rows of unfinished records and skips finished ones;
+* ``done.txt``: one line per finished record (id, number of rows, sha256 of the rows), appended
+  after its rows are fsync'd. A run restarted on the same folder verifies every finished record,
+  recomputes the damaged or incomplete ones and the unfinished ones, and skips the rest;
 * ``summary.md`` / ``summary.csv`` / ``summary.json`` and ``acceptance_vs_temperature.png`` /
-  ``gap_to_bound.png`` (see :func:`summarize`, :func:`write_report`).
+  ``gap_to_bound.png`` (see :func:`summarize`, :func:`write_report`); they do not depend on the
+  order of the rows, so a resumed run gives the same bytes as an uninterrupted one.
 
 Sharding: ``shard=(i, N)`` keeps the records whose index is ``i`` modulo ``N``; :func:`merge`
 combines shard folders into one.
@@ -30,6 +34,8 @@ Heavy dependencies (torch, transformers, tqdm, matplotlib) are imported inside t
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import math
 import os
@@ -39,10 +45,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _store
 from ._config import VALUE_TOL
 
 __all__ = [
     "StudyConfig",
+    "StudyWarning",
     "SCHEMES",
     "DEFAULT_VERIFIERS",
     "VERIFIER_SCHEME",
@@ -51,12 +59,17 @@ __all__ = [
     "teacher_forcing_logits",
     "evaluate_rows",
     "parse_every",
+    "study_identity",
+    "open_study",
     "run_study",
     "read_rows",
     "summarize",
     "write_report",
     "merge",
 ]
+
+#: Warning category for damaged, incomplete or unverifiable study folders (handled, never silent).
+StudyWarning = _store.StoreWarning
 
 #: Draft-sampling schemes whose bound the study evaluates.
 SCHEMES = ("with_replacement", "without_replacement", "greedy")
@@ -134,27 +147,40 @@ class StudyConfig:
     mc_samples: int | None = None
 
     def validate(self) -> "StudyConfig":
-        """Check the fields; return self."""
+        """Check the fields and put the lists in a canonical order; return self.
+
+        Temperatures and n are sorted, schemes follow :data:`SCHEMES`, verifiers are sorted, and
+        repeats are dropped: the lists are sets (``--n 3,2`` and ``--n 2,3`` are one study, with
+        the same rows and the same bytes in every output file).
+        """
         from ._validate import check_choice, check_n
 
         if not self.temperatures:
             raise ValueError("give at least one temperature")
         for t in self.temperatures:
-            if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
+            if not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+                    and t > 0):
                 raise ValueError(f"temperatures must be finite floats > 0, got {t!r}")
+        self.temperatures = sorted({float(t) for t in self.temperatures})
         if not self.ns:
             raise ValueError("give at least one n")
-        self.ns = [check_n(n) for n in self.ns]
+        self.ns = sorted({check_n(n) for n in self.ns})
         for s in self.schemes:
             check_choice(s, "scheme", SCHEMES)
+        self.schemes = [s for s in SCHEMES if s in set(self.schemes)]
         check_choice(self.continuation, "continuation", ("given", "sample"))
         check_choice(self.bound_backend, "bound_backend", ("auto", "numpy", "torch"))
-        check_verifier_names(self.verifiers)
+        self.verifiers = sorted(set(check_verifier_names(self.verifiers)))
         self.every = parse_every(self.every)
         return self
 
     def key(self) -> dict:
-        """The fields that must agree between a run and its resumption or merge partners."""
+        """The parameters that determine a row: part of the study identity (:func:`study_identity`).
+
+        Left out because they change no row beyond floating-point rounding or only select which
+        records are processed: ``max_records`` (the records before sharding; a resume may extend or
+        shorten the list), ``bound_backend`` (agrees with numpy to ``VALUE_TOL``).
+        """
         d = asdict(self)
         return {k: d[k] for k in ("temperatures", "ns", "schemes", "verifiers", "top_k", "top_p",
                                   "max_positions_per_record", "continuation", "max_new_tokens",
@@ -199,7 +225,10 @@ def load_prompts(source) -> list[dict]:
         path = Path(source)
         if not path.exists():
             raise FileNotFoundError(f"prompt file {path} does not exist (or pass 'humaneval')")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"prompt file {path} is not UTF-8 text") from None
         if path.suffix == ".jsonl":
             records = []
             for lineno, line in enumerate(text.splitlines(), 1):
@@ -209,17 +238,33 @@ def load_prompts(source) -> list[dict]:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{lineno} is not valid JSON: {exc}") from None
+                except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit integer
+                    why = " ".join(str(exc).split()) or "nested too deeply"
+                    raise ValueError(f"{path}:{lineno} cannot be read: {why}") from None
         else:
             records = [{"prompt": line} for line in text.splitlines() if line.strip()]
     for i, r in enumerate(records):
         if not isinstance(r, dict) or ("prompt" not in r and "prompt_ids" not in r):
             raise ValueError(f"prompt record {i} needs a 'prompt' (text) or 'prompt_ids' field")
         r.setdefault("id", str(i))
+        if r["id"] is None or isinstance(r["id"], (dict, list)):
+            raise ValueError(f"prompt record {i}: 'id' must be a string or a number, got "
+                             f"{json.dumps(r['id'])[:40]}")
         r["id"] = str(r["id"])
-    ids = [r["id"] for r in records]
-    if len(set(ids)) != len(ids):
-        raise ValueError("prompt record ids must be unique")
+    _check_record_ids(records)
     return records
+
+
+def _check_record_ids(records) -> None:
+    """Ids up front: present, non-empty, one line, unique (``ValueError`` naming the record)."""
+    ids = []
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise TypeError(f"prompt record {i} must be a dict, got {type(r).__name__}")
+        if "id" not in r:
+            raise ValueError(f"prompt record {i} has no 'id' (load_prompts gives every record one)")
+        ids.append(r["id"])
+    _store.check_ids(ids, "prompt record")
 
 
 # ---------------------------------------------------------------------------------------- models
@@ -581,22 +626,28 @@ def _call_verifier(core, name, p, q, n, seed, samples=None):
     return fn(name, p, q, n, **kw)
 
 
-# ------------------------------------------------------------------------------------- the study
+def _progress(total, desc, initial: int = 0):
+    """A progress bar over prompts; ``initial`` prompts were finished by earlier runs.
 
-
-def _progress(total, desc):
+    The bar starts at ``initial`` instead of counting those prompts as work done now, so that its
+    rate and ETA measure this run only.
+    """
     try:
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, unit="prompt", dynamic_ncols=True)
+        return tqdm(total=total, initial=initial, desc=desc, unit="prompt", dynamic_ncols=True)
     except ImportError:
         class _Plain:
             def __init__(self):
-                self.i = 0
+                self.i, self.t0 = initial, time.time()
 
             def update(self, k=1):
                 self.i += k
-                print(f"{desc}: {self.i}/{total} prompts", flush=True)
+                new, left = self.i - initial, total - self.i
+                dt = time.time() - self.t0
+                eta = f", ETA {left * dt / new:.0f} s" if new and left else ""
+                print(f"{desc}: {self.i}/{total} prompts ({initial} from earlier runs){eta}",
+                      flush=True)
 
             def set_postfix(self, **kw):
                 pass
@@ -622,43 +673,166 @@ def _parse_shard(shard):
     return i, n
 
 
-def _prepare_out(out: Path, config: StudyConfig, meta: dict) -> set:
-    """Create or resume the study folder; return the set of finished record ids."""
-    out.mkdir(parents=True, exist_ok=True)
-    cfg_path = out / "config.json"
-    done_path = out / "done.txt"
-    rows_path = out / "positions.jsonl"
-    if cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
-        if old.get("study") != config.key() or old.get("shard") != meta.get("shard"):
-            raise ValueError(
-                f"{out} holds a study with different parameters; use a new --out folder "
-                f"(or the same parameters to resume)"
-            )
+def _shard_records(records, config: StudyConfig, i_shard: int, n_shard: int) -> list:
+    """The records of one shard: index ``i`` mod ``N`` among the first ``max_records``."""
+    records = records[: config.max_records] if config.max_records else records
+    return [r for k, r in enumerate(records) if k % n_shard == i_shard]
+
+
+def remaining_records(folder: _store.ResultsFolder, records, config: StudyConfig) -> tuple:
+    """(records of the folder's shard, those not finished yet) for an open study folder."""
+    i_shard, n_shard = _parse_shard(folder.shard)
+    mine = _shard_records(list(records), config, i_shard, n_shard)
+    return mine, [r for r in mine if r["id"] not in folder.done]
+
+
+# ------------------------------------------------------------------------------------ identity
+
+
+def model_identity(model) -> dict:
+    """Identity of an in-memory model: sha256 of its configuration and of every parameter's bytes.
+
+    Used by :func:`run_study` when it is given models rather than files (the command line
+    identifies the model files instead, before loading them:
+    :func:`mdsd_ot._store.fingerprint_path`).
+    """
+    torch = _torch()
+    h = hashlib.sha256()
+    cfg = getattr(model, "config", None)
+    if cfg is not None and hasattr(cfg, "to_dict"):
+        conf = {k: v for k, v in cfg.to_dict().items()
+                if not k.startswith("_") and k not in ("transformers_version", "name_or_path")}
+        h.update(json.dumps(conf, sort_keys=True, default=str).encode("utf-8"))
+    count, dtypes = 0, set()
+    with torch.no_grad():
+        for p in model.parameters():
+            t = p.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            t = t.contiguous().reshape(-1)
+            h.update(f"{t.dtype}{tuple(p.shape)};".encode("ascii"))
+            h.update(t.view(torch.uint8).numpy())
+            count += t.numel()
+            dtypes.add(str(t.dtype).replace("torch.", ""))
+    digest = h.hexdigest()
+    return {"digest": digest, "describe": f"in-memory {type(model).__name__} ({count:,} "
+            f"parameters, {'/'.join(sorted(dtypes))}, sha256 {digest[:12]})"}
+
+
+def tokenizer_identity(tokenizer) -> dict | None:
+    """Identity of an in-memory tokenizer (its serialisation, else its vocabulary)."""
+    if tokenizer is None:
+        return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "to_str"):
+        text = backend.to_str()
+    elif hasattr(tokenizer, "get_vocab"):
+        text = json.dumps(sorted(tokenizer.get_vocab().items()))
     else:
-        cfg_path.write_text(json.dumps({"study": config.key(), "config": asdict(config), **meta},
-                                       indent=2))
-    done = set(done_path.read_text().split("\n")) - {""} if done_path.exists() else set()
-    if rows_path.exists():  # drop rows of records that were not finished (killed mid-record)
-        keep = [line for line in rows_path.read_text().splitlines()
-                if (_parse_row(line) or {}).get("record") in done]
-        tmp = rows_path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        os.replace(tmp, rows_path)
-    return done
+        text = type(tokenizer).__name__
+    special = getattr(tokenizer, "all_special_tokens", None)
+    digest = _store.digest_of([text, list(special or [])])
+    return {"digest": digest, "describe": f"in-memory {type(tokenizer).__name__} (sha256 "
+            f"{digest[:12]})"}
+
+
+def _identify(thing, role, previous):
+    if thing is None:
+        return None
+    if isinstance(thing, (str, os.PathLike)):
+        return _store.fingerprint_path(thing, role=role, previous=previous)
+    if hasattr(thing, "parameters"):
+        return model_identity(thing)
+    return tokenizer_identity(thing)
+
+
+def study_identity(config: StudyConfig, records, *, target, draft, tokenizer=None,
+                   dtype: str | None = None, prompts=None, previous: dict | None = None) -> dict:
+    """Everything that determines a row of the study, as recorded in ``config.json``.
+
+    Parameters
+    ----------
+    config : StudyConfig
+        Its :meth:`StudyConfig.key` (lists as sets).
+    records : list of dict
+        All prompt records (before ``max_records`` and sharding), identified by the sha256 of
+        their content and ids.
+    target, draft : str, path or model
+        A local file or folder (identified by the sha256 of its files, see
+        :func:`mdsd_ot._store.fingerprint_path`), a hub name (by name), or an in-memory model (by
+        the sha256 of its configuration and weights, :func:`model_identity`).
+    tokenizer : str, path, tokenizer or None
+        ``None``: the tokenizer comes with the target (its files are part of the target's identity).
+    dtype : str or None
+        Weight dtype the models are loaded with.
+    prompts : str or None
+        Where the records came from (shown in messages only).
+    previous : dict or None
+        The identity recorded in the folder, used only to skip re-hashing unchanged files.
+    """
+    config = config.validate()
+    records = list(records)
+    prev = previous or {}
+    source = "" if prompts is None else f" from {prompts}"
+    digest = _store.digest_of(records)
+    ident = {
+        "target": _identify(target, "target", prev.get("target")),
+        "draft": _identify(draft, "draft", prev.get("draft")),
+        "tokenizer": _identify(tokenizer, "tokenizer", prev.get("tokenizer")),
+        "dtype": dtype,
+        "prompts": {"digest": digest, "count": len(records),
+                    "describe": f"{len(records)} prompts{source} (sha256 {digest[:12]})"},
+    }
+    ident.update(config.key())
+    return ident
+
+
+def open_study(out, config: StudyConfig, records, *, shard=None, identity: dict | None = None,
+               meta: dict | None = None, target_model=None, draft_model=None,
+               tokenizer=None) -> _store.ResultsFolder:
+    """Open (create or resume) a study folder for writing, before any model is needed.
+
+    Takes the folder's lock (a second writer gets ``FolderBusy``), creates ``config.json`` or
+    checks that it records the same identity (``IdentityMismatch`` naming each difference), and
+    verifies every finished record (damaged ones will be recomputed, with a warning). Pass the
+    result to :func:`run_study` as ``out``, and close it (it is a context manager).
+
+    ``identity`` defaults to :func:`study_identity` of the in-memory models.
+    """
+    config = config.validate()
+    records = list(records)
+    _check_record_ids(records)
+    i_shard, n_shard = _parse_shard(shard)
+    if identity is None:
+        if target_model is None or draft_model is None:
+            raise TypeError("open_study needs identity=study_identity(...) or the two models")
+        identity = study_identity(config, records, target=target_model, draft=draft_model,
+                                  tokenizer=tokenizer)
+    info = {"config": asdict(config), "provenance": dict(meta or {})}
+    folder = _store.ResultsFolder(out, kind="study", identity=identity,
+                                  shard=f"{i_shard}/{n_shard}",
+                                  expected=len(_shard_records(records, config, i_shard, n_shard)),
+                                  info=info)
+    return folder.open()
+
+
+# ------------------------------------------------------------------------------------- the study
 
 
 def run_study(target_model, draft_model, records, out, config: StudyConfig | None = None, *,
-              tokenizer=None, shard=None, progress: bool = True, meta: dict | None = None) -> Path:
+              tokenizer=None, shard=None, progress: bool = True, meta: dict | None = None,
+              identity: dict | None = None) -> Path:
     """Run (or resume) a study and write its per-position rows and report to ``out``.
 
     Parameters
     ----------
     target_model, draft_model : transformers causal LMs (or anything returning ``.logits``)
+        May be None when ``out`` is an open folder with nothing left to compute.
     records : list of dict
         From :func:`load_prompts`.
-    out : str or Path
-        Study folder (created; resumed when it already holds the same study).
+    out : str, Path or ResultsFolder
+        Study folder (created; resumed when it already holds the same study), or a folder opened
+        by :func:`open_study` (left open).
     config : StudyConfig
     tokenizer : tokenizer or None
         Needed for text records.
@@ -668,34 +842,54 @@ def run_study(target_model, draft_model, records, out, config: StudyConfig | Non
         Show a progress bar (tqdm when installed).
     meta : dict
         Extra provenance written to ``config.json`` (model names, command line).
+    identity : dict or None
+        See :func:`study_identity` (default: from the in-memory models).
 
     Returns
     -------
     Path
         The study folder.
     """
-    torch = _torch()
+    config = (config or StudyConfig()).validate()
+    records = list(records)
+    _check_record_ids(records)
+    own = not isinstance(out, _store.ResultsFolder)
+    if own:
+        folder = open_study(out, config, records, shard=shard, identity=identity, meta=meta,
+                            target_model=target_model, draft_model=draft_model,
+                            tokenizer=tokenizer)
+    else:
+        folder = out
+        if shard is not None and "%d/%d" % _parse_shard(shard) != folder.shard:
+            raise ValueError(f"shard {shard} does not match the open folder's shard {folder.shard}")
+    try:
+        i_shard, n_shard = _parse_shard(folder.shard)
+        mine, todo = remaining_records(folder, records, config)
+        if todo:
+            if target_model is None or draft_model is None:
+                raise TypeError(f"{len(todo)} prompts are left to compute: pass the models")
+            _compute(target_model, draft_model, records, todo, folder, config, tokenizer,
+                     _progress(len(mine), f"study {i_shard}/{n_shard}", len(mine) - len(todo))
+                     if progress else None)
+        if n_shard == 1:
+            write_report(folder.path)
+    finally:
+        if own:
+            folder.close()
+    return folder.path
+
+
+def _compute(target_model, draft_model, records, todo, folder, config, tokenizer, bar) -> None:
+    """Evaluate the ``todo`` records and append each one's rows to ``folder`` when it is done."""
     from .backends.torch import to_distribution
 
-    config = (config or StudyConfig()).validate()
-    i_shard, n_shard = _parse_shard(shard)
-    out = Path(out)
-    records = list(records)[: config.max_records] if config.max_records else list(records)
-    mine = [r for k, r in enumerate(records) if k % n_shard == i_shard]
-    meta = dict(meta or {})
-    meta["shard"] = f"{i_shard}/{n_shard}"
-    done = _prepare_out(out, config, meta)
-    todo = [r for r in mine if r["id"] not in done]
-    bar = _progress(len(mine), f"study {i_shard}/{n_shard}") if progress else None
-    if bar is not None and len(mine) > len(todo):
-        bar.update(len(mine) - len(todo))
+    index = {r["id"]: k for k, r in enumerate(records)}
     eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
     check = config.bound_backend == "auto"
     n_pos = 0
     t_start = time.time()
-    with open(out / "positions.jsonl", "a", encoding="utf-8") as fh, \
-            open(out / "done.txt", "a", encoding="utf-8") as done_fh:
-        for rec_index, rec in enumerate(todo):
+    try:
+        for rec in todo:
             a, b = _record_ids(rec, tokenizer)
             if config.continuation == "sample" or b is None:
                 if config.continuation == "given":
@@ -704,96 +898,79 @@ def run_study(target_model, draft_model, records, out, config: StudyConfig | Non
                     )
                 b = sample_continuation(target_model, a, config.max_new_tokens,
                                         config.sample_temperature,
-                                        config.seed + records.index(rec), eos)
+                                        config.seed + index[rec["id"]], eos)
             if config.max_positions_per_record:
                 b = b[: config.max_positions_per_record]
-            if not b:
-                done_fh.write(rec["id"] + "\n")
-                done_fh.flush()
-                continue
-            lt, ld = teacher_forcing_logits(target_model, draft_model, a, b)
             lines = []
-            for T in config.temperatures:
-                P = to_distribution(lt, temperature=T, top_k=config.top_k, top_p=config.top_p)
-                Q = to_distribution(ld, temperature=T, top_k=config.top_k, top_p=config.top_p)
-                vals = evaluate_rows(P, Q, ns=config.ns, schemes=config.schemes,
-                                     verifiers=config.verifiers, backend=config.bound_backend,
-                                     seed=config.seed, check=check, every=config.every,
-                                     positions=range(len(b)), mc_samples=config.mc_samples)
-                for j, v in enumerate(vals):
-                    lines.append(json.dumps({"record": rec["id"], "pos": j, "token": int(b[j]),
-                                             "T": float(T), **v}))
-                del P, Q
-            fh.write("".join(line + "\n" for line in lines))
-            fh.flush()
-            os.fsync(fh.fileno())
-            done_fh.write(rec["id"] + "\n")
-            done_fh.flush()
+            if b:
+                lt, ld = teacher_forcing_logits(target_model, draft_model, a, b)
+                for T in config.temperatures:
+                    P = to_distribution(lt, temperature=T, top_k=config.top_k, top_p=config.top_p)
+                    Q = to_distribution(ld, temperature=T, top_k=config.top_k, top_p=config.top_p)
+                    vals = evaluate_rows(P, Q, ns=config.ns, schemes=config.schemes,
+                                         verifiers=config.verifiers, backend=config.bound_backend,
+                                         seed=config.seed, check=check, every=config.every,
+                                         positions=range(len(b)), mc_samples=config.mc_samples)
+                    for j, v in enumerate(vals):
+                        lines.append(json.dumps({"record": rec["id"], "pos": j,
+                                                 "token": int(b[j]), "T": float(T), **v}))
+                    del P, Q
+                del lt, ld
+            folder.append(rec["id"], lines)
             n_pos += len(b)
             if bar is not None:
                 bar.update(1)
                 rate = n_pos / max(time.time() - t_start, 1e-9)
                 bar.set_postfix(positions=n_pos, pos_per_s=f"{rate:.2f}")
-            del lt, ld
-    if bar is not None:
-        bar.close()
-    if n_shard == 1:
-        write_report(out)
-    return out
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 # ------------------------------------------------------------------------------ summary & report
 
 
 def read_rows(out) -> list[dict]:
-    """Rows of ``positions.jsonl`` of a study folder, restricted to finished records."""
-    out = Path(out)
-    done_path = out / "done.txt"
-    done = set(done_path.read_text().split("\n")) - {""} if done_path.exists() else None
-    rows = []
-    with open(out / "positions.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            r = _parse_row(line)
-            if r is not None and (done is None or r["record"] in done):
-                rows.append(r)
-    return rows
+    """Rows of ``positions.jsonl`` of a study folder, restricted to verified finished records.
 
-
-def _parse_row(line: str):
-    """A row of ``positions.jsonl``, or None for a blank or truncated line (a run killed mid-write;
-    such a line always belongs to a record that is not in ``done.txt``)."""
-    if not line.strip():
-        return None
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return row if isinstance(row, dict) and "record" in row else None
+    A record whose rows are damaged, incomplete or duplicated is left out with a
+    :class:`StudyWarning` naming it (resuming the study recomputes it).
+    """
+    return _store.read_rows(out)
 
 
 def _method_keys(rows):
-    keys = []
+    """Method keys of the rows in a canonical order (bounds first, then by name and n), so that the
+    summary does not depend on the order of the rows or of the parameters."""
+    keys = set()
     for r in rows:
         for k in r:
             if (k.startswith("bound:") or k.startswith("verifier:")) and not k.endswith(":se"):
-                if k not in keys:
-                    keys.append(k)
-    return keys
+                keys.add(k)
+
+    def order(k):
+        method, _, n = k.rpartition("@")
+        return (not method.startswith("bound:"), method, int(n) if n.isdigit() else 0, k)
+
+    return sorted(keys, key=order)
 
 
 def _cluster_mean_ci(values, groups):
-    """Mean and cluster-robust 95% half-width (clusters = records)."""
-    x = np.asarray(values, dtype=np.float64)
+    """Mean and cluster-robust 95% half-width (clusters = records).
+
+    Sums are exactly rounded (``math.fsum``), so the result does not depend on the order of the
+    values: a resumed study, whose rows are in another order, gives the same bytes.
+    """
+    x = [float(v) for v in values]
     m = len(x)
-    mean = float(x.mean())
+    mean = math.fsum(x) / m
     if m < 2:
         return mean, float("nan")
-    resid = x - mean
-    sums = {}
-    for g, r in zip(groups, resid):
-        sums[g] = sums.get(g, 0.0) + r
-    g = len(sums)
-    var = sum(s * s for s in sums.values()) / m**2
+    parts = {}
+    for g, v in zip(groups, x):
+        parts.setdefault(g, []).append(v - mean)
+    g = len(parts)
+    var = math.fsum(math.fsum(r) ** 2 for r in parts.values()) / m**2
     if g > 1:
         var *= g / (g - 1)  # small-sample correction
     return mean, 1.96 * math.sqrt(var)
@@ -871,13 +1048,15 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
         raise ValueError(f"{out} holds no finished positions yet")
     table = summarize(rows)
     files = {}
-    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=["method", "T", "n", "mean", "ci95", "count", "records",
-                                           "failed"])
-        w.writeheader()
-        w.writerows(table)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=["method", "T", "n", "mean", "ci95", "count", "records",
+                                        "failed"])
+    w.writeheader()
+    w.writerows(table)
+    # every summary file replaces the previous one atomically (a kill leaves the old or the new)
+    _store.atomic_write(out / "summary.csv", buf.getvalue(), step="summary.csv")
     files["csv"] = out / "summary.csv"
-    (out / "summary.json").write_text(json.dumps(table, indent=1))
+    _store.atomic_write(out / "summary.json", json.dumps(table, indent=1), step="summary.json")
     files["json"] = out / "summary.json"
     n_pos = len({(r["record"], r["pos"]) for r in rows})
     n_rec = len({r["record"] for r in rows})
@@ -886,7 +1065,7 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
           f"clustered by prompt.", "", "## Acceptance", "", format_table(table), "",
           "## Gap to the bound of the verifier's own draft scheme", "",
           format_table(table, kind="gap"), ""]
-    (out / "summary.md").write_text("\n".join(md), encoding="utf-8")
+    _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
     files["md"] = out / "summary.md"
     if plots:
         files.update(plot_summary(table, out))
@@ -937,8 +1116,10 @@ def plot_summary(table, out) -> dict:
         fig.legend([handles[m] for m in all_methods if m in handles],
                    [m for m in all_methods if m in handles], fontsize=7, loc="center left",
                    bbox_to_anchor=(right, 0.5), frameon=False)
-        fig.savefig(out / fname, dpi=120)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=120)
         plt.close(fig)
+        _store.atomic_write(out / fname, png.getvalue(), step=fname)
         files[kind + "_plot"] = out / fname
     return files
 
@@ -946,37 +1127,13 @@ def plot_summary(table, out) -> dict:
 def merge(sources, dest, *, title: str = "mdsd_ot study (merged)") -> Path:
     """Combine study folders (e.g. shards) into ``dest`` and write its report.
 
-    The folders must hold the same study parameters. Rows of unfinished records are dropped;
-    a (record, position, temperature) present in several folders is kept once (first wins).
+    The folders must hold studies of the same identity (``IdentityMismatch`` names each
+    difference); ``dest`` may not be one of them, nor the folder of a run (``StoreError``). Only
+    verified finished records are merged; damaged or unfinished records, shards of a split that are
+    missing and sources still being written are reported as :class:`StudyWarning`. A record
+    present in several folders is kept once (first wins). See :func:`mdsd_ot._store.merge_folders`.
     """
-    sources = [Path(s) for s in sources]
-    if not sources:
-        raise ValueError("give at least one study folder to merge")
-    keys = []
-    for s in sources:
-        if not (s / "config.json").exists():
-            raise FileNotFoundError(f"{s} is not a study folder (no config.json)")
-        keys.append(json.loads((s / "config.json").read_text()))
-    for s, k in zip(sources[1:], keys[1:]):
-        if k["study"] != keys[0]["study"]:
-            raise ValueError(f"{s} holds a study with different parameters than {sources[0]}")
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    seen, done = set(), []
-    with open(dest / "positions.jsonl", "w", encoding="utf-8") as fh:
-        for s in sources:
-            for r in read_rows(s):
-                ident = (r["record"], r["pos"], r["T"])
-                if ident in seen:
-                    continue
-                seen.add(ident)
-                fh.write(json.dumps(r) + "\n")
-                if r["record"] not in done:
-                    done.append(r["record"])
-    (dest / "done.txt").write_text("".join(d + "\n" for d in done))
-    meta = dict(keys[0])
-    meta["shard"] = "merged"
-    meta["merged_from"] = [str(s) for s in sources]
-    (dest / "config.json").write_text(json.dumps(meta, indent=2))
-    write_report(dest, title=title)
+    _store.merge_folders(sources, dest, kind="study",
+                         finalize=lambda d: write_report(d, title=title))
     return dest

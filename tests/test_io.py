@@ -73,6 +73,7 @@ def test_text_forms(tmp_path):
         ("nulls.json", '[0.5, null, 0.5]', "only numbers; found the JSON value null"),
         ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json: JSON nested too deeply"),
         ("deep_list.json", "[[" + "[" * 200 + "0.5" + "]" * 200 + "], [0.5]]", "only numbers|flat list"),
+        ("huge_int.json", "[" + "1" * 5000 + ", 0.5]", "huge_int.json cannot be read: .*digits"),
         ("bad.txt", "0.5 zero 0.5\n", "'zero' is not a number"),
         ("empty.txt", "# nothing\n", "no numbers"),
         ("many.txt", "0.5 0.5\n0.5 0.5\n0.5 0.5\n", "two lines"),
@@ -124,3 +125,22 @@ def test_one_vs_two_distributions(tmp_path):
     np.savez(both, p=P, q=Q)
     with pytest.raises(ValueError, match="holds both"):
         load_pair(both, single)
+
+
+def test_huge_json_number_on_the_command_line_names_the_file(tmp_path, capsys):
+    from mdsd_ot.cli import main
+
+    f = tmp_path / "p.json"
+    f.write_text('{"p": [' + "7" * 5000 + ', 0.5], "q": [0.5, 0.5]}')
+    assert main(["bound", str(f)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mdsd-ot bound: error: {f} cannot be read")
+
+
+def test_huge_json_number_in_a_prompt_file_names_the_line(tmp_path):
+    from mdsd_ot.study import load_prompts
+
+    f = tmp_path / "prompts.jsonl"
+    f.write_text('{"prompt": "a"}\n{"prompt": "b", "x": ' + "7" * 5000 + "}\n")
+    with pytest.raises(ValueError, match=r"prompts.jsonl:2 cannot be read"):
+        load_prompts(f)

@@ -153,6 +153,10 @@ class _Counting:
     def parameters(self):
         return self.model.parameters()
 
+    @property
+    def config(self):  # part of the model's identity (mdsd_ot.study.model_identity)
+        return self.model.config
+
 
 def test_resume_after_kill_and_shards_merge(models, tmp_path):
     target, draft = models
@@ -165,7 +169,8 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
 
     # a run that did 2 records, then died while writing the third (rows without a done marker)
     part = tmp_path / "part"
-    study.run_study(target, draft, recs[:2], part, study.StudyConfig(**cfg), progress=False)
+    study.run_study(target, draft, recs, part, study.StudyConfig(max_records=2, **cfg),
+                    progress=False)
     with open(part / "positions.jsonl", "a") as fh:
         fh.write(json.dumps({"record": "r2", "pos": 0, "T": 1.0, "bound:with_replacement@2": 9})
                  + "\n")
@@ -180,7 +185,8 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
         assert r == ref[(r["record"], r["pos"], r["T"])]
 
     # a different study in the same folder is refused
-    with pytest.raises(ValueError, match="different parameters"):
+    with pytest.raises(ValueError,
+                       match=r"different study: temperatures: \[0\.5\] now, \[1\.0\] before"):
         study.run_study(target, draft, recs, part,
                         study.StudyConfig(temperatures=[0.5], ns=[2], verifiers=[]),
                         progress=False)

@@ -11,9 +11,11 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
+    from .. import _store
     from ..study import merge
 
-    dest = merge(args.sources, args.out, title=args.title)
+    with _store.one_line_warnings("mdsd-ot merge"):
+        dest = merge(args.sources, args.out, title=args.title)
     print((dest / "summary.md").read_text())
     print(f"merged {len(args.sources)} folders into {dest}")
     return 0

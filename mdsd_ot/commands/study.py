@@ -63,7 +63,9 @@ def add_arguments(parser):
 
 
 def run(args) -> int:
-    from ..study import StudyConfig, load_models, load_prompts, run_study
+    from .. import _store
+    from ..study import (StudyConfig, load_models, load_prompts, open_study, remaining_records,
+                         run_study, study_identity)
 
     config = StudyConfig(
         temperatures=_floats(args.temperatures), ns=_ints(args.n), schemes=_names(args.schemes),
@@ -76,14 +78,28 @@ def run(args) -> int:
     ).validate()
     records = load_prompts(args.prompts)
     t0 = time.time()
-    target, draft, tok = load_models(args.target, args.draft, device=args.device,
-                                     tokenizer=args.tokenizer, dtype=args.dtype,
-                                     threads=args.threads)
-    print(f"loaded models in {time.time() - t0:.1f} s", file=sys.stderr)
-    meta = {"target": args.target, "draft": args.draft, "prompts": str(args.prompts),
-            "argv": sys.argv}
-    out = run_study(target, draft, records, args.out, config, tokenizer=tok, shard=args.shard,
-                    progress=not args.no_progress, meta=meta)
+    with _store.one_line_warnings("mdsd-ot study"):
+        # identity (model files hashed), lock and integrity check all come before the models load
+        recorded = _store.peek_config(args.out)
+        identity = study_identity(config, records, target=args.target, draft=args.draft,
+                                  tokenizer=args.tokenizer, dtype=args.dtype, prompts=args.prompts,
+                                  previous=(recorded or {}).get("identity"))
+        meta = {"target": args.target, "draft": args.draft, "tokenizer": args.tokenizer,
+                "prompts": str(args.prompts), "device": args.device, "argv": sys.argv}
+        with open_study(args.out, config, records, identity=identity, shard=args.shard,
+                        meta=meta) as folder:
+            mine, todo = remaining_records(folder, records, config)
+            if len(todo) < len(mine):
+                print(f"resuming {folder.path}: {len(mine) - len(todo)} of {len(mine)} prompts "
+                      f"already finished, {len(todo)} to compute", file=sys.stderr)
+            target = draft = tok = None
+            if todo:
+                target, draft, tok = load_models(args.target, args.draft, device=args.device,
+                                                 tokenizer=args.tokenizer, dtype=args.dtype,
+                                                 threads=args.threads)
+                print(f"loaded models in {time.time() - t0:.1f} s", file=sys.stderr)
+            out = run_study(target, draft, records, folder, config, tokenizer=tok,
+                            progress=not args.no_progress)
     print(f"study written to {out} in {time.time() - t0:.1f} s")
     if args.shard is None and (out / "summary.md").exists():
         print((out / "summary.md").read_text())
