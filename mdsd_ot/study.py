@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from . import _store
-from ._config import VALUE_TOL
+from ._config import RECHECK_TOL, VALUE_TOL
+from ._validate import fingerprint
 
 __all__ = [
     "StudyConfig",
@@ -551,17 +552,21 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
     if backend in ("torch", "auto") and hasattr(P, "detach"):
         from .backends import torch as tb
 
+        def batched(scheme, fn, *args):  # a failed certificate re-check: those rows go to numpy
+            try:
+                for n, v in fn(*args).items():
+                    fast[(scheme, n)] = v.cpu().numpy()
+            except RuntimeError:
+                pass
+
         if "with_replacement" in schemes:
-            for n, v in tb.sorted_prefix_bounds(P, Q, ns, "with_replacement").items():
-                fast[("with_replacement", n)] = v.cpu().numpy()
+            batched("with_replacement", tb.sorted_prefix_bounds, P, Q, ns, "with_replacement")
         support = (Q > 0).sum(-1)
         small = [n for n in ns if n <= 2]
         if "without_replacement" in schemes and small and bool((support >= 2).all()):
-            for n, v in tb.sorted_prefix_bounds(P, Q, small, "without_replacement").items():
-                fast[("without_replacement", n)] = v.cpu().numpy()
+            batched("without_replacement", tb.sorted_prefix_bounds, P, Q, small, "without_replacement")
         if "greedy" in schemes and bool((support >= max(ns)).all()):
-            for n, v in tb.greedy_bounds(P, Q, ns).items():
-                fast[("greedy", n)] = v.cpu().numpy()
+            batched("greedy", tb.greedy_bounds, P, Q, ns)
     Pn = P.cpu().numpy() if hasattr(P, "detach") else np.asarray(P, dtype=np.float64)
     Qn = Q.cpu().numpy() if hasattr(Q, "detach") else np.asarray(Q, dtype=np.float64)
     core = None
@@ -588,10 +593,16 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
                             )
                     continue
                 try:
-                    row[key] = float(core.optimal_acceptance(p, q, n, sampling=s).value)
+                    res = core.optimal_acceptance(p, q, n, sampling=s)
                 except ValueError as exc:
                     row[key] = None
                     errors[key] = str(exc)
+                    continue
+                if getattr(res, "success", True):
+                    row[key] = float(res.value)
+                else:  # stored only when its certificate re-check passed
+                    row[key] = None
+                    errors[key] = res.message
         for name in verifiers:
             for n in ns:
                 key = f"verifier:{name}@{n}"
@@ -603,8 +614,16 @@ def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed:
                     row[key] = None
                     errors[key] = str(exc)
                     continue
-                row[key] = float(res.value)
                 se = float(getattr(res, "stderr", 0.0) or 0.0)
+                bound = row.get(f"bound:{verifier_scheme(name)}@{n}")
+                if bound is not None and float(res.value) - bound > RECHECK_TOL + 4.0 * se:
+                    row[key] = None  # no valid verifier beats its bound: an internal error, recorded
+                    errors[key] = (
+                        f"internal error: acceptance {float(res.value):.15g} above the bound {bound:.15g}; "
+                        f"please report this input (fingerprint {fingerprint(p, q, n=n, verifier=name)})"
+                    )
+                    continue
+                row[key] = float(res.value)
                 if se > 0:
                     row[key + ":se"] = se
         if errors:

@@ -317,3 +317,35 @@ def test_with_replacement_and_its_verifiers_at_huge_n(n):
         assert abs(optimal_acceptance(p, q, n).value - expected) <= TOL, (trial, p, q)
         for name in ("spectr", "naive", "rrs"):
             assert verifier_acceptance(name, p, q, n).value <= expected + TOL, (name, trial)
+
+
+def test_study_stores_only_checked_values(monkeypatch):
+    """The study keeps a bound only when its certificate re-check passed, and records a verifier
+    above its bound as an internal error (with the input's fingerprint), never as a value."""
+    import mdsd_ot
+    from mdsd_ot import study
+    from mdsd_ot.result import AcceptanceResult
+
+    rng = np.random.default_rng(3)
+    P = rng.dirichlet(np.ones(8), size=2)
+    Q = rng.dirichlet(np.ones(8), size=2)
+    rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=["rrs"])
+    assert all(r["bound:with_replacement@2"] is not None and "errors" not in r for r in rows)
+    real = mdsd_ot.optimal_acceptance
+
+    def failing(p, q, n, **kw):
+        r = real(p, q, n, **kw)
+        return AcceptanceResult(r.value, r.subset, r.method, r.sampling, n, False, "certificate check failed: test")
+
+    monkeypatch.setattr(mdsd_ot, "optimal_acceptance", failing)
+    rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=[])
+    assert all(r["bound:with_replacement@2"] is None for r in rows)
+    assert all("certificate check failed" in r["errors"]["bound:with_replacement@2"] for r in rows)
+    monkeypatch.setattr(mdsd_ot, "optimal_acceptance", real)
+    from mdsd_ot.verifiers.specinfer import _PreparedRRS
+
+    monkeypatch.setattr(_PreparedRRS, "acceptance", lambda self: 1.0)
+    rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=["rrs"])
+    for r in rows:
+        assert r["verifier:rrs@2"] is None
+        assert "internal error" in r["errors"]["verifier:rrs@2"] and "fingerprint" in r["errors"]["verifier:rrs@2"]

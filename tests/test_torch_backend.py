@@ -402,3 +402,17 @@ def test_prefix_sums_do_not_drift_on_an_adversarial_vocabulary(sampling):
     ref = optimal_acceptance(p, q, 2, sampling=sampling).value
     got = float(tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), 2, sampling).value)
     assert abs(got - ref) <= 1e-12
+
+
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
+def test_torch_rows_are_rechecked(sampling):
+    """Each row's torch bound is re-evaluated at its prefix by masked sums; a wrong value raises."""
+    rng = np.random.default_rng(1)
+    P = torch.tensor(rng.dirichlet(np.ones(30), size=3))
+    Q = torch.tensor(rng.dirichlet(np.ones(30), size=3))
+    order = tb.sorted_prefix_order(P, Q)
+    value, k = tb._scan(P, Q, order, [2], sampling)[2]
+    ps, qs = torch.gather(P, -1, order), torch.gather(Q, -1, order)
+    tb._recheck(ps, qs, k, 2, sampling, value)  # the right values pass
+    with pytest.raises(RuntimeError, match="internal error: the torch bound of row 1"):
+        tb._recheck(ps, qs, k, 2, sampling, value + torch.tensor([0.0, 1e-9, 0.0], dtype=torch.float64))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .._config import POWER_FROM_REST_N, SUM_TOL
+from .._config import POWER_FROM_REST_N, RECHECK_TOL, SUM_TOL
 from .._validate import check_bool, check_n
 from . import TORCH_HINT
 
@@ -373,8 +373,47 @@ def _scan(pt, qt, order, ns, sampling):
                 BIG = torch.where(in_h, q_b * (R / o_b), torch.zeros_like(R))
             QH = Q - R * S - BIG
         best, k = torch.max(QH - P, dim=-1)  # first maximiser; the k = 0 term is 0, so best >= 0
-        out[n] = ((1.0 - best).clamp(0.0, 1.0), k)
+        value = (1.0 - best).clamp(0.0, 1.0)
+        _recheck(ps, qs, k, n, sampling, value)
+        out[n] = (value, k)
     return out
+
+
+def _recheck(ps, qs, k, n, sampling, value):
+    """Re-evaluate every row's certificate ``p(H) + 1 - Q(H)`` at its prefix ``H`` by another route
+    (plain masked sums, no prefix sums; each ``1 - q_i`` from the row total, the largest token's by a
+    direct sum of the others) and raise ``RuntimeError`` naming the rows where it differs from
+    ``value`` by more than ``RECHECK_TOL``: no unchecked bound leaves the backend.
+    """
+    torch = require_torch()
+    inside = torch.arange(ps.shape[-1], device=ps.device).unsqueeze(0) < k.unsqueeze(-1)
+    zero = torch.zeros_like(ps)
+    p_h = torch.where(inside, ps, zero).sum(-1)
+    q_h = torch.where(inside, qs, zero).sum(-1)
+    out_h = torch.where(inside, zero, qs).sum(-1)  # the mass outside H, summed directly
+    if sampling == "with_replacement" or n == 1:
+        mass = torch.minimum(q_h**n, q_h)
+        if n > POWER_FROM_REST_N:
+            mass = torch.where(out_h < 0.5, torch.minimum(torch.exp(n * torch.log1p(-out_h)), q_h), mass)
+    else:  # W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)
+        total = qs.sum(-1, keepdim=True)
+        rest = total - qs
+        top = torch.argmax(qs, -1, keepdim=True)
+        rest_top = torch.where(torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs).sum(-1)
+        rest = rest.scatter(-1, top, rest_top.unsqueeze(-1))
+        safe = inside & (qs > 0)
+        # R / (1 - q_i) <= 1 inside H, so q_i (R / (1 - q_i)) cannot overflow
+        ratio = torch.where(safe, out_h.unsqueeze(-1) / torch.where(safe, rest, torch.ones_like(rest)), zero)
+        mass = q_h - (qs * ratio).sum(-1)
+    check = p_h + 1.0 - mass
+    bad = torch.nonzero((check - value).abs() > RECHECK_TOL).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise RuntimeError(
+            f"internal error: the torch bound of row {i} ({sampling}, n={n}) is {float(value[i])!r} but its "
+            f"certificate re-evaluates to {float(check[i])!r}; {bad.numel()} row(s) differ by more than "
+            f"{RECHECK_TOL:g}; please report this input"
+        )
 
 
 def _prepare(p, q, ns, sampling, normalize):
