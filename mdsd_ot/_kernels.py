@@ -407,30 +407,52 @@ def break_ties_by_index(keys, order):
 #
 # For with replacement and for sequential sampling with n = 2, Q(H) depends on H only through sums
 # (q(H), and sum_{i in H} q_i / (1 - q_i)). Tokens are binned by the bit pattern of q/p (monotone for
-# positive floats: 8 bins per octave), so every bin boundary is a prefix of the sorted order whose
+# positive floats; up to 256 bins per octave over the occupied range, at most _BIN_BUDGET bins), so
+# every bin boundary is a prefix of the sorted order whose
 # excess is exact from bin sums. Inside a bin, D_k <= Q(H_end) - p(H_start) (Q grows, p grows), so
 # only the few bins whose bound beats the best boundary are sorted and scanned token by token.
 
-_BIN_SHIFT = 49  # keep 11 exponent bits + 3 mantissa bits of q/p
-_NBINS = (1 << (63 - _BIN_SHIFT)) + 2  # bin 0: p = 0 < q; bins 1..: q/p high to low; last: q = 0
+_BIN_BUDGET = 1 << 16  # bins over the occupied range of q/p: as many mantissa bits as fit, up to 8
 
 
 @nb.njit(cache=True)
 def _bin_of(p, q):
+    """Bins of q/p, high to low: ``(bins, nbins)``.
+
+    Bin 0 holds ``p = 0 < q``, the last bin ``q = 0``; in between, the bit pattern of the positive
+    float ``q/p`` (monotone in its value) cut to its exponent and the leading mantissa bits, over the
+    occupied range only, so that LLM-like ratios spread over 2^8 bins per octave (fewer where the
+    ratios span more octaves than the budget allows).
+    """
     V = p.size
-    out = np.empty(V, dtype=np.int64)
+    key = np.empty(V, dtype=np.int64)
     ratio = np.empty(1)
     bits = ratio.view(np.int64)
-    top = (1 << (63 - _BIN_SHIFT)) - 1
+    lo = np.int64(1) << 62
+    hi = np.int64(-1)
+    for i in range(V):
+        if q[i] == 0.0 or p[i] == 0.0:
+            key[i] = -1
+        else:
+            ratio[0] = q[i] / p[i]
+            key[i] = bits[0]
+            lo = min(lo, bits[0])
+            hi = max(hi, bits[0])
+    shift = 44  # 8 mantissa bits; fewer while the occupied range needs more than the budget
+    if hi >= 0:
+        while (hi >> shift) - (lo >> shift) + 1 > _BIN_BUDGET:
+            shift += 1
+    top = hi >> shift if hi >= 0 else 0
+    nbins = (top - (lo >> shift) + 1 if hi >= 0 else 0) + 2
+    out = np.empty(V, dtype=np.int64)
     for i in range(V):
         if q[i] == 0.0:
-            out[i] = _NBINS - 1
+            out[i] = nbins - 1
         elif p[i] == 0.0:
             out[i] = 0
         else:
-            ratio[0] = q[i] / p[i]
-            out[i] = 1 + top - (bits[0] >> _BIN_SHIFT)
-    return out
+            out[i] = 1 + top - (key[i] >> shift)
+    return out, nbins
 
 
 @nb.njit(cache=True)
@@ -454,9 +476,9 @@ def bucketed_scan(p, q, n, code, rest):
     in-bin prefixes are Neumaier-compensated.
     """
     V = p.size
-    b = _bin_of(p, q)
-    sums = np.zeros((6, _NBINS))  # p, q, S sums and their compensations
-    cnt = np.zeros(_NBINS, dtype=np.int64)
+    b, nbins = _bin_of(p, q)
+    sums = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations (one cache line)
+    cnt = np.zeros(nbins, dtype=np.int64)
     half = 0.0
     for i in range(V):
         half += q[i]
@@ -465,36 +487,36 @@ def bucketed_scan(p, q, n, code, rest):
     for i in range(V):
         j = b[i]
         cnt[j] += 1
-        sums[0, j], sums[3, j] = neumaier_add(sums[0, j], sums[3, j], p[i])
-        sums[1, j], sums[4, j] = neumaier_add(sums[1, j], sums[4, j], q[i])
+        sums[j, 0], sums[j, 3] = neumaier_add(sums[j, 0], sums[j, 3], p[i])
+        sums[j, 1], sums[j, 4] = neumaier_add(sums[j, 1], sums[j, 4], q[i])
         if code == 1 and q[i] > 0.0:
             if q[i] > half:
                 big_i = i
             else:
-                sums[2, j], sums[5, j] = neumaier_add(sums[2, j], sums[5, j], q[i] / rest[i])
-    P0 = prefix_sums(sums[0] + sums[3])  # sums over the bins before bin j
-    Q0 = prefix_sums(sums[1] + sums[4])
-    S0 = prefix_sums(sums[2] + sums[5])
-    R1 = suffix_sums(sums[1] + sums[4])  # q mass of the bins after bin j: R1[j + 1]
-    big_bin = b[big_i] if big_i >= 0 else _NBINS
+                sums[j, 2], sums[j, 5] = neumaier_add(sums[j, 2], sums[j, 5], q[i] / rest[i])
+    P0 = prefix_sums(sums[:, 0] + sums[:, 3])  # sums over the bins before bin j
+    Q0 = prefix_sums(sums[:, 1] + sums[:, 4])
+    S0 = prefix_sums(sums[:, 2] + sums[:, 5])
+    R1 = suffix_sums(sums[:, 1] + sums[:, 4])  # q mass of the bins after bin j: R1[j + 1]
+    big_bin = b[big_i] if big_i >= 0 else nbins
     big_q = q[big_i] if big_i >= 0 else 0.0
     big_rest = rest[big_i] if big_i >= 0 else 1.0
     bound = 0.0
-    for j in range(_NBINS):
+    for j in range(nbins):
         if cnt[j] > 0:
             big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
             bound = max(bound, _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code))
     # tokens of the bins whose inner prefixes might beat every boundary
-    start = np.zeros(_NBINS + 1, dtype=np.int64)
-    for j in range(_NBINS):
+    start = np.zeros(nbins + 1, dtype=np.int64)
+    for j in range(nbins):
         inner = 0
-        if j < _NBINS - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
+        if j < nbins - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
             # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start
             ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], 0.0, n, code)
             if ub >= bound - PRUNE_MARGIN:
                 inner = cnt[j]
         start[j + 1] = start[j] + inner
-    members = np.empty(start[_NBINS], dtype=np.int64)
+    members = np.empty(start[nbins], dtype=np.int64)
     fill = start[:-1].copy()
     for i in range(V):
         j = b[i]
@@ -505,7 +527,7 @@ def bucketed_scan(p, q, n, code, rest):
     best_bin = -1
     best_len = 0  # tokens of best_bin inside H (cnt = the whole bin)
     best_idx = np.empty(0, dtype=np.int64)
-    for j in range(_NBINS):
+    for j in range(nbins):
         if cnt[j] == 0:
             continue
         if start[j + 1] > start[j]:
@@ -591,6 +613,27 @@ def solve_batch(P, Q, n, code):
                 H[b, order[i]] = True
         out[b] = max(1.0 - d, 0.0)
     return out, H
+
+
+@nb.njit(cache=True, parallel=True)
+def masked_row_sums(X, H):
+    """``(inside, outside)``: per row, the compensated sums of ``X`` over ``H`` and over its complement.
+
+    Plain masked sums, row-parallel: the batch re-check of certificates (no prefix sums, no bins).
+    """
+    B = X.shape[0]
+    inside = np.empty(B)
+    outside = np.empty(B)
+    for b in nb.prange(B):
+        si, ci, so, co = 0.0, 0.0, 0.0, 0.0
+        for i in range(X.shape[1]):
+            if H[b, i]:
+                si, ci = neumaier_add(si, ci, X[b, i])
+            else:
+                so, co = neumaier_add(so, co, X[b, i])
+        inside[b] = si + ci
+        outside[b] = so + co
+    return inside, outside
 
 
 # ------------------------------------------- without replacement, any n: the fast evaluation path

@@ -48,7 +48,7 @@ def _as_float_array(x, name: str) -> np.ndarray:
         raise TypeError(f"{name} is complex; probabilities must be real floats")
     if arr.dtype.kind not in _FLOAT_KINDS:
         raise TypeError(f"{name} must be a float array, got dtype {arr.dtype}")
-    return np.array(arr, dtype=np.float64)  # always a fresh float64 copy
+    return np.array(arr, dtype=np.float64, order="C")  # always a fresh C-contiguous float64 copy
 
 
 def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = False) -> np.ndarray:

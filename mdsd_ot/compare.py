@@ -201,8 +201,8 @@ def compare(
     from .api import optimal_acceptance
 
     p, q = check_pair(p, q, normalize=normalize)
-    p = p / p.sum()
-    q = q / q.sum()
+    p /= p.sum()  # check_pair returned fresh copies
+    q /= q.sum()
     n = check_n(n)
     # option names first: inside the loop a bad name would be one more "cannot run" reason, and every
     # verifier would be skipped silently (an empty table)

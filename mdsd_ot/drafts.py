@@ -162,6 +162,8 @@ class DraftScheme:
     fixed_n: int | None = None  # the scheme is only defined for this number of drafts
     #: Q(H) is a numerical quadrature (not a closed form) from this n on; None: never.
     quadrature_from: int | None = None
+    #: Optional ``(Q (B, V), n, masks (B, V)) -> (B,)``: Q(H) of many rows at once (else a loop).
+    _mass_rows: Callable | None = None
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, q: np.ndarray, n: int) -> None:
@@ -213,6 +215,12 @@ class DraftScheme:
             return float(self._mass(q, n, mask, refine))
         return float(self._mass(q, n, mask))
 
+    def masses(self, Q: np.ndarray, n: int, masks: np.ndarray) -> np.ndarray:
+        """``Q(H_b)`` for every row ``b`` of ``(B, V)`` arrays (validated rows; the batch re-check)."""
+        if self._mass_rows is not None:
+            return self._mass_rows(Q, n, masks)
+        return np.array([self.mass(q, n, h) for q, h in zip(Q, masks)])
+
     def is_quadrature(self, n: int) -> bool:
         """True when ``Q(H)`` for ``n`` drafts is evaluated by quadrature (its grid can be refined)."""
         return self.quadrature_from is not None and n >= self.quadrature_from
@@ -238,9 +246,18 @@ def _with_tuples(q, n):
     return tuples, np.prod(q[tuples], axis=1)
 
 
+def _with_mass_rows(Q, n, masks):
+    from . import _kernels
+
+    inside, outside = _kernels.masked_row_sums(Q, masks)  # row-parallel plain masked sums
+    with np.errstate(divide="ignore"):  # outside = 1 is not read below (the power is used there)
+        via_rest = np.minimum(np.exp(n * np.log1p(-np.minimum(outside, 0.5))), inside)
+    return np.where((n > 1) & (outside < 0.5), via_rest, inside**n)
+
+
 def _with_mass(q, n, mask):
-    inside = q.sum(where=mask)
-    outside = q.sum(where=~mask)  # a direct sum: accurate where 1 - q(H) would not be
+    inside = (q * mask).sum()
+    outside = (q * ~mask).sum()  # a direct sum: accurate where 1 - q(H) would not be
     if n > 1 and outside < 0.5:  # x^n multiplies x's relative error by n: use log1p of the outside
         return min(math.exp(n * math.log1p(-outside)), inside)
     return inside**n
@@ -379,7 +396,7 @@ SCHEMES: dict[str, DraftScheme] = {
     for s in [
         DraftScheme(
             "with_replacement", "n i.i.d. drafts from q", True,
-            _with_sample, _with_tuples, _with_mass, lambda n: 1,
+            _with_sample, _with_tuples, _with_mass, lambda n: 1, _mass_rows=_with_mass_rows,
         ),
         DraftScheme(
             "without_replacement", "sequential draws without replacement (Gumbel-top-n order)", True,

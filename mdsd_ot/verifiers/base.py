@@ -370,8 +370,8 @@ class Verifier(ABC):
         :func:`mdsd_ot.optimal_acceptance` does.
         """
         p, q = check_pair(p, q, normalize=normalize)
-        p = p / p.sum()
-        q = q / q.sum()
+        p /= p.sum()  # check_pair returned fresh copies
+        q /= q.sum()
         n = check_n(n)
         scheme = self.resolve_scheme(sampling)
         self.check_n(n)
