@@ -170,7 +170,8 @@ def optimal_acceptance_batch(
         out, masks = _kernels.solve_batch(P, Q, n, _kernels.SCHEME_CODES[scheme.name])
     same = (P == Q).all(axis=1)
     out[same] = 1.0  # identical rows: exactly 1, as in optimal_acceptance
-    check = _kernels.masked_row_sums(P, masks)[0] + 1.0 - scheme.masses(Q, n, masks)
+    p_h = (P * masks).sum(axis=1) if P.size < _kernels.PARALLEL_MIN_ENTRIES else _kernels.masked_row_sums(P, masks)[0]
+    check = p_h + 1.0 - scheme.masses(Q, n, masks)
     for b in np.flatnonzero(~same & (np.abs(check - out) > RECHECK_TOL)):
         value, _, diff = _solve_dual_checked(P[b], Q[b], n, scheme)
         if diff > RECHECK_TOL:

@@ -249,7 +249,10 @@ def _with_tuples(q, n):
 def _with_mass_rows(Q, n, masks):
     from . import _kernels
 
-    inside, outside = _kernels.masked_row_sums(Q, masks)  # row-parallel plain masked sums
+    if Q.size < _kernels.PARALLEL_MIN_ENTRIES:  # no parallel kernel to compile for a small batch
+        inside, outside = (Q * masks).sum(axis=1), (Q * ~masks).sum(axis=1)
+    else:
+        inside, outside = _kernels.masked_row_sums(Q, masks)  # row-parallel plain masked sums
     with np.errstate(divide="ignore"):  # outside = 1 is not read below (the power is used there)
         via_rest = np.minimum(np.exp(n * np.log1p(-np.minimum(outside, 0.5))), inside)
     return np.where((n > 1) & (outside < 0.5), via_rest, inside**n)

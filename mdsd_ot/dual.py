@@ -23,13 +23,20 @@ from .drafts import DraftScheme, complement_masses, top_tokens
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_greedy", "solve_bruteforce", "solve_dual"]
 
 
+#: Below this vocabulary size the order comes from numpy's stable sort alone (no tie-breaking kernel
+#: to compile on a first call; the time difference is negligible there).
+STABLE_SORT_MAX_V = 4096
+
+
 def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Token order by ``q/p`` from high to low; ``p = 0 < q`` first, ``q = 0`` last, ties by index.
 
-    numpy's default (introsort) argsort is about twice as fast as its stable sort; runs of equal
-    ratios are then put in index order, which makes the order deterministic.
+    numpy's default (introsort) argsort is about twice as fast as its stable sort; at large V runs of
+    equal ratios are then put in index order, which makes the order deterministic.
     """
-    keys = _kernels.order_keys(p, q)
+    keys = _kernels.small_or_jit(_kernels.order_keys, p.size)(p, q)
+    if p.size <= STABLE_SORT_MAX_V:
+        return np.argsort(keys, kind="stable")
     return _kernels.break_ties_by_index(keys, np.argsort(keys))
 
 

@@ -127,3 +127,27 @@ def test_bucketed_scan_equals_full_sort_scan(code, rng):
         else:
             excess = qh - q[~mask].sum() * np.sum(q[mask] / rest[mask]) - ph
         assert excess == pytest.approx(got, abs=1e-12)
+
+
+def test_small_inputs_compile_no_large_kernel(tmp_path):
+    """The README snippet on a fresh installation compiles only a few small kernels: the row-parallel
+    batch kernels, the sequential n >= 3 kernels and the scans run as Python at its size (no timing:
+    which kernels reached numba's on-disk cache is what is checked)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from mdsd_ot import optimal_acceptance, optimal_acceptance_batch, compare\n"
+        "p = np.array([0.5, 0.3, 0.2, 0.0]); q = np.array([0.1, 0.2, 0.3, 0.4])\n"
+        "optimal_acceptance(p, q, n=2, sampling='without_replacement')\n"
+        "optimal_acceptance_batch(np.stack([p, q]), np.stack([q, p]), 3)\n"
+        "compare(p, q, 2)\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    compiled = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi")}
+    assert not any(name.startswith(("_kernels._batch", "_kernels.scan_", "_kernels.bucketed", "_kernels.sequential",
+                                    "_kernels.rsd")) for name in compiled), compiled
+    assert len(compiled) <= 8, compiled

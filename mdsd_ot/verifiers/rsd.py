@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._kernels import small_or_jit
 from ..drafts import complement_masses
 from . import _kernels
 from .base import accept_ratio, PreparedVerifier, Verifier, power_exceeds, residual, sample_index
@@ -61,7 +62,8 @@ def rsd_rejection(r: np.ndarray, s: np.ndarray, m: int) -> float:
     if m == 1:
         return float(np.maximum(r - s, 0.0).sum())
     if m == 2:
-        return float(_kernels.rsd2_rejection(r, s, complement_masses(s)))
+        kernel = small_or_jit(_kernels.rsd2_rejection, r.size)  # small V: no compile on a first call
+        return float(kernel(r, s, complement_masses(s)))
     nxt, tv = residual(r, s)
     if tv <= 0.0:
         return 0.0
