@@ -1,4 +1,5 @@
 """Shared helpers for the benchmark scripts: timing, LLM-like distributions, the report header."""
+
 from __future__ import annotations
 
 import platform
@@ -34,8 +35,9 @@ def header(title: str) -> str:
     import numba
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return (

@@ -3,6 +3,7 @@
 Run: ``python benchmarks/bench_bound.py`` (prints a Markdown table). Ratios, not seconds, are the
 result: these machines are shared and noisy.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,14 +15,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import best_time, header, llm_like_pair  # noqa: E402
 
-from mdsd_ot import optimal_acceptance, optimal_acceptance_batch  # noqa: E402
-from mdsd_ot import primal  # noqa: E402
+from mdsd_ot import (  # noqa: E402
+    optimal_acceptance,
+    optimal_acceptance_batch,
+    primal,  # noqa: E402
+)
 from mdsd_ot.drafts import get_scheme  # noqa: E402
 
 
 def row(case, ours, base, base_name, target, accuracy=""):
     ratio = ours / base
-    return f"| {case} | {ours * 1e3:.2f} | {base_name} {base * 1e3:.2f} | {ratio:.2f}x | {target} | {accuracy} |"
+    return (
+        f"| {case} | {ours * 1e3:.2f} | {base_name} {base * 1e3:.2f} | {ratio:.2f}x | {target} | {accuracy} |"
+    )
 
 
 def reference_with(p, q, n):
@@ -53,9 +59,11 @@ def reference_without(p, q, n):
 
 def main():
     rng = np.random.default_rng(0)
-    lines = [header("Optimal acceptance: solver vs baselines"),
-             "| case | ours (ms) | baseline (ms) | ratio | target | accuracy |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        header("Optimal acceptance: solver vs baselines"),
+        "| case | ours (ms) | baseline (ms) | ratio | target | accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
     V = 152_064
     for T in (1.0, 0.3):
         p, q = llm_like_pair(V, rng, temperature=T)
@@ -63,8 +71,16 @@ def main():
         t_sort = best_time(lambda: np.argsort(key))
         t_with = best_time(lambda: optimal_acceptance(p, q, 2))
         err = abs(optimal_acceptance(p, q, 2).value - reference_with(p, q, 2))
-        lines.append(row(f"with replacement, V={V}, n=2, T={T}", t_with, t_sort, "np.argsort", "<= 1.5x",
-                         f"{err:.1e} vs numpy sort + cumsum"))
+        lines.append(
+            row(
+                f"with replacement, V={V}, n=2, T={T}",
+                t_with,
+                t_sort,
+                "np.argsort",
+                "<= 1.5x",
+                f"{err:.1e} vs numpy sort + cumsum",
+            )
+        )
         for n in (2, 4, 8, 16, 64):
             t = best_time(lambda: optimal_acceptance(p, q, n, sampling="without_replacement"), repeat=3)
             r = optimal_acceptance(p, q, n, sampling="without_replacement")
@@ -72,8 +88,16 @@ def main():
                 accuracy = f"{abs(r.value - reference_without(p, q, n)):.1e} vs DP at every prefix"
             else:  # the plain DP at every prefix would take minutes: the certificate's re-check
                 accuracy = r.message.split("agrees to ")[1].split(" ")[0] + " vs independent re-check"
-            lines.append(row(f"without replacement, V={V}, n={n}, T={T}", t, t_sort, "np.argsort",
-                             "<= 5x" if n <= 8 else "reported", accuracy))
+            lines.append(
+                row(
+                    f"without replacement, V={V}, n={n}, T={T}",
+                    t,
+                    t_sort,
+                    "np.argsort",
+                    "<= 5x" if n <= 8 else "reported",
+                    accuracy,
+                )
+            )
     # batch throughput: parallel vs one thread, same data
     B, V = 1024, 32_000
     P = np.empty((B, V))
@@ -85,16 +109,22 @@ def main():
     numba.set_num_threads(1)
     t_one = best_time(lambda: optimal_acceptance_batch(P, Q, 2), repeat=3)
     numba.set_num_threads(threads)
-    lines.append(f"| batch {B} x {V}, n=2, {threads} threads | {t_par * 1e3:.0f} | 1 thread {t_one * 1e3:.0f} "
-                 f"| {t_one / t_par:.2f}x speed-up | >= 1.6x | |")
+    lines.append(
+        f"| batch {B} x {V}, n=2, {threads} threads | {t_par * 1e3:.0f} | 1 thread {t_one * 1e3:.0f} "
+        f"| {t_one / t_par:.2f}x speed-up | >= 1.6x | |"
+    )
     # against the LP at V = 60, n = 2
     p, q = llm_like_pair(60, rng)
     lp_value = optimal_acceptance(p, q, 2, method="lp").value
     ours = optimal_acceptance(p, q, 2).value
     t_dual = best_time(lambda: optimal_acceptance(p, q, 2), repeat=20)
-    t_lp = best_time(lambda: primal.solve_highs(primal.build_lp(p, q, 2, get_scheme("with_replacement"))), repeat=3)
-    lines.append(f"| with replacement, V=60, n=2 | {t_dual * 1e3:.3f} | HiGHS LP {t_lp * 1e3:.2f} "
-                 f"| {t_lp / t_dual:.0f}x faster | >= 1000x faster | {abs(ours - lp_value):.1e} vs LP |")
+    t_lp = best_time(
+        lambda: primal.solve_highs(primal.build_lp(p, q, 2, get_scheme("with_replacement"))), repeat=3
+    )
+    lines.append(
+        f"| with replacement, V=60, n=2 | {t_dual * 1e3:.3f} | HiGHS LP {t_lp * 1e3:.2f} "
+        f"| {t_lp / t_dual:.0f}x faster | >= 1000x faster | {abs(ours - lp_value):.1e} vs LP |"
+    )
     print("\n".join(lines))
 
 

@@ -5,6 +5,7 @@ Run: ``python benchmarks/bench_first_call.py``. Each measurement is a new Python
 process of each pair reuses that cache (the steady state). Baseline in the same run: the same
 process doing only ``import numpy`` and the package import.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,8 @@ SEQUENTIAL = """
 import numpy as np
 from mdsd_ot import optimal_acceptance
 rng = np.random.default_rng(0)
-optimal_acceptance(rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300)), 3, sampling="without_replacement")
+p, q = rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300))
+optimal_acceptance(p, q, 3, sampling="without_replacement")
 """
 
 
@@ -42,8 +44,11 @@ def run(code: str, cache: str) -> float:
 
 
 def main():
-    lines = [header("First call on a fresh installation (empty numba cache)"),
-             "| script | fresh cache (s) | warm cache (s) | import only (s) |", "|---|---|---|---|"]
+    lines = [
+        header("First call on a fresh installation (empty numba cache)"),
+        "| script | fresh cache (s) | warm cache (s) | import only (s) |",
+        "|---|---|---|---|",
+    ]
     with tempfile.TemporaryDirectory() as empty:
         base = run("import numpy, mdsd_ot", empty)
     for name, code in (("README ten-line snippet", SNIPPET), ("sequential n = 3, V = 300", SEQUENTIAL)):

@@ -2,6 +2,7 @@
 
 Run: ``python examples/quickstart.py`` (a second or two).
 """
+
 import numpy as np
 
 from mdsd_ot import compare, optimal_acceptance

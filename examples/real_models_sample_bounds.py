@@ -10,6 +10,7 @@ For each temperature it prints the mean optimal acceptance with replacement, wit
 ``mdsd_ot.backends.torch`` (records padded to a common width with zero-mass tokens, which changes
 nothing), and the largest disagreement between the two.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,18 +23,23 @@ from mdsd_ot.sample import load_sample, sample_metadata
 
 def main() -> None:
     meta = sample_metadata()
-    print(f"sample: {meta['target']} / {meta['draft']}, {meta['positions']} positions, "
-          f"top-{meta['top_k']} union + tail")
+    print(
+        f"sample: {meta['target']} / {meta['draft']}, {meta['positions']} positions, "
+        f"top-{meta['top_k']} union + tail"
+    )
     for T in meta["temperatures"]:
         recs = load_sample(temperatures=[T])[::4]
         t0 = time.time()
-        ref = {s: np.array([mdsd_ot.optimal_acceptance(r.p, r.q, 2, sampling=s).value
-                            for r in recs])
-               for s in ("with_replacement", "without_replacement", "greedy")}
+        ref = {
+            s: np.array([mdsd_ot.optimal_acceptance(r.p, r.q, 2, sampling=s).value for r in recs])
+            for s in ("with_replacement", "without_replacement", "greedy")
+        }
         t_np = time.time() - t0
-        line = (f"T={T:<4} positions={len(recs):4d}  with={ref['with_replacement'].mean():.4f}  "
-                f"without={ref['without_replacement'].mean():.4f}  "
-                f"greedy={ref['greedy'].mean():.4f}  (numpy {t_np:.2f} s")
+        line = (
+            f"T={T:<4} positions={len(recs):4d}  with={ref['with_replacement'].mean():.4f}  "
+            f"without={ref['without_replacement'].mean():.4f}  "
+            f"greedy={ref['greedy'].mean():.4f}  (numpy {t_np:.2f} s"
+        )
         try:
             import torch
 
@@ -48,9 +54,11 @@ def main() -> None:
             P[i, : r.p.size] = torch.from_numpy(r.p)
             Q[i, : r.q.size] = torch.from_numpy(r.q)
         t0 = time.time()
-        got = {"with_replacement": sorted_prefix_bounds(P, Q, [2])[2].numpy(),
-               "without_replacement": sorted_prefix_bounds(P, Q, [2], "without_replacement")[2].numpy(),
-               "greedy": greedy_bounds(P, Q, [2])[2].numpy()}
+        got = {
+            "with_replacement": sorted_prefix_bounds(P, Q, [2])[2].numpy(),
+            "without_replacement": sorted_prefix_bounds(P, Q, [2], "without_replacement")[2].numpy(),
+            "greedy": greedy_bounds(P, Q, [2])[2].numpy(),
+        }
         t_torch = time.time() - t0
         worst = max(float(np.max(np.abs(got[s] - ref[s]))) for s in ref)
         print(line + f", torch {t_torch:.3f} s, max |torch - numpy| = {worst:.1e})")

@@ -2,6 +2,7 @@
 
 Run: ``python examples/sampling_schemes.py`` (about ten seconds, most of it numba compilation).
 """
+
 import numpy as np
 
 from mdsd_ot import optimal_acceptance_batch
@@ -17,6 +18,8 @@ for T in (0.3, 0.7, 1.0):
     P /= P.sum(axis=1, keepdims=True)
     Q /= Q.sum(axis=1, keepdims=True)
     for n in (2, 4):
-        row = {s: optimal_acceptance_batch(P, Q, n, sampling=s).mean()
-               for s in ("with_replacement", "without_replacement", "greedy")}
+        row = {
+            s: optimal_acceptance_batch(P, Q, n, sampling=s).mean()
+            for s in ("with_replacement", "without_replacement", "greedy")
+        }
         print(f"T={T} n={n}: " + ", ".join(f"{s} {v:.4f}" for s, v in row.items()))

@@ -4,6 +4,7 @@ The optimal acceptance rate is the value of an optimal-transport problem between
 distribution ``p`` and the law of the ``n`` drafts drawn from ``q``; its dual is a subset selection
 solved exactly by sorting tokens by ``q/p``. See the README and ``docs/math.md`` for the mathematics.
 """
+
 from . import _cli_startup  # noqa: F401  (first: a quiet Ctrl-C while the mdsd-ot command starts)
 from .api import METHODS, optimal_acceptance, optimal_acceptance_batch
 from .compare import Comparison, compare

@@ -1,4 +1,5 @@
 """``python -m mdsd_ot``: the ``mdsd-ot`` command line (see :mod:`mdsd_ot.cli`)."""
+
 import sys
 
 from .cli import main

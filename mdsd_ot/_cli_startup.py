@@ -6,6 +6,7 @@ process is the ``mdsd-ot`` console script, importing this module (first thing in
 ``mdsd_ot/__init__.py``) installs a SIGINT handler doing the same; ``main`` puts the default handler
 back as soon as it starts. Any other program importing ``mdsd_ot`` is left alone.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,15 +26,20 @@ def _is_console_script() -> bool:
 
 
 def install() -> None:
-    if (_is_console_script() and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+    if (
+        _is_console_script()
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
         signal.signal(signal.SIGINT, _interrupted)
 
 
 def restore() -> None:
     """Back to Python's default (KeyboardInterrupt), if :func:`install` changed it."""
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is _interrupted):
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is _interrupted
+    ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -4,6 +4,7 @@ All kernels take contiguous float64 arrays already ordered by ``q/p`` (high to l
 :func:`mdsd_ot.dual.sorted_order`) and use int64 indices. Each has a slow twin in the tests.
 Running sums use Neumaier compensation, so prefix masses over 256k tokens keep ~1e-16 accuracy.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,13 @@ import numba as nb
 import numpy as np
 
 from ._config import (
-    BINNED_MIN_V, POWER_FROM_REST_N, PRUNE_BATCH, PRUNE_MARGIN, PRUNE_SLACK, QUAD_STEP, QUAD_TAIL,
+    BINNED_MIN_V,
+    POWER_FROM_REST_N,
+    PRUNE_BATCH,
+    PRUNE_MARGIN,
+    PRUNE_SLACK,
+    QUAD_STEP,
+    QUAD_TAIL,
 )
 
 # ------------------------------------------------------------------------------- prefix bookkeeping
@@ -77,7 +84,7 @@ def power_of_mass(Qh, Rout, n):
     """
     if n > POWER_FROM_REST_N and Rout < 0.5:
         return min(math.exp(n * math.log1p(-Rout)), Qh)
-    return min(Qh ** n, Qh)
+    return min(Qh**n, Qh)
 
 
 @nb.njit(cache=True)
@@ -219,7 +226,7 @@ def quad_grid(n, r_min, refine):
     s_lo = math.log(QUAD_TAIL) / (n + 1)
     r_min = max(r_min, 5e-324)  # callers pass R > 0; guard the logarithm all the same
     s_hi = math.log(-math.log(QUAD_TAIL)) - math.log(r_min)  # R t e^{-R t} negligible beyond
-    h = QUAD_STEP / math.sqrt(n + 1.0) / 2.0 ** refine
+    h = QUAD_STEP / math.sqrt(n + 1.0) / 2.0**refine
     M = int(math.ceil((s_hi - s_lo) / h)) + 1
     return s_lo, h, M
 
@@ -283,7 +290,7 @@ def without_replacement_bounds(ps, qs, n):
     Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
     ``D_k = W_n(H_k) - P_k``; ``exact[k]`` marks prefixes where ``lo[k] == hi[k]`` is the value
     (fewer than n drafted tokens in ``H_k``: W = 0; no q mass outside: W = 1, taken as ``Q_k``).
-    Bounds (docs/math.md#without-replacement): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
+    Bounds (docs/math.md#pruning): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
     sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``.
     """
     V = qs.size
@@ -533,7 +540,7 @@ def bucketed_scan(p, q, n, code, rest):
         if cnt[j] == 0:
             continue
         if start[j + 1] > start[j]:
-            idx = members[start[j]:start[j + 1]]
+            idx = members[start[j] : start[j + 1]]
             keys = np.empty(idx.size)
             for t in range(idx.size):
                 keys[t] = -(q[idx[t]] / p[idx[t]]) if p[idx[t]] > 0.0 else -np.inf
@@ -597,8 +604,10 @@ def compile_notice(kernel, what: str, seconds: int) -> None:
     except AttributeError:  # numba's cache internals changed: stay quiet
         return
     if not cached:
-        sys.stderr.write(f"mdsd_ot: compiling {what} (first use on this installation, about {seconds} s; "
-                         f"cached afterwards)\n")
+        sys.stderr.write(
+            f"mdsd_ot: compiling {what} (first use on this installation, about {seconds} s; "
+            f"cached afterwards)\n"
+        )
 
 
 #: Up to this vocabulary size the prefix scans run as plain Python (``kernel.py_func``): on a first
@@ -910,7 +919,7 @@ def _big_lists(off, perm, node_band, M):
     for m in range(M):
         bm = min(node_band[m], NBANDS)
         if m == 0 or bm != prev:
-            new = np.sort(perm[off[prev] if m > 0 else 0:off[bm]])
+            new = np.sort(perm[off[prev] if m > 0 else 0 : off[bm]])
             i, j, begin = first, 0, pos
             while i < last or j < new.size:  # merge two increasing lists
                 if j == new.size or (i < last and flat[i] < new[j]):
@@ -952,7 +961,7 @@ def _prepare_fast(qs, top, n, refine, r_min):
             uk *= u
     flat, start = _big_lists(off, perm, node_band, M)
     lq = np.full(top, -np.inf)
-    for i in flat[start[M - 1, 0]:start[M - 1, 1]]:  # every token that is big at some node
+    for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
         if qs[i] > 0.0:
             lq[i] = math.log(qs[i])
     return s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u
@@ -966,7 +975,7 @@ def _query_power_sums(bands, off, table, queries, J):
     S = np.zeros((C, NBANDS + 1, J + 1))
     shrink = np.empty(J + 1)
     for k in range(J + 1):
-        shrink[k] = 0.5 ** k
+        shrink[k] = 0.5**k
     i = 0
     for c in range(C):
         while i < queries[c]:
@@ -1028,7 +1037,7 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc):
         s = s_lo + m * h
         bm = node_band[m]
         log_certain = LOG_CERTAIN - s
-        big = flat[start[m, 0]:start[m, 1]]
+        big = flat[start[m, 0] : start[m, 1]]
         dp[:] = 0.0
         dp[0] = 1.0
         ptr = 0

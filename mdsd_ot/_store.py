@@ -35,6 +35,7 @@ How the guarantees are kept:
 :func:`checkpoint` is called at every step of every write and does nothing; the fault-injection
 tests replace it to kill the process at an exact point.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,11 +56,30 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks, see Folder
     fcntl = None
 
 __all__ = [
-    "FORMAT", "CONFIG", "ROWS", "DONE", "LOCK",
-    "StoreWarning", "StoreError", "FolderBusy", "IdentityMismatch",
-    "atomic_write", "atomic_file", "check_ids", "digest_of", "fingerprint_path",
-    "compare_identity", "read_config", "peek_config", "scan_folder", "read_rows",
-    "lock_holder", "FolderLock", "ResultsFolder", "merge_folders", "one_line_warnings",
+    "FORMAT",
+    "CONFIG",
+    "ROWS",
+    "DONE",
+    "LOCK",
+    "StoreWarning",
+    "StoreError",
+    "FolderBusy",
+    "IdentityMismatch",
+    "atomic_write",
+    "atomic_file",
+    "check_ids",
+    "digest_of",
+    "fingerprint_path",
+    "compare_identity",
+    "read_config",
+    "peek_config",
+    "scan_folder",
+    "read_rows",
+    "lock_holder",
+    "FolderLock",
+    "ResultsFolder",
+    "merge_folders",
+    "one_line_warnings",
 ]
 
 #: Version of the folder layout described in the module docstring.
@@ -223,8 +243,7 @@ def _remove_temp_files(folder: Path) -> None:
 
 def digest_of(obj) -> str:
     """sha256 of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      default=_jsonable)
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_jsonable)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
@@ -249,11 +268,12 @@ def check_ids(ids, what: str = "record") -> list:
         if not x:
             raise ValueError(f"{what} {i} has an empty id; give every {what} a non-empty 'id'")
         if x.splitlines() != [x]:
-            raise ValueError(f"{what} {i} has the id {x!r}, which spans several lines; "
-                             f"ids must be one line (no newline characters)")
+            raise ValueError(
+                f"{what} {i} has the id {x!r}, which spans several lines; "
+                f"ids must be one line (no newline characters)"
+            )
         if x in seen:
-            raise ValueError(f"{what} id {x!r} is used twice (records {seen[x]} and {i}); "
-                             f"ids must be unique")
+            raise ValueError(f"{what} id {x!r} is used twice (records {seen[x]} and {i}); ids must be unique")
         seen[x] = i
     return ids
 
@@ -292,8 +312,12 @@ def _sha256_file(path: Path) -> str:
 
 
 def _looks_like_path(name: str) -> bool:
-    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") >= 2
-            or (os.sep != "/" and os.sep in name))
+    return (
+        os.path.isabs(name)
+        or name.startswith((".", "~"))
+        or name.count("/") >= 2
+        or (os.sep != "/" and os.sep in name)
+    )
 
 
 def fingerprint_path(name, *, role: str = "model", previous: dict | None = None) -> dict:
@@ -317,8 +341,11 @@ def fingerprint_path(name, *, role: str = "model", previous: dict | None = None)
     if not p.exists():
         if _looks_like_path(name):
             raise FileNotFoundError(f"{role} {name}: no such file or folder")
-        return {"digest": "name:" + name, "name": name,
-                "describe": f"{name!r} (a hub name, identified by its name only)"}
+        return {
+            "digest": "name:" + name,
+            "name": name,
+            "describe": f"{name!r} (a hub name, identified by its name only)",
+        }
     files = [p] if p.is_file() else _model_files(p)
     if not files:
         raise ValueError(f"{role} folder {p} contains no model files")
@@ -335,14 +362,18 @@ def fingerprint_path(name, *, role: str = "model", previous: dict | None = None)
             raise _with_path(exc, f) from None
         key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         old = cache.get(rel)
-        sha = old[4] if isinstance(old, list) and len(old) == 5 and old[:4] == key \
-            else _sha256_file(f)
+        sha = old[4] if isinstance(old, list) and len(old) == 5 and old[:4] == key else _sha256_file(f)
         entries[rel] = [st.st_size, sha]
         stats[rel] = key + [sha]
         total += st.st_size
     digest = digest_of(entries)
-    return {"digest": digest, "path": where, "files": entries, "stat": stats,
-            "describe": f"{p} ({len(entries)} files, {total:,} bytes, sha256 {digest[:12]})"}
+    return {
+        "digest": digest,
+        "path": where,
+        "files": entries,
+        "stat": stats,
+        "describe": f"{p} ({len(entries)} files, {total:,} bytes, sha256 {digest[:12]})",
+    }
 
 
 def _comparable(value):
@@ -451,10 +482,13 @@ def read_config(folder) -> dict:
         raise StoreError(
             f"{path} was written by an older mdsd_ot that did not record which models and "
             f"prompts made the rows, so they cannot be checked; use that version for it, or rerun "
-            f"the study into a new folder")
+            f"the study into a new folder"
+        )
     if state == "damaged":
-        raise StoreError(f"{path} is {problem}; restore it from a backup (it records which models, "
-                         f"prompts and parameters made the rows), or rerun into a new folder")
+        raise StoreError(
+            f"{path} is {problem}; restore it from a backup (it records which models, "
+            f"prompts and parameters made the rows), or rerun into a new folder"
+        )
     return cfg
 
 
@@ -489,9 +523,15 @@ def _read_done(folder: Path, legacy: bool):
         except (ValueError, UnicodeDecodeError, RecursionError):
             bad += 1
             continue
-        if (isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"]
-                and isinstance(e.get("rows"), int) and not isinstance(e.get("rows"), bool)
-                and e["rows"] >= 0 and isinstance(e.get("sha256"), str)):
+        if (
+            isinstance(e, dict)
+            and isinstance(e.get("id"), str)
+            and e["id"]
+            and isinstance(e.get("rows"), int)
+            and not isinstance(e.get("rows"), bool)
+            and e["rows"] >= 0
+            and isinstance(e.get("sha256"), str)
+        ):
             entries.append({"id": e["id"], "rows": e["rows"], "sha256": e["sha256"]})
         else:
             bad += 1
@@ -613,8 +653,10 @@ def _warn_scan(folder: Path, scan: Scan, action: str) -> None:
     for rec, reason in scan.damaged:
         _warn(f"{folder}: record {rec!r} is marked done but {reason}; {action}")
     if scan.bad_done:
-        _warn(f"{folder / DONE}: {scan.bad_done} damaged line(s) ignored; the records they marked "
-              f"are not counted as done")
+        _warn(
+            f"{folder / DONE}: {scan.bad_done} damaged line(s) ignored; the records they marked "
+            f"are not counted as done"
+        )
 
 
 def read_rows(folder) -> list[dict]:
@@ -629,14 +671,17 @@ def read_rows(folder) -> list[dict]:
         raise FileNotFoundError(f"{folder} is not a folder")
     state, cfg, problem = _load_config(folder)
     if state == "damaged":
-        raise StoreError(f"{folder / CONFIG} is {problem}; restore it from a backup, or rerun into "
-                         f"a new folder")
+        raise StoreError(
+            f"{folder / CONFIG} is {problem}; restore it from a backup, or rerun into a new folder"
+        )
     legacy = state != "ok"
     if legacy and not (folder / ROWS).exists():
         raise FileNotFoundError(f"{folder} is not a results folder (no {ROWS})")
     if legacy:
-        _warn(f"{folder} was not written by this mdsd_ot version (no identity or row checksums in "
-              f"{CONFIG}); its rows are read without verification")
+        _warn(
+            f"{folder} was not written by this mdsd_ot version (no identity or row checksums in "
+            f"{CONFIG}); its rows are read without verification"
+        )
     scan = scan_folder(folder, legacy=legacy, collect=True)
     _warn_scan(folder, scan, "left out (resume the run to recompute it)")
     rows = []
@@ -673,8 +718,12 @@ def describe_holder(info: dict) -> str:
 
 def _my_info() -> dict:
     cmd = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv or []))
-    return {"pid": os.getpid(), "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": cmd[:300]}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "command": cmd[:300],
+    }
 
 
 class FolderLock:
@@ -695,14 +744,16 @@ class FolderLock:
         self.fd = None
         self.previous = None  # holder info left by a process that did not release the lock
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         try:
             fd = _os_open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise _with_path(exc, self.path) from None
         if fcntl is None:  # pragma: no cover
-            _warn(f"{self.folder}: this platform has no file locks; make sure no other process "
-                  f"writes this folder")
+            _warn(
+                f"{self.folder}: this platform has no file locks; make sure no other process "
+                f"writes this folder"
+            )
             self.fd = fd
             return self
         try:
@@ -798,8 +849,16 @@ class ResultsFolder:
     finished record.
     """
 
-    def __init__(self, path, *, kind: str, identity: dict, shard: str = "0/1",
-                 expected: int | None = None, info: dict | None = None):
+    def __init__(
+        self,
+        path,
+        *,
+        kind: str,
+        identity: dict,
+        shard: str = "0/1",
+        expected: int | None = None,
+        info: dict | None = None,
+    ):
         self.path = Path(path)
         self.kind, self.identity, self.shard = kind, identity, shard
         self.expected, self.info = expected, dict(info or {})
@@ -810,21 +869,22 @@ class ResultsFolder:
         self._broken = None
 
     # -- opening
-    def open(self) -> "ResultsFolder":
+    def open(self) -> ResultsFolder:
         path = self.path
         try:
             path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
-            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder",
-                                     str(path)) from None
+            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(path)) from None
         except OSError as exc:
             raise _with_path(exc, path) from None
         self._lock = FolderLock(path).acquire()
         try:
             prev = self._lock.previous
             if prev and prev.get("pid") != os.getpid():
-                _warn(f"{path}: the previous run ({describe_holder(prev)}) stopped without "
-                      f"finishing; checking its results before resuming")
+                _warn(
+                    f"{path}: the previous run ({describe_holder(prev)}) stopped without "
+                    f"finishing; checking its results before resuming"
+                )
             _remove_temp_files(path)
             self._config()
             self._verify()
@@ -845,10 +905,12 @@ class ResultsFolder:
                 raise StoreError(
                     f"{cfg_path} was written by an older mdsd_ot that did not record which models "
                     f"and prompts made its rows, so resuming could mix results; finish it with "
-                    f"that version, or use a new folder")
+                    f"that version, or use a new folder"
+                )
             if cfg.get("kind") != self.kind:
-                raise StoreError(f"{path} holds a {cfg.get('kind')!r} folder, not a {self.kind!r} "
-                                 f"folder; use a new folder")
+                raise StoreError(
+                    f"{path} holds a {cfg.get('kind')!r} folder, not a {self.kind!r} folder; use a new folder"
+                )
             diffs = []
             if cfg.get("shard") != self.shard:
                 diffs.append(f"shard: {self.shard} now, {cfg.get('shard')} before")
@@ -856,7 +918,8 @@ class ResultsFolder:
             if diffs:
                 raise IdentityMismatch(
                     f"{path} holds results of a different {self.kind}: {'; '.join(diffs)}. "
-                    f"Resume it with the values it was made with, or use a new folder")
+                    f"Resume it with the values it was made with, or use a new folder"
+                )
             self.config = cfg
             if self.expected is not None and cfg.get("expected") != self.expected:
                 cfg = dict(cfg, expected=self.expected)
@@ -869,12 +932,19 @@ class ResultsFolder:
             raise StoreError(
                 f"{path} holds results ({results}) but {what}, which records the models, prompts "
                 f"and parameters that made them, so they cannot be checked; restore {cfg_path} "
-                f"from a backup, or move the folder away and start again (nothing was changed)")
+                f"from a backup, or move the folder away and start again (nothing was changed)"
+            )
         if state == "damaged":
             _warn(f"{cfg_path} was {problem} and the folder holds no results yet; writing it again")
-        cfg = {"format": FORMAT, "kind": self.kind, "identity": self.identity,
-               "shard": self.shard, "expected": self.expected,
-               "created": time.strftime("%Y-%m-%d %H:%M:%S %z"), **self.info}
+        cfg = {
+            "format": FORMAT,
+            "kind": self.kind,
+            "identity": self.identity,
+            "shard": self.shard,
+            "expected": self.expected,
+            "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            **self.info,
+        }
         text = json.dumps(cfg, indent=1, default=_jsonable) + "\n"
         atomic_write(cfg_path, text, step="config")
         self.config = json.loads(text)
@@ -902,8 +972,7 @@ class ResultsFolder:
 
     def _open_append(self, path: Path) -> int:
         try:
-            return _os_open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
-                            | getattr(os, "O_CLOEXEC", 0), 0o644)
+            return _os_open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise _with_path(exc, path) from None
 
@@ -917,8 +986,9 @@ class ResultsFolder:
         if self._rows_fd is None:
             raise StoreError(f"{self.path} is not open for writing")
         if self._broken:
-            raise StoreError(f"{self.path}: an earlier write failed ({self._broken}); reopen the "
-                             f"folder to resume")
+            raise StoreError(
+                f"{self.path}: an earlier write failed ({self._broken}); reopen the folder to resume"
+            )
         data = "".join(line + "\n" for line in lines).encode("utf-8")
         entry = {"id": record_id, "rows": len(lines), "sha256": hashlib.sha256(data).hexdigest()}
         done = _done_line(entry).encode("utf-8")
@@ -956,8 +1026,10 @@ class ResultsFolder:
 
 
 def _done_line(entry: dict) -> str:
-    return json.dumps({"id": entry["id"], "rows": entry["rows"], "sha256": entry["sha256"]},
-                      ensure_ascii=True) + "\n"
+    return (
+        json.dumps({"id": entry["id"], "rows": entry["rows"], "sha256": entry["sha256"]}, ensure_ascii=True)
+        + "\n"
+    )
 
 
 # --------------------------------------------------------------------------------------- merge
@@ -998,9 +1070,11 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
         if not s.is_dir():
             raise FileNotFoundError(f"{s} is not a folder")
         if dest.exists() and os.path.samefile(s, dest):
-            raise StoreError(f"the destination {dest} is also a source ({s}); merging into it "
-                             f"would overwrite that folder's results: choose a new destination "
-                             f"folder")
+            raise StoreError(
+                f"the destination {dest} is also a source ({s}); merging into it "
+                f"would overwrite that folder's results: choose a new destination "
+                f"folder"
+            )
     configs = [read_config(s) for s in sources]
     first = configs[0]
     for s, c in zip(sources, configs):
@@ -1011,47 +1085,60 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
         if diffs:
             raise IdentityMismatch(
                 f"{s} and {sources[0]} hold different {kind} results ({'; '.join(diffs)}; 'now' "
-                f"is {s}); only shards or runs of one {kind} can be merged")
+                f"is {s}); only shards or runs of one {kind} can be merged"
+            )
     if dest.exists():
         if not dest.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(dest))
         state, old, problem = _load_config(dest)
         if state == "ok" and old.get("shard") != "merged":
-            raise StoreError(f"{dest} holds the results of a run (shard {old.get('shard')}); "
-                             f"merging into it would replace them: choose a new destination folder")
+            raise StoreError(
+                f"{dest} holds the results of a run (shard {old.get('shard')}); "
+                f"merging into it would replace them: choose a new destination folder"
+            )
         if state != "ok" and _holds_results(dest):
-            raise StoreError(f"{dest} holds results that are not a merge ({CONFIG} "
-                             f"{'missing' if state == 'missing' else problem}); choose a new "
-                             f"destination folder")
+            raise StoreError(
+                f"{dest} holds results that are not a merge ({CONFIG} "
+                f"{'missing' if state == 'missing' else problem}); choose a new "
+                f"destination folder"
+            )
     shards = []
     for c in configs:
-        for label in (c.get("shards") or [c.get("shard")]):
+        for label in c.get("shards") or [c.get("shard")]:
             if label not in shards:
                 shards.append(label)
     missing = _missing_shards(shards)
     if missing:
-        _warn(f"shard(s) {', '.join(missing)} of the split are not among the merged folders; the "
-              f"merged results cover part of the records only")
+        _warn(
+            f"shard(s) {', '.join(missing)} of the split are not among the merged folders; the "
+            f"merged results cover part of the records only"
+        )
     for s in sources:
         holder = lock_holder(s)
         if holder is not None:
-            _warn(f"{s} is still being written by {describe_holder(holder)}; merging the records "
-                  f"finished so far")
+            _warn(
+                f"{s} is still being written by {describe_holder(holder)}; merging the records "
+                f"finished so far"
+            )
     scans, chosen, counts = [], {}, []
     for i, (s, c) in enumerate(zip(sources, configs)):
         scan = scan_folder(s)
         _warn_scan(s, scan, "left out of the merge (resume that run to recompute it)")
         exp = c.get("expected")
         if isinstance(exp, int) and len(scan.valid) < exp:
-            _warn(f"{s} has {len(scan.valid)} of its {exp} records finished; the others are not in "
-                  f"the merge (resume that run to finish them)")
+            _warn(
+                f"{s} has {len(scan.valid)} of its {exp} records finished; the others are not in "
+                f"the merge (resume that run to finish them)"
+            )
         n_new = 0
         for rec, e in scan.valid.items():
             if rec in chosen:
                 j, e0 = chosen[rec]
                 if e0["sha256"] != e["sha256"]:
-                    _warn(f"record {rec!r} has different rows in {sources[j]} and {s}; keeping "
-                          f"those of {sources[j]}")
+                    _warn(
+                        f"record {rec!r} has different rows in {sources[j]} and {s}; keeping "
+                        f"those of {sources[j]}"
+                    )
                 continue
             chosen[rec] = (i, e)
             n_new += 1
@@ -1078,23 +1165,28 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
                                 out.write(raw)
                 except OSError as exc:
                     raise _with_path(exc, s / ROWS) from None
-                changed = [rec for rec in mine
-                           if hashes[rec].hexdigest() != chosen[rec][1]["sha256"]]
+                changed = [rec for rec in mine if hashes[rec].hexdigest() != chosen[rec][1]["sha256"]]
                 if changed:
-                    raise StoreError(f"{s} changed while it was being merged (record "
-                                     f"{changed[0]!r}); run the merge again")
+                    raise StoreError(
+                        f"{s} changed while it was being merged (record {changed[0]!r}); run the merge again"
+                    )
             # from here on dest never claims rows it does not hold: done.txt first emptied
             atomic_write(dest / DONE, "", step="merge-clear-done")
-            cfg = {"format": FORMAT, "kind": kind, "identity": first["identity"],
-                   "shard": "merged", "shards": shards, "expected": None,
-                   "merged_from": [str(s) for s in sources],
-                   "created": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+            cfg = {
+                "format": FORMAT,
+                "kind": kind,
+                "identity": first["identity"],
+                "shard": "merged",
+                "shards": shards,
+                "expected": None,
+                "merged_from": [str(s) for s in sources],
+                "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            }
             for key in ("config", "provenance"):
                 if key in first:
                     cfg[key] = first[key]
             atomic_write(dest / CONFIG, json.dumps(cfg, indent=1) + "\n", step="merge-config")
-        atomic_write(dest / DONE, "".join(_done_line(e) for _, e in chosen.values()),
-                     step="merge-done")
+        atomic_write(dest / DONE, "".join(_done_line(e) for _, e in chosen.values()), step="merge-done")
         if finalize is not None:
             finalize(dest)
     finally:
@@ -1114,8 +1206,11 @@ def one_line_warnings(prefix: str, stream=None):
 
         def show(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, StoreWarning):
-                print(f"{prefix}: warning: {' '.join(str(message).split())}",
-                      file=stream or sys.stderr, flush=True)
+                print(
+                    f"{prefix}: warning: {' '.join(str(message).split())}",
+                    file=stream or sys.stderr,
+                    flush=True,
+                )
             else:
                 previous(message, category, filename, lineno, file, line)
 

@@ -1,4 +1,5 @@
 """Input validation with actionable messages (``ValueError`` / ``TypeError``, never ``assert``)."""
+
 from __future__ import annotations
 
 import numbers

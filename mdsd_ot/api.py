@@ -1,4 +1,5 @@
 """Public entry points: :func:`optimal_acceptance` and :func:`optimal_acceptance_batch`."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,10 @@ def _dual_objective(p, q, n, scheme, subset, refine: int = 0) -> float:
 def _verdict(diff: float, tol: float) -> tuple[bool, str]:
     """Status of a value whose certificate objective, recomputed independently, differs by ``diff``."""
     if diff <= tol:
-        return True, (f"certificate re-checked: p(H) + 1 - Q(H) recomputed independently agrees to "
-                      f"{diff:.1e} (this checks the value at H, not that H is optimal)")
+        return True, (
+            f"certificate re-checked: p(H) + 1 - Q(H) recomputed independently agrees to "
+            f"{diff:.1e} (this checks the value at H, not that H is optimal)"
+        )
     return False, (
         f"certificate check failed: p(H) + 1 - Q(H) recomputed independently differs from the "
         f"solver's value by {diff:.3g} (tolerance {tol:g}); please report this input"
@@ -61,7 +64,8 @@ def optimal_acceptance(
     .. math:: \\alpha^* = \\min_{H} \\; p(H) + 1 - Q(H)
 
     where ``Q(H)`` is the probability that all ``n`` drafts (drawn from ``q`` under ``sampling``)
-    lie in ``H`` (docs/math.md#dual-and-sorting-theorem). This is the largest probability, over all valid verifiers, that
+    lie in ``H`` (docs/math.md#dual-and-sorting-theorem). This is the largest probability, over all valid
+    verifiers, that
     the output token is one of the drafts.
 
     Parameters
@@ -117,7 +121,12 @@ def optimal_acceptance(
         sol = primal.solve_highs(lp) if method == "lp" else primal.solve_cvxpy(lp)
         if not sol.success:
             return AcceptanceResult(
-                float("nan"), np.empty(0, dtype=np.int64), method, scheme.name, n, False,
+                float("nan"),
+                np.empty(0, dtype=np.int64),
+                method,
+                scheme.name,
+                n,
+                False,
                 f"LP solver failed: {sol.message}",
             )
         # the cut read off a floating-point flow depends on the zero tolerance: keep the best cut
@@ -170,7 +179,11 @@ def optimal_acceptance_batch(
         out, masks = _kernels.solve_batch(P, Q, n, _kernels.SCHEME_CODES[scheme.name])
     same = (P == Q).all(axis=1)
     out[same] = 1.0  # identical rows: exactly 1, as in optimal_acceptance
-    p_h = (P * masks).sum(axis=1) if P.size < _kernels.PARALLEL_MIN_ENTRIES else _kernels.masked_row_sums(P, masks)[0]
+    p_h = (
+        (P * masks).sum(axis=1)
+        if P.size < _kernels.PARALLEL_MIN_ENTRIES
+        else _kernels.masked_row_sums(P, masks)[0]
+    )
     check = p_h + 1.0 - scheme.masses(Q, n, masks)
     for b in np.flatnonzero(~same & (np.abs(check - out) > RECHECK_TOL)):
         value, _, diff = _solve_dual_checked(P[b], Q[b], n, scheme)

@@ -55,6 +55,7 @@ Example
 >>> r.lossless, r.tuples, abs(r.acceptance - 0.65) < 4 * r.stderr
 (True, 16, True)
 """
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,16 @@ import numpy as np
 from ._validate import check_n, check_pair
 from .drafts import get_scheme
 
-__all__ = ["audit", "AuditResult", "TupleShare", "VerifierError", "registry_verify",
-           "DEFAULT_TRIALS", "DEFAULT_MAX_TUPLES", "MAX_RUNS"]
+__all__ = [
+    "audit",
+    "AuditResult",
+    "TupleShare",
+    "VerifierError",
+    "registry_verify",
+    "DEFAULT_TRIALS",
+    "DEFAULT_MAX_TUPLES",
+    "MAX_RUNS",
+]
 
 #: Default ``trials``: the stratified sample size (runs are allocated to tuples in proportion to
 #: their probability).
@@ -83,8 +92,12 @@ MAX_RUNS = 20_000_000
 MIN_EXPECTED = 5.0
 
 #: ``reference="auto"``: the registry verifier each draft scheme's tuples are compared with.
-DEFAULT_REFERENCE = {"with_replacement": "rrs", "without_replacement": "rrs_without_replacement",
-                     "greedy": "greedy", "hub": "spechub"}
+DEFAULT_REFERENCE = {
+    "with_replacement": "rrs",
+    "without_replacement": "rrs_without_replacement",
+    "greedy": "greedy",
+    "hub": "spechub",
+}
 
 
 class VerifierError(RuntimeError):
@@ -183,17 +196,38 @@ class AuditResult:
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict."""
         return {
-            "name": self.name, "n": self.n, "sampling": self.sampling, "V": int(self.p.size),
-            "tuples": self.tuples, "runs": self.runs, "trials": self.trials, "seed": self.seed,
-            "level": self.level, "lossless": self.lossless, "tv": self.tv, "tv_upper": self.tv_upper,
-            "pvalue": self.pvalue, "statistic": self.statistic, "df": self.df,
-            "acceptance": self.acceptance, "stderr": self.stderr,
+            "name": self.name,
+            "n": self.n,
+            "sampling": self.sampling,
+            "V": int(self.p.size),
+            "tuples": self.tuples,
+            "runs": self.runs,
+            "trials": self.trials,
+            "seed": self.seed,
+            "level": self.level,
+            "lossless": self.lossless,
+            "tv": self.tv,
+            "tv_upper": self.tv_upper,
+            "pvalue": self.pvalue,
+            "statistic": self.statistic,
+            "df": self.df,
+            "acceptance": self.acceptance,
+            "stderr": self.stderr,
             "impossible": list(self.impossible),
-            "output_law": self.output_law.tolist(), "p": self.p.tolist(),
+            "output_law": self.output_law.tolist(),
+            "p": self.p.tolist(),
             "reference": self.reference,
-            "top_tuples": [{"drafts": list(t.drafts), "probability": t.probability, "runs": t.runs,
-                            "departure": t.departure, "acceptance": t.acceptance,
-                            "frequencies": t.frequencies.tolist()} for t in self.top_tuples],
+            "top_tuples": [
+                {
+                    "drafts": list(t.drafts),
+                    "probability": t.probability,
+                    "runs": t.runs,
+                    "departure": t.departure,
+                    "acceptance": t.acceptance,
+                    "frequencies": t.frequencies.tolist(),
+                }
+                for t in self.top_tuples
+            ],
         }
 
     def __str__(self) -> str:
@@ -210,12 +244,16 @@ class AuditResult:
         verdict = "lossless: no evidence of bias" if self.lossless else "NOT lossless: biased"
         lines.append(f"verdict at level {self.level:g}: {verdict}")
         if self.top_tuples:
-            lines.append(f"draft tuples departing most from the reference verifier {self.reference!r} "
-                         f"(P(drafts) x TV of the outputs on them; sampling noise included):")
+            lines.append(
+                f"draft tuples departing most from the reference verifier {self.reference!r} "
+                f"(P(drafts) x TV of the outputs on them; sampling noise included):"
+            )
             lines.append(f"  {'drafts':<16} {'P(drafts)':>10} {'runs':>7} {'departure':>10} {'accept':>7}")
             for t in self.top_tuples:
-                lines.append(f"  {str(t.drafts):<16} {t.probability:>10.6f} {t.runs:>7,} "
-                             f"{t.departure:>10.4f} {t.acceptance:>7.3f}")
+                lines.append(
+                    f"  {str(t.drafts):<16} {t.probability:>10.6f} {t.runs:>7,} "
+                    f"{t.departure:>10.4f} {t.acceptance:>7.3f}"
+                )
         return "\n".join(lines)
 
 
@@ -388,8 +426,12 @@ def audit(
     scheme.check(q, n)
     if not callable(verify):
         raise TypeError(f"verify must be a callable verify(p, q, drafts, rng), got {type(verify).__name__}")
-    for name, value, low in (("trials", trials, 1), ("min_runs", min_runs, 2), ("max_tuples", max_tuples, 1),
-                             ("top", top, 0)):
+    for name, value, low in (
+        ("trials", trials, 1),
+        ("min_runs", min_runs, 2),
+        ("max_tuples", max_tuples, 1),
+        ("top", top, 0),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         if value < low:
@@ -412,8 +454,9 @@ def audit(
     k = int(np.count_nonzero(q > 0))
     log_count = _log_tuple_count(scheme.name, k, n)
     if log_count > math.log(max_tuples) + 1e-9:
-        shown = (f"{math.exp(log_count):,.0f}" if log_count < 40
-                 else f"about 10^{log_count / math.log(10):.0f}")
+        shown = (
+            f"{math.exp(log_count):,.0f}" if log_count < 40 else f"about 10^{log_count / math.log(10):.0f}"
+        )
         raise ValueError(
             f"the {scheme.name!r} scheme has {shown} draft tuples for {k} tokens of q > 0 and n = {n}, "
             f"more than max_tuples = {max_tuples:,}; audit on a smaller vocabulary (a few tokens "
@@ -425,8 +468,9 @@ def audit(
     runs = np.maximum(min_runs, np.ceil(trials * probs - 1e-9)).astype(np.int64)
     total = int(runs.sum())
     if total > MAX_RUNS:
-        raise ValueError(f"the audit would call verify {total:,} times (limit {MAX_RUNS:,}); "
-                         f"lower trials or min_runs")
+        raise ValueError(
+            f"the audit would call verify {total:,} times (limit {MAX_RUNS:,}); lower trials or min_runs"
+        )
 
     seqs = np.random.SeedSequence(seed).spawn(T)
     if backend == "torch":
@@ -467,8 +511,10 @@ def audit(
                 ) from exc
             tok = _token(out)
             if not 0 <= tok < V:
-                raise VerifierError(f"verify returned token {tok} on drafts "
-                                    f"{tuple(tuples[i].tolist())}; tokens lie in [0, {V})")
+                raise VerifierError(
+                    f"verify returned token {tok} on drafts "
+                    f"{tuple(tuples[i].tolist())}; tokens lie in [0, {V})"
+                )
             row[tok] += 1
             acc += tok in members
         accepted[i] = acc
@@ -505,13 +551,37 @@ def audit(
         ref = np.array([prepared.output_law(t)[0] for t in tuples])
         departure = probs * 0.5 * np.abs(freq - ref).sum(axis=1)
         order = np.argsort(-departure, kind="stable")[:top]
-        top_tuples = tuple(TupleShare(tuple(int(x) for x in tuples[i]), float(probs[i]), int(runs[i]),
-                                      float(departure[i]), float(a[i]), freq[i].copy()) for i in order)
+        top_tuples = tuple(
+            TupleShare(
+                tuple(int(x) for x in tuples[i]),
+                float(probs[i]),
+                int(runs[i]),
+                float(departure[i]),
+                float(a[i]),
+                freq[i].copy(),
+            )
+            for i in order
+        )
     return AuditResult(
-        tv=tv, tv_upper=tv_upper, pvalue=pvalue, acceptance=acceptance, stderr=stderr,
-        lossless=bool(pvalue >= level and not impossible), level=float(level), output_law=law, p=p,
-        statistic=statistic, df=df, impossible=impossible, top_tuples=top_tuples,
-        reference=None if reference is None else reference.name, n=n,
-        sampling=scheme.name, tuples=T, runs=total, trials=int(trials), seed=seed,
+        tv=tv,
+        tv_upper=tv_upper,
+        pvalue=pvalue,
+        acceptance=acceptance,
+        stderr=stderr,
+        lossless=bool(pvalue >= level and not impossible),
+        level=float(level),
+        output_law=law,
+        p=p,
+        statistic=statistic,
+        df=df,
+        impossible=impossible,
+        top_tuples=top_tuples,
+        reference=None if reference is None else reference.name,
+        n=n,
+        sampling=scheme.name,
+        tuples=T,
+        runs=total,
+        trials=int(trials),
+        seed=seed,
         name=getattr(verify, "__name__", type(verify).__name__),
     )

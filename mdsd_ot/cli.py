@@ -3,6 +3,7 @@
 Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
 Errors from bad input are reported as one line on stderr with exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == f"mdsd_ot.commands.{module_name}":
                 continue  # command not built yet
             raise
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP,
-                             formatter_class=_HelpFormatter)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=_HelpFormatter)
         module.add_arguments(cmd)
         for action in cmd._actions:  # options without any help text still show their default
             if action.help is None and _has_default(action):

@@ -5,6 +5,7 @@ error), the optimal acceptance ``alpha*`` for the draft scheme it assumes
 (:func:`mdsd_ot.optimal_acceptance`), the gap ``alpha* - acceptance`` and the ratio
 ``acceptance / alpha*``.
 """
+
 from __future__ import annotations
 
 import json
@@ -102,8 +103,16 @@ class Comparison:
     def __str__(self) -> str:
         head = ["verifier", "sampling", "acceptance", "stderr", "bound", "gap", "ratio", "method"]
         rows = [
-            [r.verifier, r.sampling, f"{r.acceptance:.6f}", f"{r.stderr:.1e}" if r.stderr else "0",
-             f"{r.bound:.6f}", f"{_shown(r.gap):.6f}", f"{r.ratio:.4f}", r.method]
+            [
+                r.verifier,
+                r.sampling,
+                f"{r.acceptance:.6f}",
+                f"{r.stderr:.1e}" if r.stderr else "0",
+                f"{r.bound:.6f}",
+                f"{_shown(r.gap):.6f}",
+                f"{r.ratio:.4f}",
+                r.method,
+            ]
             for r in self.records
         ]
         widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(head)]
@@ -220,12 +229,16 @@ def compare(
         if not explicit and name == "optimal" and power_exceeds(support, n, OPTIMAL_DEFAULT_MAX_TUPLES):
             # its acceptance is the bound of its scheme by construction; say whether asking helps
             if power_exceeds(support, n, ENUMERATION_MAX_TUPLES):
-                why = (f"the LP would need ~{support}^{n} draft tuples, beyond the enumeration limit "
-                       f"({ENUMERATION_MAX_TUPLES:,}); it attains the bound column by construction")
+                why = (
+                    f"the LP would need ~{support}^{n} draft tuples, beyond the enumeration limit "
+                    f"({ENUMERATION_MAX_TUPLES:,}); it attains the bound column by construction"
+                )
             else:
-                why = (f"the LP has ~{support}^{n} draft tuples (its time grows with them); request it "
-                       f"explicitly (verifiers='optimal', CLI --verifiers optimal) to build it; it "
-                       f"attains the bound column by construction")
+                why = (
+                    f"the LP has ~{support}^{n} draft tuples (its time grows with them); request it "
+                    f"explicitly (verifiers='optimal', CLI --verifiers optimal) to build it; it "
+                    f"attains the bound column by construction"
+                )
             skipped.append((name, why))
             continue
         try:

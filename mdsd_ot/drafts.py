@@ -24,12 +24,13 @@ Schemes
 ``conditional_poisson``   an n-subset drawn with probability proportional to ``prod q``;
                           ``Q(H) = e_n(q_H) / e_n(q)``.
 """
+
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -149,7 +150,8 @@ class DraftScheme:
     description : str
         One-line description.
     prefix_optimal : bool
-        True when an optimal dual subset is a prefix of the tokens sorted by ``q/p`` (docs/math.md#dual-and-sorting-theorem).
+        True when an optimal dual subset is a prefix of the tokens sorted by ``q/p``
+        (docs/math.md#dual-and-sorting-theorem).
     """
 
     name: str
@@ -398,25 +400,52 @@ SCHEMES: dict[str, DraftScheme] = {
     s.name: s
     for s in [
         DraftScheme(
-            "with_replacement", "n i.i.d. drafts from q", True,
-            _with_sample, _with_tuples, _with_mass, lambda n: 1, _mass_rows=_with_mass_rows,
+            "with_replacement",
+            "n i.i.d. drafts from q",
+            True,
+            _with_sample,
+            _with_tuples,
+            _with_mass,
+            lambda n: 1,
+            _mass_rows=_with_mass_rows,
         ),
         DraftScheme(
-            "without_replacement", "sequential draws without replacement (Gumbel-top-n order)", True,
-            _without_sample, _without_tuples, _without_mass, lambda n: n, quadrature_from=3,
+            "without_replacement",
+            "sequential draws without replacement (Gumbel-top-n order)",
+            True,
+            _without_sample,
+            _without_tuples,
+            _without_mass,
+            lambda n: n,
+            quadrature_from=3,
         ),
         DraftScheme(
-            "greedy", "the n-1 most likely tokens plus one draw from the rest", True,
-            _greedy_sample, _greedy_tuples, _greedy_mass, lambda n: n,
+            "greedy",
+            "the n-1 most likely tokens plus one draw from the rest",
+            True,
+            _greedy_sample,
+            _greedy_tuples,
+            _greedy_mass,
+            lambda n: n,
         ),
         DraftScheme(
-            "hub", "SpecHub drafts (n = 2): x1 ~ q, then argmax q or a draw from the rest", True,
-            _hub_sample, _hub_tuples, lambda q, n, mask: _greedy_mass(q, 2, mask), lambda n: 2,
+            "hub",
+            "SpecHub drafts (n = 2): x1 ~ q, then argmax q or a draw from the rest",
+            True,
+            _hub_sample,
+            _hub_tuples,
+            lambda q, n, mask: _greedy_mass(q, 2, mask),
+            lambda n: 2,
             fixed_n=2,
         ),
         DraftScheme(
-            "conditional_poisson", "an n-subset with probability proportional to prod q", True,
-            _cp_sample, _cp_tuples, _cp_mass, lambda n: n,
+            "conditional_poisson",
+            "an n-subset with probability proportional to prod q",
+            True,
+            _cp_sample,
+            _cp_tuples,
+            _cp_mass,
+            lambda n: n,
         ),
     ]
 }

@@ -12,6 +12,7 @@ Two solvers:
 
 Both return ``(value, subset)`` with ``subset`` the sorted token indices of an optimal ``H``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,7 +67,9 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
 
 
 def solve_greedy(p, q, n: int):
-    """Greedy / hub drafts (docs/math.md#greedy-and-hub): ``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))``.
+    """Greedy / hub drafts: ``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))``.
+
+    docs/math.md#greedy-and-hub.
 
     ``Top`` holds the n-1 most likely draft tokens and ``q'`` is q restricted to the others and
     renormalised (rest mass summed directly). The optimal subset is ``Top`` plus the tokens with

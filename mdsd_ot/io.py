@@ -15,6 +15,7 @@ Values are returned as float64 (``.npy``/``.npz`` keep their dtype so that valid
 integer or boolean array); checking that they are probabilities is left to
 :func:`mdsd_ot._validate.check_pair`.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,15 +67,17 @@ def _from_json(path: Path) -> list[np.ndarray]:
         raise ValueError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:  # the decoder recurses once per nesting level
         raise ValueError(
-            f"{path}: JSON nested too deeply to read; expected a list of numbers, [p, q] or {{\"p\": ..., \"q\": ...}}"
+            f"{path}: JSON nested too deeply to read; expected a list of numbers, [p, q] or "
+            '{"p": ..., "q": ...}'
         ) from None
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a UTF-8 text file") from None
     except ValueError as exc:  # Python refuses integers of more than 4300 digits
         reason = " ".join(str(exc).split())
         if "digits" in reason:
-            reason = ("it holds an integer with thousands of digits; write each probability as a "
-                      "number like 0.5")
+            reason = (
+                "it holds an integer with thousands of digits; write each probability as a number like 0.5"
+            )
         raise ValueError(f"{path} cannot be read: {reason}") from None
     if isinstance(data, dict):
         missing = [k for k in ("p", "q") if k not in data]

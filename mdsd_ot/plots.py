@@ -11,6 +11,7 @@ instead of hiding it. A method evaluated at fewer positions than the others (a s
 The input is the list of dicts of :func:`mdsd_ot.study.summarize` (keys ``method``, ``T``, ``n``,
 ``mean``, ``ci95``, ``count``); matplotlib is imported inside :func:`plot_families`.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,10 @@ def family(method: str) -> str:
 def _styles(methods) -> dict:
     """``method -> (color, linestyle, marker, is_bound)``, the same for a verifier and its gap."""
     out, used = {}, {}
-    names = sorted({m.split(":", 1)[1] for m in methods if not m.startswith("bound:")},
-                   key=lambda v: (_VERIFIER_ORDER.index(v) if v in _VERIFIER_ORDER else 99, v))
+    names = sorted(
+        {m.split(":", 1)[1] for m in methods if not m.startswith("bound:")},
+        key=lambda v: (_VERIFIER_ORDER.index(v) if v in _VERIFIER_ORDER else 99, v),
+    )
     for name in names:
         fam = family(f"verifier:{name}")
         k = used.get(fam, 0)
@@ -117,32 +120,46 @@ def plot_families(table, out, *, title: str | None = None) -> dict:
     table = list(table)
     styles = _styles({t["method"] for t in table})
     files = {}
-    for kind, fname, ylabel in (("acceptance", "acceptance_vs_temperature.png", "mean acceptance"),
-                                ("gap", "gap_to_bound.png", "bound of its scheme - verifier acceptance")):
+    for kind, fname, ylabel in (
+        ("acceptance", "acceptance_vs_temperature.png", "mean acceptance"),
+        ("gap", "gap_to_bound.png", "bound of its scheme - verifier acceptance"),
+    ):
         rows = [t for t in table if t["method"].startswith("gap:") == (kind == "gap")]
         if not rows:
             continue
         ns = sorted({t["n"] for t in rows})
         sub = _subsampled(rows)
-        methods = sorted({t["method"] for t in rows},
-                         key=lambda m: (family(m), not m.startswith("bound:"), m))
+        methods = sorted(
+            {t["method"] for t in rows}, key=lambda m: (family(m), not m.startswith("bound:"), m)
+        )
         width = 4.2 * len(ns) + 3.4
         fig, axes = plt.subplots(1, len(ns), figsize=(width, 3.9), squeeze=False, sharey=True)
         drawn = set()
         for ax, n in zip(axes[0], ns):
             for method in methods:
-                pts = sorted((t["T"], t["mean"], t["ci95"]) for t in rows
-                             if t["n"] == n and t["method"] == method)
+                pts = sorted(
+                    (t["T"], t["mean"], t["ci95"]) for t in rows if t["n"] == n and t["method"] == method
+                )
                 if not pts:
                     continue
                 xs, ys, es = zip(*pts)
                 color, ls, marker, is_bound = styles[method]
                 hollow = (method, n) in sub
-                ax.errorbar(xs, ys, yerr=[e if math.isfinite(e) else 0.0 for e in es], color=color,
-                            ls=ls, marker=marker, ms=4 if not is_bound else 6,
-                            lw=3.2 if is_bound else 1.2, alpha=0.4 if is_bound else 1.0,
-                            mfc="none" if hollow else color, capsize=2, elinewidth=0.6,
-                            zorder=1 if is_bound else 3)
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=[e if math.isfinite(e) else 0.0 for e in es],
+                    color=color,
+                    ls=ls,
+                    marker=marker,
+                    ms=4 if not is_bound else 6,
+                    lw=3.2 if is_bound else 1.2,
+                    alpha=0.4 if is_bound else 1.0,
+                    mfc="none" if hollow else color,
+                    capsize=2,
+                    elinewidth=0.6,
+                    zorder=1 if is_bound else 3,
+                )
                 drawn.add(method)
             if kind == "gap":
                 ax.axhline(0.0, color="0.5", lw=0.6)
@@ -159,20 +176,32 @@ def plot_families(table, out, *, title: str | None = None) -> dict:
             for n in ns:
                 if (method, n) in sub:
                     parts.setdefault(sub[(method, n)], []).append(str(n))
-            handles.append(Line2D([], [], color=color, ls=ls, marker=marker,
-                                  lw=3.2 if is_bound else 1.2, alpha=0.4 if is_bound else 1.0,
-                                  mfc="none" if parts else color))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=color,
+                    ls=ls,
+                    marker=marker,
+                    lw=3.2 if is_bound else 1.2,
+                    alpha=0.4 if is_bound else 1.0,
+                    mfc="none" if parts else color,
+                )
+            )
             label = method.split(":", 1)[1] if kind == "gap" else method
             if parts:
-                label += "".join(f"\n  subsample: {c:,} of {t:,} positions (n = {', '.join(k)})"
-                                 for (c, t), k in parts.items())
+                label += "".join(
+                    f"\n  subsample: {c:,} of {t:,} positions (n = {', '.join(k)})"
+                    for (c, t), k in parts.items()
+                )
             texts.append(label)
         right = 1 - 3.3 / width
         if title:
             fig.suptitle(title, fontsize=9)
         fig.tight_layout(rect=(0, 0, right, 1))
-        fig.legend(handles, texts, fontsize=6.5, loc="center left", bbox_to_anchor=(right, 0.5),
-                   frameon=False)
+        fig.legend(
+            handles, texts, fontsize=6.5, loc="center left", bbox_to_anchor=(right, 0.5), frameon=False
+        )
         fig.savefig(out / fname, dpi=120)
         plt.close(fig)
         files[kind + "_plot"] = out / fname

@@ -12,6 +12,7 @@ sparse HiGHS model through ``highspy`` (:func:`solve_highs`, dual simplex, inter
 an optimal dual subset (from the min cut of the flow). The LP grows like ``V^n``: it is the ground
 truth for small vocabularies, never the fast path.
 """
+
 from __future__ import annotations
 
 import os

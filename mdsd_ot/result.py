@@ -1,4 +1,5 @@
 """The one result type returned by every bound solver."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

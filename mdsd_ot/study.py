@@ -31,6 +31,7 @@ Confidence intervals: positions of one prompt are correlated, so the 95% interva
 
 Heavy dependencies (torch, transformers, tqdm, matplotlib) are imported inside the functions.
 """
+
 from __future__ import annotations
 
 import csv
@@ -79,7 +80,7 @@ SCHEMES = ("with_replacement", "without_replacement", "greedy")
 DEFAULT_VERIFIERS = ("naive", "rrs", "spectr", "rrs_without_replacement", "greedy", "spechub")
 
 #: Fallback: the draft scheme each verifier is built for (its bound is the one to compare with).
-#: SpecHub's hub draft law equals the greedy law for n = 2 (docs/math.md#draft-schemes and docs/math.md#greedy-and-hub).
+#: SpecHub's hub draft law equals the greedy law for n = 2 (docs/math.md#greedy-and-hub).
 VERIFIER_SCHEME = {
     "naive": "with_replacement",
     "rrs": "with_replacement",
@@ -147,7 +148,7 @@ class StudyConfig:
     every: dict = field(default_factory=dict)
     mc_samples: int | None = None
 
-    def validate(self) -> "StudyConfig":
+    def validate(self) -> StudyConfig:
         """Check the fields and put the lists in a canonical order; return self.
 
         Temperatures and n are sorted, schemes follow :data:`SCHEMES`, verifiers are sorted, and
@@ -159,8 +160,7 @@ class StudyConfig:
         if not self.temperatures:
             raise ValueError("give at least one temperature")
         for t in self.temperatures:
-            if not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
-                    and t > 0):
+            if not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0):
                 raise ValueError(f"temperatures must be finite floats > 0, got {t!r}")
         self.temperatures = sorted({float(t) for t in self.temperatures})
         if not self.ns:
@@ -183,9 +183,24 @@ class StudyConfig:
         shorten the list), ``bound_backend`` (agrees with numpy to ``VALUE_TOL``).
         """
         d = asdict(self)
-        return {k: d[k] for k in ("temperatures", "ns", "schemes", "verifiers", "top_k", "top_p",
-                                  "max_positions_per_record", "continuation", "max_new_tokens",
-                                  "sample_temperature", "seed", "every", "mc_samples")}
+        return {
+            k: d[k]
+            for k in (
+                "temperatures",
+                "ns",
+                "schemes",
+                "verifiers",
+                "top_k",
+                "top_p",
+                "max_positions_per_record",
+                "continuation",
+                "max_new_tokens",
+                "sample_temperature",
+                "seed",
+                "every",
+                "mc_samples",
+            )
+        }
 
 
 # --------------------------------------------------------------------------------------- prompts
@@ -249,8 +264,9 @@ def load_prompts(source) -> list[dict]:
             raise ValueError(f"prompt record {i} needs a 'prompt' (text) or 'prompt_ids' field")
         r.setdefault("id", str(i))
         if r["id"] is None or isinstance(r["id"], (dict, list)):
-            raise ValueError(f"prompt record {i}: 'id' must be a string or a number, got "
-                             f"{json.dumps(r['id'])[:40]}")
+            raise ValueError(
+                f"prompt record {i}: 'id' must be a string or a number, got {json.dumps(r['id'])[:40]}"
+            )
         r["id"] = str(r["id"])
     _check_record_ids(records)
     return records
@@ -284,8 +300,15 @@ def _torch():
     return require_torch()
 
 
-def load_models(target: str, draft: str, *, device: str = "auto", tokenizer: str | None = None,
-                dtype: str = "float32", threads: int | None = None):
+def load_models(
+    target: str,
+    draft: str,
+    *,
+    device: str = "auto",
+    tokenizer: str | None = None,
+    dtype: str = "float32",
+    threads: int | None = None,
+):
     """Load a target and a draft causal LM (local folder or hub name) and a shared tokenizer.
 
     Parameters
@@ -355,8 +378,9 @@ def _record_ids(record, tokenizer):
     return list(a), (None if b is None else list(b))
 
 
-def sample_continuation(model, prompt_ids, max_new_tokens: int, temperature: float, seed: int,
-                        eos_token_id=None) -> list[int]:
+def sample_continuation(
+    model, prompt_ids, max_new_tokens: int, temperature: float, seed: int, eos_token_id=None
+) -> list[int]:
     """Sample a continuation from ``model`` token by token (KV cache, explicit torch.Generator)."""
     torch = _torch()
     from .backends.torch import to_distribution
@@ -403,7 +427,7 @@ def teacher_forcing_logits(target_model, draft_model, prompt_ids, continuation_i
     with torch.inference_mode():
         for model in (target_model, draft_model):
             logits = model(input_ids=ids.to(next(model.parameters()).device)).logits
-            out.append(logits[0, La - 1: La - 1 + Lb].detach())
+            out.append(logits[0, La - 1 : La - 1 + Lb].detach())
     if out[0].shape[-1] != out[1].shape[-1]:
         raise ValueError(
             f"target and draft have different vocabularies ({out[0].shape[-1]} vs "
@@ -480,8 +504,7 @@ def parse_every(spec) -> dict:
             if not part.strip():
                 continue
             if "=" not in part:
-                raise ValueError(f"--every entries look like 'bound:without_replacement@3=8', "
-                                 f"got {part!r}")
+                raise ValueError(f"--every entries look like 'bound:without_replacement@3=8', got {part!r}")
             pat, k = part.rsplit("=", 1)
             items.append((pat.strip(), k))
     out = {}
@@ -511,9 +534,20 @@ def _skip(key: str, every: dict, position: int) -> bool:
     return step == 0 or position % step != 0
 
 
-def evaluate_rows(P, Q, *, ns, schemes, verifiers, backend: str = "numpy", seed: int = 0,
-                  check: bool = False, every=None, positions=None,
-                  mc_samples: int | None = None) -> list[dict]:
+def evaluate_rows(
+    P,
+    Q,
+    *,
+    ns,
+    schemes,
+    verifiers,
+    backend: str = "numpy",
+    seed: int = 0,
+    check: bool = False,
+    every=None,
+    positions=None,
+    mc_samples: int | None = None,
+) -> list[dict]:
     """Bounds and verifier acceptances for each row of (P, Q).
 
     Parameters
@@ -637,8 +671,7 @@ def _call_verifier(core, name, p, q, n, seed, samples=None):
         try:
             from .verifiers import verifier_acceptance as fn
         except ImportError:
-            raise ImportError("mdsd_ot.verifier_acceptance is not available in this "
-                              "installation") from None
+            raise ImportError("mdsd_ot.verifier_acceptance is not available in this installation") from None
     kw = {"rng": np.random.default_rng(seed)}
     if samples:
         kw["samples"] = int(samples)
@@ -656,6 +689,7 @@ def _progress(total, desc, initial: int = 0):
 
         return tqdm(total=total, initial=initial, desc=desc, unit="prompt", dynamic_ncols=True)
     except ImportError:
+
         class _Plain:
             def __init__(self):
                 self.i, self.t0 = initial, time.time()
@@ -665,8 +699,7 @@ def _progress(total, desc, initial: int = 0):
                 new, left = self.i - initial, total - self.i
                 dt = time.time() - self.t0
                 eta = f", ETA {left * dt / new:.0f} s" if new and left else ""
-                print(f"{desc}: {self.i}/{total} prompts ({initial} from earlier runs){eta}",
-                      flush=True)
+                print(f"{desc}: {self.i}/{total} prompts ({initial} from earlier runs){eta}", flush=True)
 
             def set_postfix(self, **kw):
                 pass
@@ -719,8 +752,11 @@ def model_identity(model) -> dict:
     h = hashlib.sha256()
     cfg = getattr(model, "config", None)
     if cfg is not None and hasattr(cfg, "to_dict"):
-        conf = {k: v for k, v in cfg.to_dict().items()
-                if not k.startswith("_") and k not in ("transformers_version", "name_or_path")}
+        conf = {
+            k: v
+            for k, v in cfg.to_dict().items()
+            if not k.startswith("_") and k not in ("transformers_version", "name_or_path")
+        }
         h.update(json.dumps(conf, sort_keys=True, default=str).encode("utf-8"))
     count, dtypes = 0, set()
     with torch.no_grad():
@@ -734,8 +770,11 @@ def model_identity(model) -> dict:
             count += t.numel()
             dtypes.add(str(t.dtype).replace("torch.", ""))
     digest = h.hexdigest()
-    return {"digest": digest, "describe": f"in-memory {type(model).__name__} ({count:,} "
-            f"parameters, {'/'.join(sorted(dtypes))}, sha256 {digest[:12]})"}
+    return {
+        "digest": digest,
+        "describe": f"in-memory {type(model).__name__} ({count:,} "
+        f"parameters, {'/'.join(sorted(dtypes))}, sha256 {digest[:12]})",
+    }
 
 
 def tokenizer_identity(tokenizer) -> dict | None:
@@ -751,8 +790,7 @@ def tokenizer_identity(tokenizer) -> dict | None:
         text = type(tokenizer).__name__
     special = getattr(tokenizer, "all_special_tokens", None)
     digest = _store.digest_of([text, list(special or [])])
-    return {"digest": digest, "describe": f"in-memory {type(tokenizer).__name__} (sha256 "
-            f"{digest[:12]})"}
+    return {"digest": digest, "describe": f"in-memory {type(tokenizer).__name__} (sha256 {digest[:12]})"}
 
 
 def _identify(thing, role, previous):
@@ -765,8 +803,17 @@ def _identify(thing, role, previous):
     return tokenizer_identity(thing)
 
 
-def study_identity(config: StudyConfig, records, *, target, draft, tokenizer=None,
-                   dtype: str | None = None, prompts=None, previous: dict | None = None) -> dict:
+def study_identity(
+    config: StudyConfig,
+    records,
+    *,
+    target,
+    draft,
+    tokenizer=None,
+    dtype: str | None = None,
+    prompts=None,
+    previous: dict | None = None,
+) -> dict:
     """Everything that determines a row of the study, as recorded in ``config.json``.
 
     Parameters
@@ -799,16 +846,28 @@ def study_identity(config: StudyConfig, records, *, target, draft, tokenizer=Non
         "draft": _identify(draft, "draft", prev.get("draft")),
         "tokenizer": _identify(tokenizer, "tokenizer", prev.get("tokenizer")),
         "dtype": dtype,
-        "prompts": {"digest": digest, "count": len(records),
-                    "describe": f"{len(records)} prompts{source} (sha256 {digest[:12]})"},
+        "prompts": {
+            "digest": digest,
+            "count": len(records),
+            "describe": f"{len(records)} prompts{source} (sha256 {digest[:12]})",
+        },
     }
     ident.update(config.key())
     return ident
 
 
-def open_study(out, config: StudyConfig, records, *, shard=None, identity: dict | None = None,
-               meta: dict | None = None, target_model=None, draft_model=None,
-               tokenizer=None) -> _store.ResultsFolder:
+def open_study(
+    out,
+    config: StudyConfig,
+    records,
+    *,
+    shard=None,
+    identity: dict | None = None,
+    meta: dict | None = None,
+    target_model=None,
+    draft_model=None,
+    tokenizer=None,
+) -> _store.ResultsFolder:
     """Open (create or resume) a study folder for writing, before any model is needed.
 
     Takes the folder's lock (a second writer gets ``FolderBusy``), creates ``config.json`` or
@@ -825,22 +884,37 @@ def open_study(out, config: StudyConfig, records, *, shard=None, identity: dict 
     if identity is None:
         if target_model is None or draft_model is None:
             raise TypeError("open_study needs identity=study_identity(...) or the two models")
-        identity = study_identity(config, records, target=target_model, draft=draft_model,
-                                  tokenizer=tokenizer)
+        identity = study_identity(
+            config, records, target=target_model, draft=draft_model, tokenizer=tokenizer
+        )
     info = {"config": asdict(config), "provenance": dict(meta or {})}
-    folder = _store.ResultsFolder(out, kind="study", identity=identity,
-                                  shard=f"{i_shard}/{n_shard}",
-                                  expected=len(_shard_records(records, config, i_shard, n_shard)),
-                                  info=info)
+    folder = _store.ResultsFolder(
+        out,
+        kind="study",
+        identity=identity,
+        shard=f"{i_shard}/{n_shard}",
+        expected=len(_shard_records(records, config, i_shard, n_shard)),
+        info=info,
+    )
     return folder.open()
 
 
 # ------------------------------------------------------------------------------------- the study
 
 
-def run_study(target_model, draft_model, records, out, config: StudyConfig | None = None, *,
-              tokenizer=None, shard=None, progress: bool = True, meta: dict | None = None,
-              identity: dict | None = None) -> Path:
+def run_study(
+    target_model,
+    draft_model,
+    records,
+    out,
+    config: StudyConfig | None = None,
+    *,
+    tokenizer=None,
+    shard=None,
+    progress: bool = True,
+    meta: dict | None = None,
+    identity: dict | None = None,
+) -> Path:
     """Run (or resume) a study and write its per-position rows and report to ``out``.
 
     Parameters
@@ -874,12 +948,20 @@ def run_study(target_model, draft_model, records, out, config: StudyConfig | Non
     _check_record_ids(records)
     own = not isinstance(out, _store.ResultsFolder)
     if own:
-        folder = open_study(out, config, records, shard=shard, identity=identity, meta=meta,
-                            target_model=target_model, draft_model=draft_model,
-                            tokenizer=tokenizer)
+        folder = open_study(
+            out,
+            config,
+            records,
+            shard=shard,
+            identity=identity,
+            meta=meta,
+            target_model=target_model,
+            draft_model=draft_model,
+            tokenizer=tokenizer,
+        )
     else:
         folder = out
-        if shard is not None and "%d/%d" % _parse_shard(shard) != folder.shard:
+        if shard is not None and "{}/{}".format(*_parse_shard(shard)) != folder.shard:
             raise ValueError(f"shard {shard} does not match the open folder's shard {folder.shard}")
     try:
         i_shard, n_shard = _parse_shard(folder.shard)
@@ -887,9 +969,18 @@ def run_study(target_model, draft_model, records, out, config: StudyConfig | Non
         if todo:
             if target_model is None or draft_model is None:
                 raise TypeError(f"{len(todo)} prompts are left to compute: pass the models")
-            _compute(target_model, draft_model, records, todo, folder, config, tokenizer,
-                     _progress(len(mine), f"study {i_shard}/{n_shard}", len(mine) - len(todo))
-                     if progress else None)
+            _compute(
+                target_model,
+                draft_model,
+                records,
+                todo,
+                folder,
+                config,
+                tokenizer,
+                _progress(len(mine), f"study {i_shard}/{n_shard}", len(mine) - len(todo))
+                if progress
+                else None,
+            )
         if n_shard == 1:
             write_report(folder.path)
     finally:
@@ -912,12 +1003,15 @@ def _compute(target_model, draft_model, records, todo, folder, config, tokenizer
             a, b = _record_ids(rec, tokenizer)
             if config.continuation == "sample" or b is None:
                 if config.continuation == "given":
-                    raise ValueError(
-                        f"record {rec['id']} has no continuation; use continuation='sample'"
-                    )
-                b = sample_continuation(target_model, a, config.max_new_tokens,
-                                        config.sample_temperature,
-                                        config.seed + index[rec["id"]], eos)
+                    raise ValueError(f"record {rec['id']} has no continuation; use continuation='sample'")
+                b = sample_continuation(
+                    target_model,
+                    a,
+                    config.max_new_tokens,
+                    config.sample_temperature,
+                    config.seed + index[rec["id"]],
+                    eos,
+                )
             if config.max_positions_per_record:
                 b = b[: config.max_positions_per_record]
             lines = []
@@ -926,13 +1020,25 @@ def _compute(target_model, draft_model, records, todo, folder, config, tokenizer
                 for T in config.temperatures:
                     P = to_distribution(lt, temperature=T, top_k=config.top_k, top_p=config.top_p)
                     Q = to_distribution(ld, temperature=T, top_k=config.top_k, top_p=config.top_p)
-                    vals = evaluate_rows(P, Q, ns=config.ns, schemes=config.schemes,
-                                         verifiers=config.verifiers, backend=config.bound_backend,
-                                         seed=config.seed, check=check, every=config.every,
-                                         positions=range(len(b)), mc_samples=config.mc_samples)
+                    vals = evaluate_rows(
+                        P,
+                        Q,
+                        ns=config.ns,
+                        schemes=config.schemes,
+                        verifiers=config.verifiers,
+                        backend=config.bound_backend,
+                        seed=config.seed,
+                        check=check,
+                        every=config.every,
+                        positions=range(len(b)),
+                        mc_samples=config.mc_samples,
+                    )
                     for j, v in enumerate(vals):
-                        lines.append(json.dumps({"record": rec["id"], "pos": j,
-                                                 "token": int(b[j]), "T": float(T), **v}))
+                        lines.append(
+                            json.dumps(
+                                {"record": rec["id"], "pos": j, "token": int(b[j]), "T": float(T), **v}
+                            )
+                        )
                     del P, Q
                 del lt, ld
             folder.append(rec["id"], lines)
@@ -1020,19 +1126,40 @@ def summarize(rows) -> list[dict]:
             if not vals:
                 continue
             mean, ci = _cluster_mean_ci([v for v, _ in vals], [g for _, g in vals])
-            table.append({"method": method, "T": T, "n": int(n), "mean": mean, "ci95": ci,
-                          "count": len(vals), "records": len({g for _, g in vals}),
-                          "failed": failed})
+            table.append(
+                {
+                    "method": method,
+                    "T": T,
+                    "n": int(n),
+                    "mean": mean,
+                    "ci95": ci,
+                    "count": len(vals),
+                    "records": len({g for _, g in vals}),
+                    "failed": failed,
+                }
+            )
             if method.startswith("verifier:"):
                 name = method.split(":", 1)[1]
                 bkey = f"bound:{verifier_scheme(name)}@{n}"
-                pairs = [(r[bkey] - r[key], r["record"]) for r in rs
-                         if r.get(key) is not None and r.get(bkey) is not None]
+                pairs = [
+                    (r[bkey] - r[key], r["record"])
+                    for r in rs
+                    if r.get(key) is not None and r.get(bkey) is not None
+                ]
                 if pairs:
                     gm, gci = _cluster_mean_ci([v for v, _ in pairs], [g for _, g in pairs])
-                    table.append({"method": f"gap:{name}", "T": T, "n": int(n), "mean": gm,
-                                  "ci95": gci, "count": len(pairs),
-                                  "records": len({g for _, g in pairs}), "failed": 0})
+                    table.append(
+                        {
+                            "method": f"gap:{name}",
+                            "T": T,
+                            "n": int(n),
+                            "mean": gm,
+                            "ci95": gci,
+                            "count": len(pairs),
+                            "records": len({g for _, g in pairs}),
+                            "failed": 0,
+                        }
+                    )
     return table
 
 
@@ -1041,8 +1168,10 @@ def format_table(table, *, kind: str = "acceptance") -> str:
     want = (lambda m: m.startswith("gap:")) if kind == "gap" else (lambda m: not m.startswith("gap:"))
     rows = [t for t in table if want(t["method"])]
     temps = sorted({t["T"] for t in rows})
-    lines = ["| method | n | " + " | ".join(f"T={T:g}" for T in temps) + " |",
-             "|---|---|" + "---|" * len(temps)]
+    lines = [
+        "| method | n | " + " | ".join(f"T={T:g}" for T in temps) + " |",
+        "|---|---|" + "---|" * len(temps),
+    ]
     index = {(t["method"], t["n"], t["T"]): t for t in rows}
     order = []
     for t in rows:
@@ -1053,8 +1182,13 @@ def format_table(table, *, kind: str = "acceptance") -> str:
         cells = []
         for T in temps:
             t = index.get((method, n, T))
-            cells.append("" if t is None else (f"{t['mean']:.4f} ± {t['ci95']:.4f}"
-                                               if math.isfinite(t["ci95"]) else f"{t['mean']:.4f}"))
+            cells.append(
+                ""
+                if t is None
+                else (
+                    f"{t['mean']:.4f} ± {t['ci95']:.4f}" if math.isfinite(t["ci95"]) else f"{t['mean']:.4f}"
+                )
+            )
         lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1068,8 +1202,7 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
     table = summarize(rows)
     files = {}
     buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=["method", "T", "n", "mean", "ci95", "count", "records",
-                                        "failed"])
+    w = csv.DictWriter(buf, fieldnames=["method", "T", "n", "mean", "ci95", "count", "records", "failed"])
     w.writeheader()
     w.writerows(table)
     # every summary file replaces the previous one atomically (a kill leaves the old or the new)
@@ -1079,11 +1212,21 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
     files["json"] = out / "summary.json"
     n_pos = len({(r["record"], r["pos"]) for r in rows})
     n_rec = len({r["record"] for r in rows})
-    md = [f"# {title}", "",
-          f"{n_pos} positions from {n_rec} prompts; mean acceptance per position, 95% intervals "
-          f"clustered by prompt.", "", "## Acceptance", "", format_table(table), "",
-          "## Gap to the bound of the verifier's own draft scheme", "",
-          format_table(table, kind="gap"), ""]
+    md = [
+        f"# {title}",
+        "",
+        f"{n_pos} positions from {n_rec} prompts; mean acceptance per position, 95% intervals "
+        f"clustered by prompt.",
+        "",
+        "## Acceptance",
+        "",
+        format_table(table),
+        "",
+        "## Gap to the bound of the verifier's own draft scheme",
+        "",
+        format_table(table, kind="gap"),
+        "",
+    ]
     _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
     files["md"] = out / "summary.md"
     if plots:
@@ -1103,28 +1246,38 @@ def plot_summary(table, out) -> dict:
     out = Path(out)
     ns = sorted({t["n"] for t in table})
     files = {}
-    for kind, fname, ylabel in (("acceptance", "acceptance_vs_temperature.png", "mean acceptance"),
-                                ("gap", "gap_to_bound.png", "bound - verifier acceptance")):
+    for kind, fname, ylabel in (
+        ("acceptance", "acceptance_vs_temperature.png", "mean acceptance"),
+        ("gap", "gap_to_bound.png", "bound - verifier acceptance"),
+    ):
         rows = [t for t in table if (t["method"].startswith("gap:")) == (kind == "gap")]
         if not rows:
             continue
-        all_methods = sorted({t["method"] for t in rows},
-                             key=lambda m: (not m.startswith("bound:"), m))
+        all_methods = sorted({t["method"] for t in rows}, key=lambda m: (not m.startswith("bound:"), m))
         colors = {m: f"C{i % 10}" for i, m in enumerate(all_methods)}
-        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns) + 2.6, 3.8), squeeze=False,
-                                 sharey=True)
+        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns) + 2.6, 3.8), squeeze=False, sharey=True)
         handles = {}
         for ax, n in zip(axes[0], ns):
             for method in all_methods:
-                pts = sorted((t["T"], t["mean"], t["ci95"]) for t in rows
-                             if t["n"] == n and t["method"] == method)
+                pts = sorted(
+                    (t["T"], t["mean"], t["ci95"]) for t in rows if t["n"] == n and t["method"] == method
+                )
                 if not pts:
                     continue
                 xs, ys, es = zip(*pts)
                 style = "-" if method.startswith("bound:") else "--"
-                h = ax.errorbar(xs, ys, yerr=[0 if not math.isfinite(e) else e for e in es],
-                                fmt=style + "o", ms=3, capsize=2, lw=1.2, elinewidth=0.6,
-                                color=colors[method], label=method)
+                h = ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=[0 if not math.isfinite(e) else e for e in es],
+                    fmt=style + "o",
+                    ms=3,
+                    capsize=2,
+                    lw=1.2,
+                    elinewidth=0.6,
+                    color=colors[method],
+                    label=method,
+                )
                 handles.setdefault(method, h)
             ax.set_title(f"n = {n}")
             ax.set_xlabel("temperature")
@@ -1132,9 +1285,14 @@ def plot_summary(table, out) -> dict:
         axes[0][0].set_ylabel(ylabel)
         right = 1 - 2.5 / (4.2 * len(ns) + 2.6)
         fig.tight_layout(rect=(0, 0, right, 1))
-        fig.legend([handles[m] for m in all_methods if m in handles],
-                   [m for m in all_methods if m in handles], fontsize=7, loc="center left",
-                   bbox_to_anchor=(right, 0.5), frameon=False)
+        fig.legend(
+            [handles[m] for m in all_methods if m in handles],
+            [m for m in all_methods if m in handles],
+            fontsize=7,
+            loc="center left",
+            bbox_to_anchor=(right, 0.5),
+            frameon=False,
+        )
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=120)
         plt.close(fig)
@@ -1153,6 +1311,5 @@ def merge(sources, dest, *, title: str = "mdsd_ot study (merged)") -> Path:
     present in several folders is kept once (first wins). See :func:`mdsd_ot._store.merge_folders`.
     """
     dest = Path(dest)
-    _store.merge_folders(sources, dest, kind="study",
-                         finalize=lambda d: write_report(d, title=title))
+    _store.merge_folders(sources, dest, kind="study", finalize=lambda d: write_report(d, title=title))
     return dest

@@ -15,6 +15,7 @@ and mdsd_ot already imported, see ``_fault_preload``) and makes it fail on purpo
 
 The exit status of the child is the command's (or -signal when killed).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Imported once by the fork server of the fault-injection tests: everything a study run needs,
 loaded before any child is forked (one torch thread, so that forking is safe)."""
+
 import threading
 
 import torch
@@ -15,6 +16,8 @@ from transformers.models.qwen2 import modeling_qwen2  # noqa: E402,F401
 tqdm.tqdm.monitor_interval = 0
 transformers.utils.logging.disable_progress_bar()
 
+import _fault_child  # noqa: E402,F401
+
 import mdsd_ot  # noqa: E402
 import mdsd_ot.backends.torch  # noqa: E402,F401
 import mdsd_ot.cli  # noqa: E402
@@ -22,8 +25,6 @@ import mdsd_ot.commands.merge  # noqa: E402,F401
 import mdsd_ot.commands.study  # noqa: E402,F401
 import mdsd_ot.study  # noqa: E402,F401
 import mdsd_ot.verifiers  # noqa: E402,F401
-
-import _fault_child  # noqa: E402,F401
 
 
 def _warm_up():
@@ -40,20 +41,51 @@ def _warm_up():
     from mdsd_ot.cli import main
 
     plots, study.plot_summary = study.plot_summary, lambda table, out: {}
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         tmp = Path(tmp)
         torch.manual_seed(0)
-        cfg = transformers.Qwen2Config(vocab_size=12, hidden_size=16, intermediate_size=32,
-                                       num_hidden_layers=1, num_attention_heads=2,
-                                       num_key_value_heads=1, max_position_embeddings=64)
+        cfg = transformers.Qwen2Config(
+            vocab_size=12,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
         for name in ("t", "d"):
             transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp / name)
         (tmp / "p.jsonl").write_text(json.dumps({"prompt_ids": [1, 2], "completion_ids": [3, 4]}))
-        main(["study", "--target", str(tmp / "t"), "--draft", str(tmp / "d"), "--prompts",
-              str(tmp / "p.jsonl"), "--out", str(tmp / "o"), "--temperatures", "1", "--n", "2",
-              "--schemes", "with_replacement,greedy", "--verifiers", "naive", "--device", "cpu",
-              "--no-progress", "--threads", "1"])
+        main(
+            [
+                "study",
+                "--target",
+                str(tmp / "t"),
+                "--draft",
+                str(tmp / "d"),
+                "--prompts",
+                str(tmp / "p.jsonl"),
+                "--out",
+                str(tmp / "o"),
+                "--temperatures",
+                "1",
+                "--n",
+                "2",
+                "--schemes",
+                "with_replacement,greedy",
+                "--verifiers",
+                "naive",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--threads",
+                "1",
+            ]
+        )
     study.plot_summary = plots
 
 

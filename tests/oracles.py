@@ -8,6 +8,7 @@
 * :func:`uniform_sequential_alpha`: the closed form for a uniform draft, where the drafted set is a
   uniform n-subset: ``W_n(H) = C(|H|, n) / C(V, n)``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -78,7 +79,8 @@ def exact_alpha(p, q, n, scheme):
     V = len(P)
     law = [(sum(1 << i for i in s), pr) for s, pr in exact_set_law(Q, n, scheme).items()]
     return min(
-        sum((P[i] for i in range(V) if h >> i & 1), Fraction(0)) + 1
+        sum((P[i] for i in range(V) if h >> i & 1), Fraction(0))
+        + 1
         - sum((pr for m, pr in law if m & ~h == 0), Fraction(0))
         for h in range(1 << V)
     )
@@ -91,7 +93,9 @@ def exact_alpha_with_replacement(p, q, n):
     best = Fraction(1)
     for h in range(1 << V):
         pick = [i for i in range(V) if h >> i & 1]
-        best = min(best, sum((P[i] for i in pick), Fraction(0)) + 1 - sum((Q[i] for i in pick), Fraction(0)) ** n)
+        best = min(
+            best, sum((P[i] for i in pick), Fraction(0)) + 1 - sum((Q[i] for i in pick), Fraction(0)) ** n
+        )
     return best
 
 
@@ -112,7 +116,7 @@ def class_sequential_mass(values, inside, outside, n):
                 left = out + mpmath.fsum((k - d) * v for k, d, v in zip(inside, drawn, vals))
                 for c, v in enumerate(vals):
                     if inside[c] - drawn[c] > 0 and v > 0:
-                        d2 = drawn[:c] + (drawn[c] + 1,) + drawn[c + 1:]
+                        d2 = drawn[:c] + (drawn[c] + 1,) + drawn[c + 1 :]
                         nxt[d2] = nxt.get(d2, 0) + pr * (inside[c] - drawn[c]) * v / left
             states = nxt
         return mpmath.fsum(states.values())

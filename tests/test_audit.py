@@ -1,4 +1,5 @@
 """``mdsd_ot.audit``: catches a biased verifier, passes every registry verifier, honest statistics."""
+
 from __future__ import annotations
 
 import itertools
@@ -110,8 +111,7 @@ def _cases():
 
 @pytest.mark.parametrize("name, sampling, n", list(_cases()))
 def test_every_registry_verifier_passes(name, sampling, n):
-    r = audit(registry_verify(name, sampling=sampling), P, Q, n, sampling=sampling, trials=10_000,
-              seed=0)
+    r = audit(registry_verify(name, sampling=sampling), P, Q, n, sampling=sampling, trials=10_000, seed=0)
     assert r.lossless and not r.impossible, str(r)
     exact = verifier_acceptance(name, P, Q, n, sampling=sampling, method="exact").value
     assert abs(r.acceptance - exact) < 4.5 * r.stderr + 1e-12, (r.acceptance, exact, r.stderr)
@@ -126,16 +126,18 @@ def test_tv_upper_is_the_stated_bound():
     assert r.runs == sum(max(10, math.ceil(5000 * pi - 1e-9)) for pi in pis)
     assert r.tv_upper - r.tv == pytest.approx(math.sqrt(S * (4 * math.log(2) + math.log(20)) / 2), rel=1e-12)
     true_tv = 0.038
-    covered = [audit(biased_rrs, P, Q, 2, trials=3_000, seed=s, level=0.05).tv_upper >= true_tv
-               for s in range(5)]
+    covered = [
+        audit(biased_rrs, P, Q, 2, trials=3_000, seed=s, level=0.05).tv_upper >= true_tv for s in range(5)
+    ]
     assert all(covered)
 
 
 def test_null_rejection_rate_is_at_most_the_level():
     p = np.array([0.35, 0.25, 0.25, 0.15])
     q = np.array([0.1, 0.4, 0.3, 0.2])
-    pvalues = [audit(registry_verify("rrs"), p, q, 2, trials=2_000, seed=s, reference=None).pvalue
-               for s in range(60)]
+    pvalues = [
+        audit(registry_verify("rrs"), p, q, 2, trials=2_000, seed=s, reference=None).pvalue for s in range(60)
+    ]
     assert sum(pv < 0.05 for pv in pvalues) <= 6  # conservative test: expect <= 3 of 60, slack for chance
     assert 0.2 < float(np.median(pvalues)) < 0.95
 
@@ -176,8 +178,9 @@ def test_torch_callable():
 
     good = audit(torch_rrs, P, Q, 2, trials=10_000, seed=0, backend="torch")
     assert good.lossless and abs(good.acceptance - 0.65) < 4 * good.stderr
-    bad = audit(lambda p, q, d, g: torch_rrs(p, q, d, g, skip=True), P, Q, 2, trials=10_000, seed=0,
-                backend="torch")
+    bad = audit(
+        lambda p, q, d, g: torch_rrs(p, q, d, g, skip=True), P, Q, 2, trials=10_000, seed=0, backend="torch"
+    )
     assert not bad.lossless and bad.top_tuples[0].drafts == (3, 3)
 
 
@@ -238,14 +241,38 @@ def module_file(tmp_path, monkeypatch):
 
 
 def test_cli_flags_a_biased_module_function(module_file, capsys):
-    argv = ["audit", "my_verifiers:biased", "--p", "0.5,0.3,0.2,0", "--q", "0.1,0.2,0.3,0.4",
-            "--n", "2", "--trials", "10000", "--json"]
+    argv = [
+        "audit",
+        "my_verifiers:biased",
+        "--p",
+        "0.5,0.3,0.2,0",
+        "--q",
+        "0.1,0.2,0.3,0.4",
+        "--n",
+        "2",
+        "--trials",
+        "10000",
+        "--json",
+    ]
     assert main(argv) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["lossless"] is False and data["top_tuples"][0]["drafts"] == [3, 3]
     assert {"tv", "tv_upper", "pvalue", "acceptance", "stderr", "lossless"} <= set(data)
-    assert main(["audit", f"{module_file}:biased", "--p", "0.5,0.3,0.2,0", "--q", "0.1,0.2,0.3,0.4",
-                 "--trials", "5000"]) == 1
+    assert (
+        main(
+            [
+                "audit",
+                f"{module_file}:biased",
+                "--p",
+                "0.5,0.3,0.2,0",
+                "--q",
+                "0.1,0.2,0.3,0.4",
+                "--trials",
+                "5000",
+            ]
+        )
+        == 1
+    )
     assert "NOT lossless" in capsys.readouterr().out
 
 
@@ -257,21 +284,24 @@ def test_cli_registry_verifier_passes(tmp_path, capsys):
     assert "sampling = without_replacement" in out and "lossless: no evidence of bias" in out
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["my_verifiers:missing", "--p", "0.5,0.5", "--q", "0.5,0.5"], "no attribute 'missing'"),
-    (["no_such_module:f", "--p", "0.5,0.5", "--q", "0.5,0.5"], "cannot import module"),
-    (["bogus", "--p", "0.5,0.5", "--q", "0.5,0.5"], "neither module:function nor a registry"),
-    (["rrs"], "give p and q"),
-    (["rrs", "--p", "0.5,0.5"], "--p and --q go together"),
-    (["rrs", "--p", "a,b", "--q", "0.5,0.5"], "--p must be numbers"),
-    (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--n", "30"], "max_tuples"),
-    (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--level", "0"], "level must be"),
-    (["numpy:sum", "--p", "0.5,0.5", "--q", "0.5,0.5"], "verify raised"),
-    (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--sampling", "sideways"], "unknown sampling"),
-    (["rrs", "missing.npz"], "no such file"),
-    (["rrs", "a.npy", "b.npy", "c.npy"], "two files"),
-    (["rrs", "pq.json", "--p", "0.5,0.5", "--q", "0.5,0.5"], "not both"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["my_verifiers:missing", "--p", "0.5,0.5", "--q", "0.5,0.5"], "no attribute 'missing'"),
+        (["no_such_module:f", "--p", "0.5,0.5", "--q", "0.5,0.5"], "cannot import module"),
+        (["bogus", "--p", "0.5,0.5", "--q", "0.5,0.5"], "neither module:function nor a registry"),
+        (["rrs"], "give p and q"),
+        (["rrs", "--p", "0.5,0.5"], "--p and --q go together"),
+        (["rrs", "--p", "a,b", "--q", "0.5,0.5"], "--p must be numbers"),
+        (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--n", "30"], "max_tuples"),
+        (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--level", "0"], "level must be"),
+        (["numpy:sum", "--p", "0.5,0.5", "--q", "0.5,0.5"], "verify raised"),
+        (["rrs", "--p", "0.5,0.5", "--q", "0.5,0.5", "--sampling", "sideways"], "unknown sampling"),
+        (["rrs", "missing.npz"], "no such file"),
+        (["rrs", "a.npy", "b.npy", "c.npy"], "two files"),
+        (["rrs", "pq.json", "--p", "0.5,0.5", "--q", "0.5,0.5"], "not both"),
+    ],
+)
 def test_cli_errors_exit_2_with_one_line(module_file, capsys, argv, match):
     assert main(["audit", *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,4 +1,5 @@
 """The ``mdsd-ot bound`` and ``mdsd-ot compare`` commands, run in-process."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """compare(): records against independent values, skipping rules, table and JSON output."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,12 @@ def test_records_match_math_vectors():
     assert isinstance(table, Comparison) and table.n == 2 and table.V == 4
     assert [r.verifier for r in table] == list(VERIFIERS)  # all can run at n = 2, V = 4
     expected = {  # docs/math.md#test-vectors, row 2
-        "naive": (0.305, 0.69), "rrs": (0.65, 0.69), "rrs_without_replacement": (0.680952, 0.734524),
-        "spectr": (0.658443, 0.69), "greedy": (0.666667, 0.666667), "spechub": (0.666667, 0.666667),
+        "naive": (0.305, 0.69),
+        "rrs": (0.65, 0.69),
+        "rrs_without_replacement": (0.680952, 0.734524),
+        "spectr": (0.658443, 0.69),
+        "greedy": (0.666667, 0.666667),
+        "spechub": (0.666667, 0.666667),
         "optimal": (0.69, 0.69),
     }
     for r in table:
@@ -94,11 +99,14 @@ def test_normalize_and_validation():
         compare([5, 3, 2, 0.0], Q, 2)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"sampling": "bad"}, "unknown sampling 'bad'; choose one of"),
-    ({"sampling": "Greedy"}, "unknown sampling 'Greedy'"),
-    ({"method": "mc"}, "unknown method 'mc'; choose one of \\['auto', 'exact', 'monte_carlo'\\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"sampling": "bad"}, "unknown sampling 'bad'; choose one of"),
+        ({"sampling": "Greedy"}, "unknown sampling 'Greedy'"),
+        ({"method": "mc"}, "unknown method 'mc'; choose one of \\['auto', 'exact', 'monte_carlo'\\]"),
+    ],
+)
 def test_unknown_option_names_are_rejected_up_front(kwargs, match):
     # used to be one more "cannot run" reason per verifier: an empty table, no error
     with pytest.raises(ValueError, match=match):

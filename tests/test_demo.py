@@ -1,4 +1,5 @@
 """``mdsd-ot demo`` runs offline on the bundled sample, with and without matplotlib."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,14 @@ import pytest
 from mdsd_ot import sample
 from mdsd_ot.cli import main
 
-pytestmark = pytest.mark.skipif(not sample.sample_path().exists(),
-                                reason="bundled sample not captured yet")
+pytestmark = pytest.mark.skipif(not sample.sample_path().exists(), reason="bundled sample not captured yet")
 
 
 def test_demo_prints_table_and_writes_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    rc = main(["demo", "--out", str(tmp_path), "--positions", "12", "--temperatures", "0.3,1.0",
-               "--n", "2,3"])
+    rc = main(
+        ["demo", "--out", str(tmp_path), "--positions", "12", "--temperatures", "0.3,1.0", "--n", "2,3"]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "| bound:without_replacement | 2 |" in text
@@ -37,8 +38,21 @@ def test_demo_without_matplotlib(tmp_path, capsys, monkeypatch):
     for mod in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, mod)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    rc = main(["demo", "--out", str(tmp_path), "--positions", "4", "--temperatures", "0.7",
-               "--n", "2", "--verifiers", "rrs"])
+    rc = main(
+        [
+            "demo",
+            "--out",
+            str(tmp_path),
+            "--positions",
+            "4",
+            "--temperatures",
+            "0.7",
+            "--n",
+            "2",
+            "--verifiers",
+            "rrs",
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "plot skipped" in out

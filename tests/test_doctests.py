@@ -8,6 +8,7 @@
   (``--target``, and ``merge`` of their output) are left out, and demo lines run on 4 positions
   without plots (flags checked, time bounded).
 """
+
 from __future__ import annotations
 
 import doctest
@@ -110,7 +111,8 @@ def example_files(tmp_path, monkeypatch):
     np.savez(tmp_path / "pair.npz", p=p, q=q)
     (tmp_path / "pair.json").write_text('{"p": [0.5, 0.3, 0.2, 0.0], "q": [0.1, 0.2, 0.3, 0.4]}')
     (tmp_path / "my_sampler.py").write_text(
-        "from mdsd_ot.audit import registry_verify\nverify = registry_verify('rrs')\n")
+        "from mdsd_ot.audit import registry_verify\nverify = registry_verify('rrs')\n"
+    )
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -6,14 +6,19 @@ the uniform-draft closed form (V up to 152,064, n up to 128), and a 50-digit DP 
 (class-structured drafts: near one-hot, tiny masses, top-k-truncated targets). Seeded, so a failure
 is reproducible.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracles import (
+    class_sequential_alpha,
+    exact_alpha,
+    exact_alpha_with_replacement,
+    uniform_sequential_alpha,
+)
 
 from mdsd_ot import optimal_acceptance, optimal_acceptance_batch
-
-from oracles import class_sequential_alpha, exact_alpha, exact_alpha_with_replacement, uniform_sequential_alpha
 
 TOL = 1e-12
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
@@ -55,7 +60,11 @@ def _cases(rng, count):
             need = 1 if scheme == "with_replacement" else 2
             if scheme != "with_replacement" and support < need:
                 continue
-            n = 2 if scheme == "hub" else int(rng.integers(1 if scheme == "with_replacement" else 2, top_n + 1))
+            n = (
+                2
+                if scheme == "hub"
+                else int(rng.integers(1 if scheme == "with_replacement" else 2, top_n + 1))
+            )
             yield V, q, scheme, n
 
 
@@ -96,7 +105,10 @@ def test_issue_examples_tiny_draft_masses():
     assert expected == 1.0
     r = optimal_acceptance(p, q, 3, sampling="without_replacement")
     assert r.success and abs(r.value - expected) <= TOL
-    assert abs(optimal_acceptance_batch(p[None], q[None], 3, sampling="without_replacement")[0] - expected) <= TOL
+    assert (
+        abs(optimal_acceptance_batch(p[None], q[None], 3, sampling="without_replacement")[0] - expected)
+        <= TOL
+    )
     # V = 100: q = 1e-40 except q[0] = 1 and q[-1] = 1e-30; p one-hot on the last token
     V = 100
     cls = [1] * V
@@ -132,9 +144,18 @@ def test_class_structured_drafts_without_replacement(seed):
     assert abs(r.value - expected) <= TOL, (seed, n, r.value, expected)
 
 
-@pytest.mark.parametrize("V, n", [(1000, 3), (1000, 64), (10_000, 8), (10_000, 128), (10_000, 500),
-                                  pytest.param(152_064, 16, marks=pytest.mark.slow),
-                                  pytest.param(152_064, 128, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "V, n",
+    [
+        (1000, 3),
+        (1000, 64),
+        (10_000, 8),
+        (10_000, 128),
+        (10_000, 500),
+        pytest.param(152_064, 16, marks=pytest.mark.slow),
+        pytest.param(152_064, 128, marks=pytest.mark.slow),
+    ],
+)
 def test_uniform_draft_many_drafts(V, n):
     """Uniform q (the drafted set is a uniform n-subset): closed form at every n, random and
     top-k-truncated targets (the error grew to 1e-3 at n = 128 before the step depended on n)."""
@@ -143,7 +164,7 @@ def test_uniform_draft_many_drafts(V, n):
     for kind in range(2):
         p = rng.dirichlet(np.full(V, 0.5))
         if kind == 1:
-            p[np.argsort(-p)[max(n, V // 20):]] = 0.0
+            p[np.argsort(-p)[max(n, V // 20) :]] = 0.0
             p /= p.sum()
         expected = float(uniform_sequential_alpha(p, n))
         r = optimal_acceptance(p, q, n, sampling="without_replacement")
@@ -160,7 +181,9 @@ def _llm_top5_pair(rng, V):
     return p / p.sum(), q / q.sum()
 
 
-@pytest.mark.parametrize("V, seeds", [(1200, range(8)), pytest.param(4000, range(8, 12), marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "V, seeds", [(1200, range(8)), pytest.param(4000, range(8, 12), marks=pytest.mark.slow)]
+)
 def test_llm_like_top5_target_cold_draft_n3(V, seeds):
     """The LLM-like pairs that were wrong by up to 1.4e-2: top-5 target, T = 0.05 draft, n = 3.
 
@@ -262,7 +285,9 @@ def test_monte_carlo_error_is_honest_when_rare_paths_are_never_sampled():
         p = rng.dirichlet(np.ones(V))
         for n in (3, 4):
             exact = verifier_acceptance("rrs_without_replacement", p, q, n, method="exact").value
-            mc = verifier_acceptance("rrs_without_replacement", p, q, n, method="monte_carlo", samples=500, rng=1)
+            mc = verifier_acceptance(
+                "rrs_without_replacement", p, q, n, method="monte_carlo", samples=500, rng=1
+            )
             assert mc.stderr > 0.0
             assert abs(mc.value - exact) <= 4 * mc.stderr, (n, mc, exact)
 
@@ -311,7 +336,8 @@ def test_with_replacement_and_its_verifiers_at_huge_n(n):
             tp, tq = mpmath.fsum(P), mpmath.fsum(Q)
             best = min(
                 mpmath.fsum(P[i] for i in H) / tp + 1 - (mpmath.fsum(Q[i] for i in H) / tq) ** n
-                for r in range(V + 1) for H in itertools.combinations(range(V), r)
+                for r in range(V + 1)
+                for H in itertools.combinations(range(V), r)
             )
         expected = float(best)
         assert abs(optimal_acceptance(p, q, n).value - expected) <= TOL, (trial, p, q)
@@ -335,7 +361,9 @@ def test_study_stores_only_checked_values(monkeypatch):
 
     def failing(p, q, n, **kw):
         r = real(p, q, n, **kw)
-        return AcceptanceResult(r.value, r.subset, r.method, r.sampling, n, False, "certificate check failed: test")
+        return AcceptanceResult(
+            r.value, r.subset, r.method, r.sampling, n, False, "certificate check failed: test"
+        )
 
     monkeypatch.setattr(mdsd_ot, "optimal_acceptance", failing)
     rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=[])
@@ -348,4 +376,7 @@ def test_study_stores_only_checked_values(monkeypatch):
     rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=["rrs"])
     for r in rows:
         assert r["verifier:rrs@2"] is None
-        assert "internal error" in r["errors"]["verifier:rrs@2"] and "fingerprint" in r["errors"]["verifier:rrs@2"]
+        assert (
+            "internal error" in r["errors"]["verifier:rrs@2"]
+            and "fingerprint" in r["errors"]["verifier:rrs@2"]
+        )

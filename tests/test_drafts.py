@@ -1,13 +1,13 @@
 """Draft-sampling schemes: exact laws, Q(H), sampling, and cancellation-free masses."""
+
 import itertools
 
 import numpy as np
 import pytest
+from conftest import random_pair
 from scipy import stats
 
 from mdsd_ot.drafts import SCHEMES, complement_masses, get_scheme
-
-from conftest import random_pair
 
 
 def brute_sequential_mass(q, n, mask):

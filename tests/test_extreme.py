@@ -12,22 +12,21 @@ Oracles used here:
   local optimality of the certificate (no token added or removed improves the dual objective),
   evaluated with docs/math.md's formulas for ``Q(H)``.
 """
+
 from __future__ import annotations
 
-import itertools
 import math
 from fractions import Fraction
 
 import mpmath
 import numpy as np
 import pytest
+from oracles import exact_alpha, fr, top_indices
 
 from mdsd_ot import get_scheme, optimal_acceptance, optimal_acceptance_batch
-from mdsd_ot._config import SUM_TOL, VALUE_TOL
+from mdsd_ot._config import SUM_TOL
 from mdsd_ot.compare import compare
 from mdsd_ot.verifiers import verifier_acceptance
-
-from oracles import exact_alpha, fr, top_indices
 
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
 TOL = 1e-12
@@ -59,9 +58,16 @@ TINY = [5e-324, 1e-320, 2.2250738585072014e-308 / 3, 1e-300, 1e-200]
 
 
 def _tiny_cases():
-    for scheme, n in [("with_replacement", 2), ("with_replacement", 3), ("without_replacement", 2),
-                      ("without_replacement", 3), ("greedy", 2), ("greedy", 3), ("hub", 2),
-                      ("conditional_poisson", 2)]:
+    for scheme, n in [
+        ("with_replacement", 2),
+        ("with_replacement", 3),
+        ("without_replacement", 2),
+        ("without_replacement", 3),
+        ("greedy", 2),
+        ("greedy", 3),
+        ("hub", 2),
+        ("conditional_poisson", 2),
+    ]:
         for tiny in TINY:
             yield pytest.param(tiny, scheme, n, id=f"{scheme}-{n}-{tiny:.1e}")
 
@@ -77,8 +83,9 @@ def test_tiny_masses_and_denormals_match_exact_rationals(tiny, scheme, n):
     assert abs(fsum_objective(p, q, n, scheme, r.subset) - r.value) <= TOL
 
 
-@pytest.mark.parametrize("scheme", ["with_replacement", "without_replacement", "greedy",
-                                    "conditional_poisson"])
+@pytest.mark.parametrize(
+    "scheme", ["with_replacement", "without_replacement", "greedy", "conditional_poisson"]
+)
 def test_denormal_only_distributions_with_normalize(scheme):
     """Distributions whose whole mass is denormal are rescaled exactly enough with normalize=True."""
     p = np.array([5e-324, 1e-322, 0.0, 3e-323])
@@ -131,8 +138,15 @@ def _local_gains(p, q, n, scheme, subset):
     return dp - (W_new - W)
 
 
-@pytest.mark.parametrize("scheme, n", [("with_replacement", 2), ("with_replacement", 3),
-                                       ("without_replacement", 2), ("without_replacement", 3)])
+@pytest.mark.parametrize(
+    "scheme, n",
+    [
+        ("with_replacement", 2),
+        ("with_replacement", 3),
+        ("without_replacement", 2),
+        ("without_replacement", 3),
+    ],
+)
 def test_big_vocabulary_certificate_and_local_optimality(big_pair, scheme, n):
     """V = 262,144: the certificate attains the value; no single-token change improves it."""
     p, q = big_pair
@@ -171,8 +185,9 @@ def test_big_vocabulary_closed_forms(big_pair, scheme):
     for n in (1, 2, 3):
         r = optimal_acceptance(pd / pd.sum(), qd / qd.sum(), n, sampling=scheme)
         assert r.value == pytest.approx(0.0, abs=TOL) and r.success
-    batch = optimal_acceptance_batch(np.stack([p, pd / pd.sum()]), np.stack([p, qd / qd.sum()]), 2,
-                                     sampling=scheme)
+    batch = optimal_acceptance_batch(
+        np.stack([p, pd / pd.sum()]), np.stack([p, qd / qd.sum()]), 2, sampling=scheme
+    )
     assert batch[0] == 1.0 and abs(batch[1]) <= TOL
 
 
@@ -180,13 +195,20 @@ def _block_uniform(V, a, m, k):
     """p uniform on a tokens, q uniform on m tokens, k tokens shared (massive ties)."""
     p = np.zeros(V)
     q = np.zeros(V)
-    p[: a] = 1.0 / a
-    q[a - k: a - k + m] = 1.0 / m
+    p[:a] = 1.0 / a
+    q[a - k : a - k + m] = 1.0 / m
     return p, q
 
 
-@pytest.mark.parametrize("scheme, n", [("with_replacement", 2), ("with_replacement", 3),
-                                       ("without_replacement", 2), ("without_replacement", 3)])
+@pytest.mark.parametrize(
+    "scheme, n",
+    [
+        ("with_replacement", 2),
+        ("with_replacement", 3),
+        ("without_replacement", 2),
+        ("without_replacement", 3),
+    ],
+)
 def test_big_vocabulary_block_uniform_closed_form(scheme, n):
     """V = 262,144, blocks of equal masses (ties everywhere): alpha* in closed form by symmetry.
 
@@ -216,8 +238,9 @@ def test_big_vocabulary_block_uniform_closed_form(scheme, n):
 
 # regression: the binned scan (V >= BINNED_MIN_V) summed bins without compensation and drifted by
 # 1.7e-12 on this input; fixed in 254e87f (compensated bin sums)
-@pytest.mark.parametrize("scheme, n", [("with_replacement", 1), ("with_replacement", 2),
-                                       ("without_replacement", 2)])
+@pytest.mark.parametrize(
+    "scheme, n", [("with_replacement", 1), ("with_replacement", 2), ("without_replacement", 2)]
+)
 def test_binned_scan_accuracy_on_large_tie_blocks(scheme, n):
     p, q = _block_uniform(BIG_V, 150_000, 120_000, 30_000)
     r = optimal_acceptance(p, q, n, sampling=scheme)
@@ -337,18 +360,28 @@ def test_float16_numpy_input_is_promoted_exactly():
     """float16 input is promoted to float64 without rounding: same value as its exact float64 copy."""
     p16 = np.array([0.5, 0.25, 0.125, 0.125, 0.0], dtype=np.float16)  # sums to 1 exactly
     q16 = np.array([0.0625, 0.4375, 0.25, 0.1875, 0.0625], dtype=np.float16)
-    for scheme, n in [("with_replacement", 2), ("without_replacement", 3), ("greedy", 2), ("hub", 2),
-                      ("conditional_poisson", 2)]:
+    for scheme, n in [
+        ("with_replacement", 2),
+        ("without_replacement", 3),
+        ("greedy", 2),
+        ("hub", 2),
+        ("conditional_poisson", 2),
+    ]:
         r = optimal_acceptance(p16, q16, n, sampling=scheme)
-        assert abs(r.value - float(exact_alpha(p16.astype(np.float64), q16.astype(np.float64), n, scheme))) <= TOL
+        assert (
+            abs(r.value - float(exact_alpha(p16.astype(np.float64), q16.astype(np.float64), n, scheme)))
+            <= TOL
+        )
     # float16 softmax-like output that does not sum to 1 within SUM_TOL: raise, or normalise on request
     x = np.full(5, 0.2, dtype=np.float16)  # float16(0.2) = 0.199951171875
     assert abs(float(x.astype(np.float64).sum()) - 1.0) > SUM_TOL
     with pytest.raises(ValueError, match="normalize=True"):
         optimal_acceptance(x, q16, 2)
     r = optimal_acceptance(x, q16, 2, normalize=True)
-    assert abs(r.value - float(exact_alpha(x.astype(np.float64), q16.astype(np.float64), 2,
-                                           "with_replacement"))) <= TOL
+    assert (
+        abs(r.value - float(exact_alpha(x.astype(np.float64), q16.astype(np.float64), 2, "with_replacement")))
+        <= TOL
+    )
 
 
 @needs_torch
@@ -391,8 +424,10 @@ def _entry_points():
     yield "verifier_acceptance", lambda p, q, **kw: verifier_acceptance("rrs", p, q, 2, **kw).value
     yield "compare", lambda p, q, **kw: compare(p, q, 2, verifiers=["rrs"], **kw)["rrs"].bound
     if tb is not None:
-        yield "torch", lambda p, q, **kw: float(tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), 2,
-                                                                       **kw).value)
+        yield (
+            "torch",
+            lambda p, q, **kw: float(tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), 2, **kw).value),
+        )
 
 
 @pytest.mark.parametrize("name, fn", list(_entry_points()), ids=[n for n, _ in _entry_points()])
@@ -453,12 +488,16 @@ def _mp(x):
 
 
 def mp_without_replacement_2(p, q):
-    """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p (docs/math.md#without-replacement)."""
+    """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p.
+
+    docs/math.md#without-replacement."""
     with mpmath.workdps(50):
         P, Q = _mp(p), _mp(q)
         V = len(P)
-        key = [(mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
-               for i in range(V)]
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
         order = sorted(range(V), key=lambda i: -key[i])
         total = mpmath.fsum(Q)
         best = mpmath.mpf(0)
@@ -473,7 +512,7 @@ def mp_without_replacement_2(p, q):
 
 
 def mp_greedy(p, q, n):
-    """alpha*_greedy = p(Top) + sum_{x not in Top} min(p(x), q(x) / q(rest))  (docs/math.md#greedy-and-hub)."""
+    """alpha*_greedy = p(Top) + sum_{x not in Top} min(p(x), q(x) / q(rest)) (docs/math.md#greedy-and-hub)."""
     with mpmath.workdps(50):
         P, Q = _mp(p), _mp(q)
         top = _top([float(v) for v in q], n - 1)
@@ -523,7 +562,8 @@ def test_near_one_hot_draft_without_replacement_3_exact(seed):
 
 
 def mp_without_replacement_3(p, q):
-    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (docs/math.md#without-replacement) at every prefix
+    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (docs/math.md#without-replacement)
+    at every prefix
     sorted by q/p, with the pair sums updated incrementally (O(V^2) in all).
 
     W_3(H) = 1 - R [1 + sum_i (1/(1-q_i) - 1) + sum_{i<j} (1 - 1/(1-q_i) - 1/(1-q_j) + 1/(1-q_i-q_j))],
@@ -533,8 +573,10 @@ def mp_without_replacement_3(p, q):
         P, Q = _mp(p), _mp(q)
         V = len(P)
         total = mpmath.fsum(Q)
-        key = [(mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
-               for i in range(V)]
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
         order = sorted(range(V), key=lambda i: -key[i])
         best = mpmath.mpf(0)
         pH = qH = single = pair = mpmath.mpf(0)
@@ -556,9 +598,16 @@ def mp_without_replacement_3(p, q):
         return 1 - best
 
 
-@pytest.mark.parametrize("kind, V, seed", [("near_one_hot", 60, 0), ("near_one_hot", 300, 1),
-                                           ("dirichlet-0.05", 400, 2), ("dirichlet-1", 400, 3),
-                                           ("dirichlet-1", 50, 4)])
+@pytest.mark.parametrize(
+    "kind, V, seed",
+    [
+        ("near_one_hot", 60, 0),
+        ("near_one_hot", 300, 1),
+        ("dirichlet-0.05", 400, 2),
+        ("dirichlet-1", 400, 3),
+        ("dirichlet-1", 50, 4),
+    ],
+)
 def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, seed):
     """Sequential n = 3 (quadrature + pruning paths) at V up to 400 against 50-digit arithmetic."""
     if kind == "near_one_hot":
@@ -575,13 +624,16 @@ def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, see
 
 
 def mp_conditional_poisson(p, q, n):
-    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (docs/math.md#draft-schemes) at every
+    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (docs/math.md#draft-schemes)
+    at every
     prefix sorted by q/p, e_n by the DP e_j(S + x) = e_j(S) + x e_{j-1}(S)."""
     with mpmath.workdps(50):
         P, Q = _mp(p), _mp(q)
         V = len(P)
-        key = [(mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
-               for i in range(V)]
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
         order = sorted(range(V), key=lambda i: -key[i])
         e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
         for x in Q:
@@ -660,7 +712,9 @@ def test_denormal_complement_wrong_value(api, tiny):
     elif api == "torch":
         if tb is None:
             pytest.xfail("torch not installed")
-        value = float(tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), 2, "without_replacement").value)
+        value = float(
+            tb.sorted_prefix_bound(torch.tensor(p), torch.tensor(q), 2, "without_replacement").value
+        )
     else:  # the naive verifier accepts exactly the target's mass on the drafted set {0, 1}
         value = verifier_acceptance("naive", p, q, 2, sampling="without_replacement").value
     assert abs(value - 0.6) <= TOL
@@ -671,4 +725,6 @@ def test_denormal_complement_lp_and_bruteforce_are_right():
     p = np.array([0.3, 0.3, 0.4])
     q = np.array([1.0, 1e-310, 0.0])
     for method in ("lp", "bruteforce"):
-        assert abs(optimal_acceptance(p, q, 2, sampling="without_replacement", method=method).value - 0.6) <= TOL
+        assert (
+            abs(optimal_acceptance(p, q, 2, sampling="without_replacement", method=method).value - 0.6) <= TOL
+        )

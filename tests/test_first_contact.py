@@ -1,4 +1,5 @@
 """A newcomer's first hour (issue #12, part 1): what the README and the CLI promise, run as written."""
+
 from __future__ import annotations
 
 import itertools
@@ -19,8 +20,11 @@ Q = np.array([0.1, 0.2, 0.3, 0.4])
 def _alpha_with_replacement(p, q, n):
     """alpha* with i.i.d. drafts by brute force over all subsets H: min p(H) + 1 - q(H)^n."""
     V = len(p)
-    return min(sum(p[i] for i in H) + 1 - sum(q[i] for i in H) ** n
-               for k in range(V + 1) for H in itertools.combinations(range(V), k))
+    return min(
+        sum(p[i] for i in H) + 1 - sum(q[i] for i in H) ** n
+        for k in range(V + 1)
+        for H in itertools.combinations(range(V), k)
+    )
 
 
 @pytest.fixture
@@ -45,7 +49,11 @@ def test_bound_all_skips_hub_for_n3_with_a_note(pq_files, capsys):
     assert main(["bound", *pq_files, "--n", "3", "--sampling", "all", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["sampling"] for r in data["results"]] == [
-        "with_replacement", "without_replacement", "greedy", "conditional_poisson"]
+        "with_replacement",
+        "without_replacement",
+        "greedy",
+        "conditional_poisson",
+    ]
     assert data["skipped"][0]["sampling"] == "hub" and "n = 2" in data["skipped"][0]["reason"]
     # a scheme named explicitly must run: still one line and exit 2
     _one_line_error(capsys, ["bound", *pq_files, "--n", "3", "--sampling", "hub"], "n = 2 only")
@@ -64,11 +72,11 @@ def test_version_and_python_dash_m(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"mdsd-ot {mdsd_ot.__version__}"
-    done = subprocess.run([sys.executable, "-m", "mdsd_ot", "--version"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mdsd_ot", "--version"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == f"mdsd-ot {mdsd_ot.__version__}"
-    done = subprocess.run([sys.executable, "-m", "mdsd_ot"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", "mdsd_ot"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "audit" in done.stdout and "demo" in done.stdout
 
 
@@ -88,8 +96,14 @@ def test_every_option_with_a_default_shows_it_in_help():
             checked += 1
     assert checked >= 20  # the options with a default across all sub-commands
     study = "".join(subparsers.choices["study"].format_help().split())
-    for default in ("(default:2,3,4)", "(default:0.3,0.5,0.7,1.0)", "(default:0)", "(default:float32)",
-                    "(default:auto)", "(default:with_replacement,without_replacement,greedy)"):
+    for default in (
+        "(default:2,3,4)",
+        "(default:0.3,0.5,0.7,1.0)",
+        "(default:0)",
+        "(default:float32)",
+        "(default:auto)",
+        "(default:with_replacement,without_replacement,greedy)",
+    ):
         assert default in study, default
 
 
@@ -133,17 +147,20 @@ needs_sample = pytest.mark.skipif(not sample.sample_path().exists(), reason="bun
 
 
 @needs_sample
-@pytest.mark.parametrize("flags, match", [
-    (["--n", "0"], "must be >= 1, got 0"),
-    (["--n", "-1"], "must be >= 1, got -1"),
-    (["--n", ","], "give at least one n"),
-    (["--n", "two"], "comma-separated integers"),
-    (["--temperatures", "-0.5"], "finite floats > 0"),
-    (["--temperatures", "nan"], "finite floats > 0"),
-    (["--temperatures", ","], "give at least one temperature"),
-    (["--temperatures", "0.42"], "available"),
-    (["--positions", "0"], "--positions must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--n", "0"], "must be >= 1, got 0"),
+        (["--n", "-1"], "must be >= 1, got -1"),
+        (["--n", ","], "give at least one n"),
+        (["--n", "two"], "comma-separated integers"),
+        (["--temperatures", "-0.5"], "finite floats > 0"),
+        (["--temperatures", "nan"], "finite floats > 0"),
+        (["--temperatures", ","], "give at least one temperature"),
+        (["--temperatures", "0.42"], "available"),
+        (["--positions", "0"], "--positions must be >= 1"),
+    ],
+)
 def test_demo_bad_flags_exit_2_with_one_line(tmp_path, capsys, flags, match):
     _one_line_error(capsys, ["demo", "--out", str(tmp_path), "--positions", "2", *flags], match)
     assert not (tmp_path / "demo_summary.md").exists()
@@ -152,8 +169,19 @@ def test_demo_bad_flags_exit_2_with_one_line(tmp_path, capsys, flags, match):
 @needs_sample
 def test_demo_names_the_methods_that_cannot_run(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    argv = ["demo", "--out", str(tmp_path), "--positions", "2", "--temperatures", "0.7",
-            "--n", "2,99", "--verifiers", "specinfer,greedy"]
+    argv = [
+        "demo",
+        "--out",
+        str(tmp_path),
+        "--positions",
+        "2",
+        "--temperatures",
+        "0.7",
+        "--n",
+        "2,99",
+        "--verifiers",
+        "specinfer,greedy",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     err_lines = [line for line in captured.err.splitlines() if "@99" in line]
@@ -167,8 +195,20 @@ def test_demo_names_the_methods_that_cannot_run(tmp_path, capsys):
 
 @needs_sample
 def test_demo_progress_on_stderr(tmp_path, capsys):
-    argv = ["demo", "--out", str(tmp_path), "--positions", "3", "--temperatures", "0.3,1.0",
-            "--n", "2", "--verifiers", "rrs", "--no-plot"]
+    argv = [
+        "demo",
+        "--out",
+        str(tmp_path),
+        "--positions",
+        "3",
+        "--temperatures",
+        "0.3,1.0",
+        "--n",
+        "2",
+        "--verifiers",
+        "rrs",
+        "--no-plot",
+    ]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "mdsd-ot demo: 6/6 (position, temperature) pairs" in err
@@ -179,9 +219,16 @@ def test_demo_progress_on_stderr(tmp_path, capsys):
 def test_plot_families_share_colour_and_mark_subsamples(tmp_path):
     from mdsd_ot.plots import _styles, _subsampled, family, plot_families
 
-    methods = {"bound:greedy", "verifier:greedy", "verifier:spechub", "bound:with_replacement",
-               "verifier:rrs", "verifier:spectr", "bound:without_replacement",
-               "verifier:rrs_without_replacement"}
+    methods = {
+        "bound:greedy",
+        "verifier:greedy",
+        "verifier:spechub",
+        "bound:with_replacement",
+        "verifier:rrs",
+        "verifier:spectr",
+        "bound:without_replacement",
+        "verifier:rrs_without_replacement",
+    }
     st = _styles(methods)
     for m in methods:
         assert st[m][0] == st[f"bound:{family(m)}"][0]  # one colour per family
@@ -189,9 +236,18 @@ def test_plot_families_share_colour_and_mark_subsamples(tmp_path):
     assert len(colours) == 3
     assert st["verifier:greedy"][1:3] != st["verifier:spechub"][1:3]  # told apart by style/marker
     assert st["bound:greedy"][1] == "-" and st["verifier:greedy"][1] != "-"
-    table = [{"method": m, "T": T, "n": 2, "mean": 0.9, "ci95": 0.01,
-              "count": 437 if m == "verifier:rrs_without_replacement" else 2070}
-             for m in sorted(methods) for T in (0.3, 1.0)]
+    table = [
+        {
+            "method": m,
+            "T": T,
+            "n": 2,
+            "mean": 0.9,
+            "ci95": 0.01,
+            "count": 437 if m == "verifier:rrs_without_replacement" else 2070,
+        }
+        for m in sorted(methods)
+        for T in (0.3, 1.0)
+    ]
     assert _subsampled(table) == {("verifier:rrs_without_replacement", 2): (437, 2070)}
     pytest.importorskip("matplotlib")
     files = plot_families(table, tmp_path)

@@ -11,13 +11,13 @@ Inputs that hit a *known* bug are listed in :func:`known_bug` and pinned by stri
 Huge ``n`` / ``samples`` calls are also run in a subprocess with a time and memory limit
 (:func:`test_huge_n_bounded`), so that a regression there cannot take the test session down.
 """
+
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -215,12 +215,43 @@ def bad_array(rng, V, ndim=1):
     return options[k % len(options)]()
 
 
-BAD_N = [0, -1, -(2**63), 2**63, 2**64, 10**100, 2.0, 2.5, float("nan"), float("inf"), True, False,
-         "2", None, [2], np.float64(2.0), np.int64(0), complex(2, 0), np.array(2), Fraction(2),
-         Decimal(2), 10**9, 2**63 - 1]
+BAD_N = [
+    0,
+    -1,
+    -(2**63),
+    2**63,
+    2**64,
+    10**100,
+    2.0,
+    2.5,
+    float("nan"),
+    float("inf"),
+    True,
+    False,
+    "2",
+    None,
+    [2],
+    np.float64(2.0),
+    np.int64(0),
+    complex(2, 0),
+    np.array(2),
+    Fraction(2),
+    Decimal(2),
+    10**9,
+    2**63 - 1,
+]
 GOOD_N = [1, 2, 3, np.int64(2), np.uint8(2)]
-BAD_STR = ["bad", "", None, 5, ["with_replacement"], "WITH_REPLACEMENT", " with_replacement",
-           b"with_replacement", 2.5]
+BAD_STR = [
+    "bad",
+    "",
+    None,
+    5,
+    ["with_replacement"],
+    "WITH_REPLACEMENT",
+    " with_replacement",
+    b"with_replacement",
+    2.5,
+]
 METHODS = ["auto", "dual", "lp", "bruteforce", "cvxpy"]
 BAD_SAMPLES = [0, 1, -5, 1.5, "10", None, True, 10, 50]
 BAD_RNG = [None, 0, -1, "x", 1.5, object(), [1, 2]]
@@ -239,9 +270,13 @@ def known_bug(fname, kw, outcome, payload):
     """The id of a known, pinned bug that explains a failed fuzz check, else None."""
     if fname.startswith("torch") and outcome == "ok":
         vals = [v for k, v in kw.items() if k in ("p", "q", "x")]
-        huge = any(torch.is_tensor(v) and v.is_floating_point() and bool((v.abs() > 1e300).any())
-                   or (isinstance(v, np.ndarray) and v.dtype.kind == "f" and np.any(np.abs(v) > 1e300))
-                   for v in vals)
+        huge = any(
+            torch.is_tensor(v)
+            and v.is_floating_point()
+            and bool((v.abs() > 1e300).any())
+            or (isinstance(v, np.ndarray) and v.dtype.kind == "f" and np.any(np.abs(v) > 1e300))
+            for v in vals
+        )
         if huge:
             return "torch-normalize-overflow"
     return None
@@ -250,16 +285,25 @@ def known_bug(fname, kw, outcome, payload):
 def make_call(rng):
     """(name, function, kwargs) for one fuzz call: a valid baseline with 1-3 corrupted arguments."""
     V = int(rng.integers(1, 6))
-    fname = ["optimal_acceptance", "optimal_acceptance_batch", "verifier_acceptance", "compare",
-             "torch.sorted_prefix_bound", "torch.sorted_prefix_bounds", "torch.greedy_bounds",
-             "torch.to_distribution"][int(rng.integers(8 if tb is not None else 4))]
+    fname = [
+        "optimal_acceptance",
+        "optimal_acceptance_batch",
+        "verifier_acceptance",
+        "compare",
+        "torch.sorted_prefix_bound",
+        "torch.sorted_prefix_bounds",
+        "torch.greedy_bounds",
+        "torch.to_distribution",
+    ][int(rng.integers(8 if tb is not None else 4))]
     ndim = 2 if fname == "optimal_acceptance_batch" else 1
     p_bad = 0.45
     kw = {
-        "p": bad_array(rng, V, ndim) if rng.random() < p_bad else (
-            _valid(rng, V) if ndim == 1 else np.stack([_valid(rng, V)] * 2)),
-        "q": bad_array(rng, V, ndim) if rng.random() < p_bad else (
-            _valid(rng, V) if ndim == 1 else np.stack([_valid(rng, V)] * 2)),
+        "p": bad_array(rng, V, ndim)
+        if rng.random() < p_bad
+        else (_valid(rng, V) if ndim == 1 else np.stack([_valid(rng, V)] * 2)),
+        "q": bad_array(rng, V, ndim)
+        if rng.random() < p_bad
+        else (_valid(rng, V) if ndim == 1 else np.stack([_valid(rng, V)] * 2)),
         "n": pick(rng, GOOD_N, BAD_N, 0.4),
     }
     if rng.random() < 0.3:
@@ -282,8 +326,12 @@ def make_call(rng):
         return fname, verifier_acceptance, kw
     if fname == "compare":
         if rng.random() < 0.6:
-            kw["verifiers"] = pick(rng, ["rrs", "naive,spectr", ["greedy"], "spechub"],
-                                   ["bad", "rrs,bad", "", ",", [], ["rrs", None], 5, [3]], 0.5)
+            kw["verifiers"] = pick(
+                rng,
+                ["rrs", "naive,spectr", ["greedy"], "spechub"],
+                ["bad", "rrs,bad", "", ",", [], ["rrs", None], 5, [3]],
+                0.5,
+            )
         else:
             kw["verifiers"] = ["naive", "rrs", "spectr", "greedy", "rrs_without_replacement"]
         if rng.random() < 0.3:
@@ -296,8 +344,9 @@ def make_call(rng):
         kw = {"x": kw["p"], **({"normalize": kw["normalize"]} if "normalize" in kw else {})}
         kw["kind"] = pick(rng, ["logits", "probs"], BAD_STR, 0.3)
         if rng.random() < 0.5:
-            kw["temperature"] = pick(rng, [0.3, 1.0, 2], [0, -1.0, float("nan"), float("inf"), "1", None,
-                                                          True, [1.0]], 0.6)
+            kw["temperature"] = pick(
+                rng, [0.3, 1.0, 2], [0, -1.0, float("nan"), float("inf"), "1", None, True, [1.0]], 0.6
+            )
         if rng.random() < 0.4:
             kw["top_k"] = pick(rng, [1, 2, None], [0, -1, 2.0, "1", True, np.int64(1)], 0.6)
         if rng.random() < 0.4:
@@ -318,14 +367,15 @@ def _warm_up():
     q = np.array([0.1, 0.2, 0.3, 0.35, 0.05, 1e-300])
     with np.errstate(all="ignore"):
         for scheme in SCHEMES:
-            for n in ([2] if scheme == "hub" else [1, 2, 3]):
+            for n in [2] if scheme == "hub" else [1, 2, 3]:
                 optimal_acceptance(p, q, n, sampling=scheme)
                 optimal_acceptance_batch(np.stack([p, q]), np.stack([q, p]), n, sampling=scheme)
                 for name, v in VERIFIERS.items():
                     if scheme in v.schemes and v.fixed_n in (None, n):
                         verifier_acceptance(name, p, q, n, sampling=scheme)
-                        verifier_acceptance(name, p, q, n, sampling=scheme, method="monte_carlo",
-                                            samples=20, rng=0)
+                        verifier_acceptance(
+                            name, p, q, n, sampling=scheme, method="monte_carlo", samples=20, rng=0
+                        )
         if tb is not None:
             tb.sorted_prefix_bounds(torch.tensor(p), torch.tensor(q), [1, 2], "without_replacement")
             tb.greedy_bounds(torch.tensor(p), torch.tensor(q), [2])
@@ -359,8 +409,10 @@ def test_fuzz_public_functions():
                 failures.append((i, fname, {k: repr(v)[:80] for k, v in kw.items()}, problem[:300]))
     elapsed = time.perf_counter() - t_start
     ran = sum(counts.values())
-    print(f"fuzz: {ran} calls in {elapsed:.1f} s, outcomes {counts}, known bugs hit {known}, "
-          f"slowest {slowest[0]:.2f} s ({slowest[1]})")
+    print(
+        f"fuzz: {ran} calls in {elapsed:.1f} s, outcomes {counts}, known bugs hit {known}, "
+        f"slowest {slowest[0]:.2f} s ({slowest[1]})"
+    )
     assert not failures, f"{len(failures)} unexpected failures, first: {failures[:5]}"
     assert ran >= 10_000
     assert counts.get("rejected", 0) > 5_000 and counts.get("ok", 0) > 300  # both paths exercised
@@ -396,20 +448,35 @@ def test_fuzz_valid_extreme_inputs():
             if which == 0:
                 fname, fn, kw = "optimal_acceptance", optimal_acceptance, dict(p=p, q=q, n=n, sampling=scheme)
             elif which == 1:
-                fname, fn, kw = "batch", optimal_acceptance_batch, dict(P=p[None], Q=q[None], n=n,
-                                                                       sampling=scheme)
+                fname, fn, kw = (
+                    "batch",
+                    optimal_acceptance_batch,
+                    dict(P=p[None], Q=q[None], n=n, sampling=scheme),
+                )
             elif which == 2:
-                names = [v for v, ver in VERIFIERS.items() if scheme in ver.schemes
-                         and (ver.fixed_n is None or ver.fixed_n == n)]
+                names = [
+                    v
+                    for v, ver in VERIFIERS.items()
+                    if scheme in ver.schemes and (ver.fixed_n is None or ver.fixed_n == n)
+                ]
                 name = names[int(rng.integers(len(names)))]
-                fname, fn, kw = "verifier_acceptance", verifier_acceptance, dict(
-                    name=name, p=p, q=q, n=n, sampling=scheme, method="auto", rng=0, samples=200)
+                fname, fn, kw = (
+                    "verifier_acceptance",
+                    verifier_acceptance,
+                    dict(name=name, p=p, q=q, n=n, sampling=scheme, method="auto", rng=0, samples=200),
+                )
             else:
-                if tb is None or scheme not in ("with_replacement", "without_replacement") or (
-                        scheme == "without_replacement" and n > 2):
+                if (
+                    tb is None
+                    or scheme not in ("with_replacement", "without_replacement")
+                    or (scheme == "without_replacement" and n > 2)
+                ):
                     continue
-                fname, fn, kw = "torch", tb.sorted_prefix_bound, dict(
-                    p=torch.tensor(p), q=torch.tensor(q), n=n, sampling=scheme)
+                fname, fn, kw = (
+                    "torch",
+                    tb.sorted_prefix_bound,
+                    dict(p=torch.tensor(p), q=torch.tensor(q), n=n, sampling=scheme),
+                )
             outcome, payload, dt = run_with_budget(fn, kw)
             ran += 1
             problem = None if outcome == "ok" else f"{outcome}: {type(payload).__name__}: {payload}"
@@ -426,13 +493,16 @@ def test_fuzz_valid_extreme_inputs():
             denormal = bool(np.any((q > 0) & (q < 2.2250738585072014e-308)))
             if scheme == "conditional_poisson" and _cp_underflows(q, n):
                 bug = "conditional_poisson e_n underflow"
-            elif scheme == "without_replacement" and n >= 3 and denormal and (
-                    "negative dimensions" in str(payload) or isinstance(payload, SystemError)):
+            elif (
+                scheme == "without_replacement"
+                and n >= 3
+                and denormal
+                and ("negative dimensions" in str(payload) or isinstance(payload, SystemError))
+            ):
                 bug = "sequential n >= 3 with denormal q"
             elif scheme == "without_replacement" and 0 < np.sort(q)[:-1].sum() < 1e-290:
                 bug = "W_2 term q_i / (1 - q_i) overflows when 1 - q_max is denormal"
-            elif (fname == "verifier_acceptance" and outcome == "ok"
-                  and 1.0 < payload.value <= 1.0 + 1e-15):
+            elif fname == "verifier_acceptance" and outcome == "ok" and 1.0 < payload.value <= 1.0 + 1e-15:
                 bug = "verifier acceptance 1 + ulp"
             if bug:
                 known[bug] = known.get(bug, 0) + 1
@@ -525,14 +595,20 @@ def test_cli_bad_files(tmp_path):
         for name, path in files.items():
             argv = [cmd, path]
             if name == "onehot_q_wor.txt":  # compare skips what cannot run unless it is named
-                argv += ["--sampling", "without_replacement"] + (["--verifiers", "naive"] if cmd == "compare" else [])
+                argv += ["--sampling", "without_replacement"] + (
+                    ["--verifiers", "naive"] if cmd == "compare" else []
+                )
             rc, _, err = _cli(argv)
             _assert_one_line_error(argv, rc, err)
             count += 1
         # the bad file as the second of two files, and two files that each hold p and q
-        for argv in ([cmd, str(good), files["garbage.txt"]], [cmd, files["missing"], str(good)],
-                     [cmd, str(good), str(good)], [cmd, files["one_distribution.txt"], files["mismatch.txt"]],
-                     [cmd, str(good), str(good), str(good)]):
+        for argv in (
+            [cmd, str(good), files["garbage.txt"]],
+            [cmd, files["missing"], str(good)],
+            [cmd, str(good), str(good)],
+            [cmd, files["one_distribution.txt"], files["mismatch.txt"]],
+            [cmd, str(good), str(good), str(good)],
+        ):
             rc, _, err = _cli(argv)
             _assert_one_line_error(argv, rc, err)
             count += 1
@@ -540,17 +616,49 @@ def test_cli_bad_files(tmp_path):
 
 
 BAD_FLAGS = {
-    "bound": [["--n", "0"], ["--n", "x"], ["--n", "-1"], ["--n", "1e3"], ["--n", "2.5"], ["--n", ""],
-              ["--n", str(2**63)], ["--n", str(10**30)], ["--n", "3", "--sampling", "hub"],
-              ["--n", "5", "--sampling", "without_replacement"], ["--sampling", "bad"],
-              ["--sampling", ""], ["--sampling", ","], ["--sampling", "with_replacement,bad"],
-              ["--method", "bad"], ["--method", ""], ["--verifiers", "rrs"], ["--samples", "5"],
-              ["--bogus"], ["--n"], ["--json", "--json", "--bogus"], ["-x"]],
-    "compare": [["--n", "0"], ["--n", "x"], ["--n", "-1"], ["--n", "1e3"], ["--n", str(2**63)],
-                ["--n", "3", "--verifiers", "spechub"], ["--verifiers", "bad"], ["--verifiers", ""],
-                ["--verifiers", ","], ["--verifiers", "rrs,bad"], ["--seed", "x"], ["--samples", "x"],
-                ["--samples", "1.5"], ["--method", "lp"], ["--bogus"], ["--n"],
-                ["--sampling", "hub", "--verifiers", "rrs"]],
+    "bound": [
+        ["--n", "0"],
+        ["--n", "x"],
+        ["--n", "-1"],
+        ["--n", "1e3"],
+        ["--n", "2.5"],
+        ["--n", ""],
+        ["--n", str(2**63)],
+        ["--n", str(10**30)],
+        ["--n", "3", "--sampling", "hub"],
+        ["--n", "5", "--sampling", "without_replacement"],
+        ["--sampling", "bad"],
+        ["--sampling", ""],
+        ["--sampling", ","],
+        ["--sampling", "with_replacement,bad"],
+        ["--method", "bad"],
+        ["--method", ""],
+        ["--verifiers", "rrs"],
+        ["--samples", "5"],
+        ["--bogus"],
+        ["--n"],
+        ["--json", "--json", "--bogus"],
+        ["-x"],
+    ],
+    "compare": [
+        ["--n", "0"],
+        ["--n", "x"],
+        ["--n", "-1"],
+        ["--n", "1e3"],
+        ["--n", str(2**63)],
+        ["--n", "3", "--verifiers", "spechub"],
+        ["--verifiers", "bad"],
+        ["--verifiers", ""],
+        ["--verifiers", ","],
+        ["--verifiers", "rrs,bad"],
+        ["--seed", "x"],
+        ["--samples", "x"],
+        ["--samples", "1.5"],
+        ["--method", "lp"],
+        ["--bogus"],
+        ["--n"],
+        ["--sampling", "hub", "--verifiers", "rrs"],
+    ],
 }
 
 
@@ -565,10 +673,19 @@ def test_cli_bad_flags(tmp_path, cmd):
 
 
 def test_cli_bad_commands(tmp_path):
-    for argv in (["bogus"], ["--bogus"], ["bound"], ["compare"], ["merge"], ["study"],
-                 ["merge", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
-                 ["demo", "--positions", "0"], ["demo", "--n", "x"], ["demo", "--temperatures", "9"],
-                 ["demo", "--temperatures", "x"]):
+    for argv in (
+        ["bogus"],
+        ["--bogus"],
+        ["bound"],
+        ["compare"],
+        ["merge"],
+        ["study"],
+        ["merge", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
+        ["demo", "--positions", "0"],
+        ["demo", "--n", "x"],
+        ["demo", "--temperatures", "9"],
+        ["demo", "--temperatures", "x"],
+    ):
         rc, _, err = _cli(argv)
         _assert_one_line_error(argv, rc, err)
     rc, out, _ = _cli([])  # no sub-command: the help on stdout, exit status 2
@@ -578,8 +695,34 @@ def test_cli_bad_commands(tmp_path):
 def test_cli_fuzzed_text_files(tmp_path):
     """Random bytes and random number-like text: exit 0/1 with output, or 2 with one stderr line."""
     rng = np.random.default_rng(SEED)
-    tokens = ["0.5", "0.25", "nan", "inf", "-1", "1e400", "1e-400", "0", ",", ";", "#", "x", "\n", " ",
-              "0x10", "1_0", "+.5", "--", "\t", "\x00", "é", "[", "]", "{", '"p"', ":"]
+    tokens = [
+        "0.5",
+        "0.25",
+        "nan",
+        "inf",
+        "-1",
+        "1e400",
+        "1e-400",
+        "0",
+        ",",
+        ";",
+        "#",
+        "x",
+        "\n",
+        " ",
+        "0x10",
+        "1_0",
+        "+.5",
+        "--",
+        "\t",
+        "\x00",
+        "é",
+        "[",
+        "]",
+        "{",
+        '"p"',
+        ":",
+    ]
     for i in range(200):
         suffix = [".txt", ".json", ".npy", ".npz", ""][i % 5]
         path = tmp_path / f"f{i}{suffix}"
@@ -602,13 +745,17 @@ def test_compare_rejects_unknown_option(kwargs):
         compare(P2, Q2, 2, **kwargs)
 
 
-@pytest.mark.parametrize("name, sampling, n, p, q", [
-    ("naive", "greedy", 3, [0.7, 0.2, 0.1], [0.1, 0.2, 0.7]),
-    ("naive", "without_replacement", 3, [0.7, 0.2, 0.1], [0.7, 0.2, 0.1]),
-    ("naive", "conditional_poisson", 3, [0.7, 0.2, 0.1], [0.1, 0.2, 0.7]),
-    ("spechub", "hub", 2, [0.6, 0.3, 0.1], [0.7, 0.2, 0.1]),
-    ("greedy", "greedy", 2, [0.6, 0.3, 0.1], [0.7, 0.2, 0.1]),
-], ids=["naive-greedy", "naive-wor", "naive-cp", "spechub", "greedy"])
+@pytest.mark.parametrize(
+    "name, sampling, n, p, q",
+    [
+        ("naive", "greedy", 3, [0.7, 0.2, 0.1], [0.1, 0.2, 0.7]),
+        ("naive", "without_replacement", 3, [0.7, 0.2, 0.1], [0.7, 0.2, 0.1]),
+        ("naive", "conditional_poisson", 3, [0.7, 0.2, 0.1], [0.1, 0.2, 0.7]),
+        ("spechub", "hub", 2, [0.6, 0.3, 0.1], [0.7, 0.2, 0.1]),
+        ("greedy", "greedy", 2, [0.6, 0.3, 0.1], [0.7, 0.2, 0.1]),
+    ],
+    ids=["naive-greedy", "naive-wor", "naive-cp", "spechub", "greedy"],
+)
 def test_verifier_acceptance_at_most_one(name, sampling, n, p, q):
     assert verifier_acceptance(name, p, q, n, sampling=sampling).value <= 1.0
 
@@ -636,8 +783,22 @@ def test_cli_json_booleans_rejected(tmp_path):
 
 # regression: 'mdsd-ot demo --verifiers bad' exited 0 with every row recording an error (db9bfba)
 def test_cli_demo_unknown_verifier(tmp_path):
-    rc, _, err = _cli(["demo", "--verifiers", "bad", "--positions", "1", "--no-plot", "--n", "2",
-                       "--temperatures", "1.0", "--out", str(tmp_path / "demo")])
+    rc, _, err = _cli(
+        [
+            "demo",
+            "--verifiers",
+            "bad",
+            "--positions",
+            "1",
+            "--no-plot",
+            "--n",
+            "2",
+            "--temperatures",
+            "1.0",
+            "--out",
+            str(tmp_path / "demo"),
+        ]
+    )
     _assert_one_line_error(["demo", "--verifiers", "bad"], rc, err)
 
 
@@ -687,13 +848,17 @@ def _bounded(call, budget=3.0):
     return r.returncode == 0 and r.stdout.startswith("done")
 
 
-@pytest.mark.parametrize("call", [
-    "verifier_acceptance('rrs', p, q, 10**9)",
-    "compare(p, q, 10**9)",
-    "verifier_acceptance('naive', p, q, 10**9, method='monte_carlo', samples=10)",
-    "verifier_acceptance('rrs', p, q, 2, method='monte_carlo', samples=10**12)",
-    "optimal_acceptance(p, q, 10**9, method='lp')",
-], ids=["rrs", "compare", "mc-n", "mc-samples", "lp"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "verifier_acceptance('rrs', p, q, 10**9)",
+        "compare(p, q, 10**9)",
+        "verifier_acceptance('naive', p, q, 10**9, method='monte_carlo', samples=10)",
+        "verifier_acceptance('rrs', p, q, 2, method='monte_carlo', samples=10**12)",
+        "optimal_acceptance(p, q, 10**9, method='lp')",
+    ],
+    ids=["rrs", "compare", "mc-n", "mc-samples", "lp"],
+)
 def test_huge_n_bounded(call):
     assert _bounded(call)
 

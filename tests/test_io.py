@@ -1,4 +1,5 @@
 """File loading for the CLI: every format, one-file and two-file forms, actionable errors."""
+
 from __future__ import annotations
 
 import json
@@ -68,9 +69,13 @@ def test_text_forms(tmp_path):
         ("keys.json", '{"p": [0.5, 0.5]}', "missing \\['q'\\]"),
         ("three.json", "[[1], [2], [3]]", "exactly two"),
         ("words.json", '["a", "b"]', "only numbers"),
-        ("numeric_strings.json", '[["0.5", "0.5"], [0.5, 0.5]]', "numeric_strings.json: p must contain only numbers"),
+        (
+            "numeric_strings.json",
+            '[["0.5", "0.5"], [0.5, 0.5]]',
+            "numeric_strings.json: p must contain only numbers",
+        ),
         ("bools.json", '{"p": [true, false], "q": [0.5, 0.5]}', "bools.json: 'p' must contain only numbers"),
-        ("nulls.json", '[0.5, null, 0.5]', "only numbers; found the JSON value null"),
+        ("nulls.json", "[0.5, null, 0.5]", "only numbers; found the JSON value null"),
         ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json: JSON nested too deeply"),
         ("deep_list.json", "[[" + "[" * 200 + "0.5" + "]" * 200 + "], [0.5]]", "only numbers|flat list"),
         ("huge_int.json", "[" + "1" * 5000 + ", 0.5]", "huge_int.json cannot be read: .*digits"),

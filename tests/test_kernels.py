@@ -1,13 +1,13 @@
 """Numba kernels against slow pure-numpy twins (the sorted-prefix scans and the W_n quadrature)."""
+
 import numpy as np
 import pytest
+from conftest import random_pair
 
 from mdsd_ot import _kernels as K
 from mdsd_ot._config import PRUNE_SLACK
-from mdsd_ot.dual import sorted_order
 from mdsd_ot.drafts import complement_masses, get_scheme
-
-from conftest import random_pair
+from mdsd_ot.dual import sorted_order
 
 
 def llm_like(V, rng, temperature):
@@ -26,18 +26,19 @@ def sorted_pair(p, q):
 def slow_excess(ps, qs, n, scheme):
     """max_k Q(H_k) - p(H_k) with Q from the scheme's subset-at-a-time ``mass`` (no prefix code)."""
     V = ps.size
-    best, best_k = 0.0, 0
+    best = 0.0
     for k in range(1, V + 1):
         mask = np.zeros(V, dtype=bool)
         mask[:k] = True
         d = get_scheme(scheme).mass(qs, n, mask) - ps[:k].sum()
         if d > best + 1e-15:
-            best, best_k = d, k
+            best = d
     return best
 
 
-@pytest.mark.parametrize("scheme,code", [("with_replacement", 0), ("without_replacement", 1),
-                                         ("conditional_poisson", 2)])
+@pytest.mark.parametrize(
+    "scheme,code", [("with_replacement", 0), ("without_replacement", 1), ("conditional_poisson", 2)]
+)
 def test_prefix_scans_against_subset_masses(scheme, code, rng):
     for _ in range(60):
         V = int(rng.integers(2, 12))
@@ -73,8 +74,9 @@ def test_fast_sequential_masses_against_dp(rng):
         ks, R = ks[R > 0], R[R > 0]
         if ks.size == 0:
             continue
-        np.testing.assert_allclose(K.sequential_masses_fast(q, ks, R, n),
-                                   K.sequential_masses(q, ks, R, n), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            K.sequential_masses_fast(q, ks, R, n), K.sequential_masses(q, ks, R, n), rtol=0, atol=1e-13
+        )
 
 
 def test_quadrature_against_n2_closed_form_at_full_vocabulary(rng):
@@ -148,6 +150,10 @@ def test_small_inputs_compile_no_large_kernel(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     compiled = {p.name.split("-")[0] for p in tmp_path.rglob("*.nbi")}
-    assert not any(name.startswith(("_kernels._batch", "_kernels.scan_", "_kernels.bucketed", "_kernels.sequential",
-                                    "_kernels.rsd")) for name in compiled), compiled
+    assert not any(
+        name.startswith(
+            ("_kernels._batch", "_kernels.scan_", "_kernels.bucketed", "_kernels.sequential", "_kernels.rsd")
+        )
+        for name in compiled
+    ), compiled
     assert len(compiled) <= 8, compiled

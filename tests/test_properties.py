@@ -12,6 +12,7 @@ in-package oracle for the fast dual.
 
 Runs with ``derandomize=True`` so CI sees the same examples every time.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,10 +33,18 @@ SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditio
 #: absolute agreement demanded between float64 results and the exact rational oracle
 TOL = 1e-12
 
-FAST = settings(max_examples=300, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-SLOW = settings(max_examples=120, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+FAST = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+SLOW = settings(
+    max_examples=120,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 
 # ------------------------------------------------------------------------ independent exact oracle
@@ -45,7 +54,9 @@ def _top(q, k):
 
 
 def exact_set_law(q, n, scheme):
-    """{frozenset of drafted tokens: probability} in exact rationals, by enumeration (docs/math.md#draft-schemes)."""
+    """{frozenset of drafted tokens: probability} in exact rationals, by enumeration.
+
+    docs/math.md#draft-schemes."""
     V = len(q)
     support = [i for i in range(V) if q[i] > 0]
     law: dict[frozenset, Fraction] = {}
@@ -97,7 +108,8 @@ def as_fractions(x):
 
 
 def exact_alpha(p, q, n, scheme):
-    """Exact ``alpha* = min_H p(H) + 1 - Q(H)`` (docs/math.md#dual-and-sorting-theorem), brute force over subsets, as a Fraction.
+    """Exact ``alpha* = min_H p(H) + 1 - Q(H)`` (docs/math.md#dual-and-sorting-theorem), brute force
+    over subsets, as a Fraction.
 
     Also returns the exact inclusion probabilities ``P(y drafted)`` for the singleton bound.
     """
@@ -136,7 +148,9 @@ def _normalise(w):
 
 @st.composite
 def pairs(draw, min_v=1, max_v=6):
-    """A (p, q) pair of float64 distributions with the awkward cases docs/math.md#test-facts and docs/math.md#numerics ask for."""
+    """A (p, q) pair of float64 distributions with the awkward cases docs/math.md asks for.
+
+    docs/math.md#test-facts and docs/math.md#numerics."""
     V = draw(st.integers(min_v, max_v))
     p = _normalise(draw(st.lists(_WEIGHT, min_size=V, max_size=V)))
     kind = draw(st.sampled_from(["independent"] * 4 + ["equal", "near_one_hot", "ties", "disjoint"]))
@@ -217,8 +231,7 @@ def test_certificate_attains_value(prob):
 
 
 @FAST
-@given(pairs(), st.sampled_from(["with_replacement", "without_replacement", "greedy",
-                                  "conditional_poisson"]))
+@given(pairs(), st.sampled_from(["with_replacement", "without_replacement", "greedy", "conditional_poisson"]))
 def test_single_draft_is_one_minus_tv(pair, scheme):
     """n = 1: alpha* = sum_y min(p(y), q(y)) = 1 - TV(p, q) for every scheme that allows n = 1."""
     p, q = pair
@@ -243,8 +256,9 @@ def test_identical_distributions_give_exactly_one(pair, n, scheme):
 
 
 # regression: batch rows with p == q gave 1 - 1e-16 for greedy/hub/conditional Poisson (fixed 254e87f)
-@pytest.mark.parametrize("scheme, weights", [("greedy", [1, 1, 4]), ("hub", [1, 1, 4]),
-                                             ("conditional_poisson", [6, 23, 1])])
+@pytest.mark.parametrize(
+    "scheme, weights", [("greedy", [1, 1, 4]), ("hub", [1, 1, 4]), ("conditional_poisson", [6, 23, 1])]
+)
 def test_batch_identical_rows_exactly_one(scheme, weights):
     p = np.array(weights, dtype=float) / sum(weights)
     assert optimal_acceptance(p, p, 2, sampling=scheme).value == 1.0  # the single call is exact
@@ -252,8 +266,10 @@ def test_batch_identical_rows_exactly_one(scheme, weights):
 
 
 @FAST
-@given(pairs(min_v=2), st.sampled_from(["with_replacement", "without_replacement", "greedy",
-                                         "conditional_poisson"]))
+@given(
+    pairs(min_v=2),
+    st.sampled_from(["with_replacement", "without_replacement", "greedy", "conditional_poisson"]),
+)
 def test_monotone_in_n(pair, scheme):
     """alpha* is non-decreasing in the number of drafts (docs/math.md#test-facts)."""
     p, q = pair
@@ -315,11 +331,25 @@ def test_dual_equals_lp(prob):
     assert abs(dual.value - lp.value) <= VALUE_TOL
 
 
-@settings(max_examples=35, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(pairs(min_v=8, max_v=24), st.sampled_from([("with_replacement", 2), ("without_replacement", 3),
-                                                  ("conditional_poisson", 3), ("greedy", 3),
-                                                  ("hub", 2), ("without_replacement", 2)]))
+@settings(
+    max_examples=35,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    pairs(min_v=8, max_v=24),
+    st.sampled_from(
+        [
+            ("with_replacement", 2),
+            ("without_replacement", 3),
+            ("conditional_poisson", 3),
+            ("greedy", 3),
+            ("hub", 2),
+            ("without_replacement", 2),
+        ]
+    ),
+)
 def test_dual_equals_lp_medium_vocabulary(pair, case):
     """Larger V (the binned / pruned / quadrature paths of the scan) against the LP."""
     p, q = pair
@@ -392,8 +422,12 @@ def test_conditional_poisson_underflow(p, api):
 _DENORMAL_ATOMS = st.sampled_from([0.0, 5e-324, 1e-310, 1e-300, 1e-200, 1e-12, 0.25, 0.5, 1.0, 3.0])
 
 
-@settings(max_examples=400, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=400,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(st.integers(1, 6), st.sampled_from(SCHEMES), st.integers(1, 4), st.data())
 def test_denormal_and_tiny_masses_against_exact_oracle(V, scheme, n, data):
     """Entries from {0, 5e-324, 1e-310, 1e-300, 1e-200, 1e-12, ...}: single and batch values equal
@@ -410,8 +444,9 @@ def test_denormal_and_tiny_masses_against_exact_oracle(V, scheme, n, data):
 
 
 @FAST
-@given(pairs(max_v=8), st.sampled_from(["with_replacement", "without_replacement", "greedy"]),
-       st.integers(1, 4))
+@given(
+    pairs(max_v=8), st.sampled_from(["with_replacement", "without_replacement", "greedy"]), st.integers(1, 4)
+)
 def test_torch_backend_equals_numpy(pair, scheme, n):
     """backends.torch (sorted_prefix_bound, greedy_bounds) agrees with optimal_acceptance to 1e-12."""
     torch = pytest.importorskip("torch")
@@ -432,20 +467,36 @@ def test_torch_backend_equals_numpy(pair, scheme, n):
 def test_oracle_reproduces_math_md_test_vectors():
     """The rational oracle itself reproduces docs/math.md#test-vectors (guards the oracle, not the code)."""
     cases = [
-        ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, {"with_replacement": .972222, "without_replacement": 1,
-                                                         "greedy": 1, "hub": 1}),
-        ((.5, .3, .2, 0), (.1, .2, .3, .4), 2, {"with_replacement": .69, "without_replacement": .734524,
-                                               "greedy": .666667, "hub": .666667}),
-        ((.5, .3, .2, 0), (.1, .2, .3, .4), 3, {"with_replacement": .771, "without_replacement": .948810,
-                                               "greedy": .833333}),
-        ((.6, .2, .1, .1), (.7, .2, .05, .05), 2, {"with_replacement": .99, "without_replacement": 1,
-                                                  "greedy": 1, "hub": 1}),
+        (
+            (1 / 3, 1 / 3, 1 / 3),
+            (1 / 3, 1 / 2, 1 / 6),
+            2,
+            {"with_replacement": 0.972222, "without_replacement": 1, "greedy": 1, "hub": 1},
+        ),
+        (
+            (0.5, 0.3, 0.2, 0),
+            (0.1, 0.2, 0.3, 0.4),
+            2,
+            {"with_replacement": 0.69, "without_replacement": 0.734524, "greedy": 0.666667, "hub": 0.666667},
+        ),
+        (
+            (0.5, 0.3, 0.2, 0),
+            (0.1, 0.2, 0.3, 0.4),
+            3,
+            {"with_replacement": 0.771, "without_replacement": 0.948810, "greedy": 0.833333},
+        ),
+        (
+            (0.6, 0.2, 0.1, 0.1),
+            (0.7, 0.2, 0.05, 0.05),
+            2,
+            {"with_replacement": 0.99, "without_replacement": 1, "greedy": 1, "hub": 1},
+        ),
     ]
     for p, q, n, expected in cases:
         for scheme, value in expected.items():
             got = float(exact_alpha(np.array(p), np.array(q), n, scheme)[0])
             assert abs(got - value) < 5e-7, (p, q, n, scheme, got, value)
-    # docs/math.md#without-replacement caution: sequential W_2 vs the conditional-Poisson e_2 ratio on H = {0, 1}
+    # docs/math.md#draft-schemes: sequential W_2 vs the conditional-Poisson e_2 ratio on H = {0, 1}
     q = as_fractions([0.5, 0.3, 0.2])
     seq = sum(pr for s, pr in exact_set_law(q, 2, "without_replacement").items() if s <= {0, 1})
     cp = sum(pr for s, pr in exact_set_law(q, 2, "conditional_poisson").items() if s <= {0, 1})
@@ -454,7 +505,7 @@ def test_oracle_reproduces_math_md_test_vectors():
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_disjoint_supports_single_draft_is_zero(scheme):
-    """Disjoint supports with n = 1 give alpha* = 0 (docs/math.md#test-facts); hub needs n = 2: then only Top."""
+    """Disjoint supports with n = 1 give alpha* = 0 (docs/math.md#test-facts); hub needs n = 2."""
     p = np.array([0.5, 0.5, 0.0, 0.0])
     q = np.array([0.0, 0.0, 0.3, 0.7])
     if scheme == "hub":

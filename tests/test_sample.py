@@ -1,4 +1,5 @@
 """The bundled real sample: checksum, compact form, and the coarsening claim of its docstring."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,7 @@ import pytest
 
 from mdsd_ot import sample
 
-pytestmark = pytest.mark.skipif(not sample.sample_path().exists(),
-                                reason="bundled sample not captured yet")
+pytestmark = pytest.mark.skipif(not sample.sample_path().exists(), reason="bundled sample not captured yet")
 
 
 def test_checksum_matches_and_file_is_small():

@@ -1,13 +1,13 @@
 """alpha*: the fast dual against the LP (highspy), the cvxpy model and brute force over subsets."""
+
 import zlib
 
 import numpy as np
 import pytest
+from conftest import random_pair
 
 from mdsd_ot import SCHEMES, optimal_acceptance
 from mdsd_ot._config import VALUE_TOL
-
-from conftest import random_pair
 
 EXACT_METHODS = ("dual", "lp", "cvxpy", "bruteforce")
 
@@ -70,7 +70,9 @@ MATH_TABLE = [  # docs/math.md#test-vectors: p, q, n, alpha*_with, alpha*_withou
 @pytest.mark.parametrize("p,q,n,with_,without,greedy", MATH_TABLE)
 def test_math_table(p, q, n, with_, without, greedy):
     assert optimal_acceptance(p, q, n).value == pytest.approx(with_, abs=5e-7)
-    assert optimal_acceptance(p, q, n, sampling="without_replacement").value == pytest.approx(without, abs=5e-7)
+    assert optimal_acceptance(p, q, n, sampling="without_replacement").value == pytest.approx(
+        without, abs=5e-7
+    )
     assert optimal_acceptance(p, q, n, sampling="greedy").value == pytest.approx(greedy, abs=5e-7)
     if n == 2:  # hub drafts have the greedy set law for n = 2
         assert optimal_acceptance(p, q, n, sampling="hub").value == pytest.approx(greedy, abs=5e-7)
@@ -87,7 +89,9 @@ def test_invariants(rng):
         perm = rng.permutation(V)
         support = np.count_nonzero(q)
         for scheme in ("with_replacement", "without_replacement", "conditional_poisson"):
-            values = [optimal_acceptance(p, q, n, sampling=scheme).value for n in range(1, min(5, support) + 1)]
+            values = [
+                optimal_acceptance(p, q, n, sampling=scheme).value for n in range(1, min(5, support) + 1)
+            ]
             assert np.all(np.diff(values) >= -1e-12), (scheme, values)
             for n, v in enumerate(values, start=1):
                 r = optimal_acceptance(p[perm], q[perm], n, sampling=scheme)
@@ -111,7 +115,9 @@ def test_certificate_is_checked(rng):
     mask = np.isin(np.arange(30), r.subset)
     from mdsd_ot.drafts import get_scheme
 
-    assert p[mask].sum() + 1 - get_scheme("without_replacement").mass(q, 2, mask) == pytest.approx(r.value, abs=1e-12)
+    assert p[mask].sum() + 1 - get_scheme("without_replacement").mass(q, 2, mask) == pytest.approx(
+        r.value, abs=1e-12
+    )
 
 
 def test_a_wrong_dual_value_is_caught(monkeypatch, rng):

@@ -1,4 +1,5 @@
 """The real-model study pipeline end to end on tiny randomly initialised causal LMs (no downloads)."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,15 @@ V = 12  # small enough for an exhaustive oracle over all 2^V subsets
 
 def _tiny_lm(seed):
     torch.manual_seed(seed)
-    cfg = transformers.Qwen2Config(vocab_size=V, hidden_size=16, intermediate_size=32,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, max_position_embeddings=64)
+    cfg = transformers.Qwen2Config(
+        vocab_size=V,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # spread the logits so that distributions are far from uniform
         model.lm_head.weight.mul_(40.0)
@@ -36,11 +43,18 @@ def models():
 
 def _records(k=4, m=5):
     rng = np.random.default_rng(0)
-    return [{"id": f"r{i}", "prompt_ids": rng.integers(0, V, 3 + i).tolist(),
-             "completion_ids": rng.integers(0, V, m).tolist()} for i in range(k)]
+    return [
+        {
+            "id": f"r{i}",
+            "prompt_ids": rng.integers(0, V, 3 + i).tolist(),
+            "completion_ids": rng.integers(0, V, m).tolist(),
+        }
+        for i in range(k)
+    ]
 
 
 # ------------------------------------------------------------------------ oracles (numpy only)
+
 
 def _np_softmax(z, T):
     z = np.asarray(z, dtype=np.float64) / T
@@ -49,7 +63,7 @@ def _np_softmax(z, T):
 
 
 def _oracle(p, q, n, scheme):
-    """alpha* by exhaustive search over all subsets (vectorised), docs/math.md#dual-and-sorting-theorem definition."""
+    """alpha* by exhaustive search over all subsets (vectorised): docs/math.md#dual-and-sorting-theorem."""
     Vv = len(p)
     masks = ((np.arange(1 << Vv)[:, None] >> np.arange(Vv)[None, :]) & 1).astype(float)
     qH = masks @ q
@@ -64,8 +78,9 @@ def _oracle(p, q, n, scheme):
         top = sorted(range(Vv), key=lambda i: (-q[i], i))[: n - 1]
         rest = np.ones(Vv, bool)
         rest[top] = False
-        QH = np.where(masks[:, top].all(1) if top else True, masks @ np.where(rest, q, 0.0)
-                      / q[rest].sum(), 0.0)
+        QH = np.where(
+            masks[:, top].all(1) if top else True, masks @ np.where(rest, q, 0.0) / q[rest].sum(), 0.0
+        )
     return 1.0 - max(0.0, float(np.max(QH - masks @ p)))
 
 
@@ -76,11 +91,16 @@ def _logits(model, ids):
 
 # ------------------------------------------------------------------------------------ the tests
 
+
 def test_run_study_values_match_independent_oracle(models, tmp_path):
     target, draft = models
     recs = _records(3, 4)
-    cfg = study.StudyConfig(temperatures=[0.5, 1.0], ns=[1, 2], verifiers=[],
-                            schemes=["with_replacement", "without_replacement", "greedy"])
+    cfg = study.StudyConfig(
+        temperatures=[0.5, 1.0],
+        ns=[1, 2],
+        verifiers=[],
+        schemes=["with_replacement", "without_replacement", "greedy"],
+    )
     out = study.run_study(target, draft, recs, tmp_path / "s", cfg, progress=False)
     rows = study.read_rows(out)
     assert len(rows) == 3 * 4 * 2
@@ -102,8 +122,9 @@ def test_run_study_values_match_independent_oracle(models, tmp_path):
     # the report: means, 95% intervals, plots
     assert (out / "summary.md").exists() and (out / "summary.csv").exists()
     table = json.loads((out / "summary.json").read_text())
-    entry = next(t for t in table if t["method"] == "bound:with_replacement" and t["n"] == 2
-                 and t["T"] == 0.5)
+    entry = next(
+        t for t in table if t["method"] == "bound:with_replacement" and t["n"] == 2 and t["T"] == 0.5
+    )
     vals = [r["bound:with_replacement@2"] for r in rows if r["T"] == 0.5]
     assert abs(entry["mean"] - np.mean(vals)) < 1e-12
     assert entry["count"] == 12 and entry["records"] == 3
@@ -116,10 +137,17 @@ def test_torch_fast_path_equals_numpy_core(models, tmp_path):
     target, draft = models
     recs = _records(2, 4)
     common = dict(temperatures=[0.7], ns=[2, 3], verifiers=[])
-    a = study.run_study(target, draft, recs, tmp_path / "a",
-                        study.StudyConfig(bound_backend="auto", **common), progress=False)
-    b = study.run_study(target, draft, recs, tmp_path / "b",
-                        study.StudyConfig(bound_backend="numpy", **common), progress=False)
+    a = study.run_study(
+        target, draft, recs, tmp_path / "a", study.StudyConfig(bound_backend="auto", **common), progress=False
+    )
+    b = study.run_study(
+        target,
+        draft,
+        recs,
+        tmp_path / "b",
+        study.StudyConfig(bound_backend="numpy", **common),
+        progress=False,
+    )
     ra, rb = study.read_rows(a), study.read_rows(b)
     assert len(ra) == len(rb) == 8
     for x, y in zip(ra, rb):
@@ -162,18 +190,15 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
     target, draft = models
     recs = _records(5, 3)
     cfg = dict(temperatures=[1.0], ns=[2], verifiers=[])
-    full = study.run_study(target, draft, recs, tmp_path / "full", study.StudyConfig(**cfg),
-                           progress=False)
+    full = study.run_study(target, draft, recs, tmp_path / "full", study.StudyConfig(**cfg), progress=False)
     ref = {(r["record"], r["pos"], r["T"]): r for r in study.read_rows(full)}
     assert len(ref) == 15
 
     # a run that did 2 records, then died while writing the third (rows without a done marker)
     part = tmp_path / "part"
-    study.run_study(target, draft, recs, part, study.StudyConfig(max_records=2, **cfg),
-                    progress=False)
+    study.run_study(target, draft, recs, part, study.StudyConfig(max_records=2, **cfg), progress=False)
     with open(part / "positions.jsonl", "a") as fh:
-        fh.write(json.dumps({"record": "r2", "pos": 0, "T": 1.0, "bound:with_replacement@2": 9})
-                 + "\n")
+        fh.write(json.dumps({"record": "r2", "pos": 0, "T": 1.0, "bound:with_replacement@2": 9}) + "\n")
         fh.write('{"record": "r2", "pos": 1, "T": 1.0, "bound:with_rep')  # killed mid-write
     assert len(study.read_rows(part)) == 2 * 3  # unfinished and truncated rows are ignored
     t, d = _Counting(target), _Counting(draft)
@@ -185,17 +210,23 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
         assert r == ref[(r["record"], r["pos"], r["T"])]
 
     # a different study in the same folder is refused
-    with pytest.raises(ValueError,
-                       match=r"different study: temperatures: \[0\.5\] now, \[1\.0\] before"):
-        study.run_study(target, draft, recs, part,
-                        study.StudyConfig(temperatures=[0.5], ns=[2], verifiers=[]),
-                        progress=False)
+    with pytest.raises(ValueError, match=r"different study: temperatures: \[0\.5\] now, \[1\.0\] before"):
+        study.run_study(
+            target,
+            draft,
+            recs,
+            part,
+            study.StudyConfig(temperatures=[0.5], ns=[2], verifiers=[]),
+            progress=False,
+        )
 
     # two shards, merged, equal the unsharded run
-    s0 = study.run_study(target, draft, recs, tmp_path / "s0", study.StudyConfig(**cfg),
-                         shard="0/2", progress=False)
-    s1 = study.run_study(target, draft, recs, tmp_path / "s1", study.StudyConfig(**cfg),
-                         shard="1/2", progress=False)
+    s0 = study.run_study(
+        target, draft, recs, tmp_path / "s0", study.StudyConfig(**cfg), shard="0/2", progress=False
+    )
+    s1 = study.run_study(
+        target, draft, recs, tmp_path / "s1", study.StudyConfig(**cfg), shard="1/2", progress=False
+    )
     assert {r["record"] for r in study.read_rows(s0)} == {"r0", "r2", "r4"}
     merged = study.merge([s0, s1, s0], tmp_path / "merged")  # a repeated folder is deduplicated
     mrows = study.read_rows(merged)
@@ -208,26 +239,41 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
 def test_sampled_continuations_are_seeded(models, tmp_path):
     target, draft = models
     recs = [{"id": "a", "prompt_ids": [1, 2, 3]}, {"id": "b", "prompt_ids": [4]}]
-    cfg = dict(temperatures=[1.0], ns=[2], verifiers=[], continuation="sample",
-               max_new_tokens=6, schemes=["with_replacement"])
-    a = study.read_rows(study.run_study(target, draft, recs, tmp_path / "a",
-                                        study.StudyConfig(**cfg), progress=False))
-    b = study.read_rows(study.run_study(target, draft, recs, tmp_path / "b",
-                                        study.StudyConfig(**cfg), progress=False))
+    cfg = dict(
+        temperatures=[1.0],
+        ns=[2],
+        verifiers=[],
+        continuation="sample",
+        max_new_tokens=6,
+        schemes=["with_replacement"],
+    )
+    a = study.read_rows(
+        study.run_study(target, draft, recs, tmp_path / "a", study.StudyConfig(**cfg), progress=False)
+    )
+    b = study.read_rows(
+        study.run_study(target, draft, recs, tmp_path / "b", study.StudyConfig(**cfg), progress=False)
+    )
     assert len(a) == 12
     assert [r["token"] for r in a] == [r["token"] for r in b]
     with pytest.raises(ValueError, match="continuation"):
-        study.run_study(target, draft, recs, tmp_path / "c",
-                        study.StudyConfig(temperatures=[1.0], ns=[2], verifiers=[]),
-                        progress=False)
+        study.run_study(
+            target,
+            draft,
+            recs,
+            tmp_path / "c",
+            study.StudyConfig(temperatures=[1.0], ns=[2], verifiers=[]),
+            progress=False,
+        )
 
 
 def test_every_subsamples_expensive_methods(models, tmp_path):
     target, draft = models
-    cfg = study.StudyConfig(temperatures=[1.0], ns=[2, 3], verifiers=[],
-                            every="bound:without_replacement@3=2")
-    rows = study.read_rows(study.run_study(target, draft, _records(1, 5), tmp_path / "e", cfg,
-                                           progress=False))
+    cfg = study.StudyConfig(
+        temperatures=[1.0], ns=[2, 3], verifiers=[], every="bound:without_replacement@3=2"
+    )
+    rows = study.read_rows(
+        study.run_study(target, draft, _records(1, 5), tmp_path / "e", cfg, progress=False)
+    )
     have = [r["pos"] for r in rows if "bound:without_replacement@3" in r]
     assert have == [0, 2, 4]
     assert all("bound:without_replacement@2" in r for r in rows)
@@ -249,7 +295,7 @@ def test_verifiers_when_available(models, tmp_path):
             scheme = study.verifier_scheme(name)
             # every valid verifier stays below the bound of its own draft scheme (docs/math.md#test-facts)
             assert r[f"verifier:{name}@2"] <= r[f"bound:{scheme}@2"] + 1e-9
-    # exact values agree with a direct call; the greedy verifier attains its bound (docs/math.md#greedy-verifier)
+    # exact values agree with a direct call; greedy attains its bound (docs/math.md#greedy-verifier)
     P = [r["verifier:rrs@2"] for r in rows]
     assert all(0 <= v <= 1 for v in P)
     for r in rows:
@@ -268,13 +314,27 @@ def test_cli_study_and_merge_with_saved_tiny_models(models, tmp_path):
     draft.save_pretrained(tmp_path / "d")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in _records(2, 3)))
-    common = ["study", "--target", str(tmp_path / "t"), "--draft", str(tmp_path / "d"),
-              "--prompts", str(prompts), "--temperatures", "0.5,1", "--n", "2",
-              "--verifiers", "", "--device", "cpu", "--no-progress"]
+    common = [
+        "study",
+        "--target",
+        str(tmp_path / "t"),
+        "--draft",
+        str(tmp_path / "d"),
+        "--prompts",
+        str(prompts),
+        "--temperatures",
+        "0.5,1",
+        "--n",
+        "2",
+        "--verifiers",
+        "",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     for i in (0, 1):
         assert main(common + ["--out", str(tmp_path / f"o{i}"), "--shard", f"{i}/2"]) == 0
-    assert main(["merge", str(tmp_path / "o0"), str(tmp_path / "o1"),
-                 "--out", str(tmp_path / "m")]) == 0
+    assert main(["merge", str(tmp_path / "o0"), str(tmp_path / "o1"), "--out", str(tmp_path / "m")]) == 0
     assert len(study.read_rows(tmp_path / "m")) == 2 * 3 * 2
     assert main(common + ["--out", str(tmp_path / "bad"), "--shard", "3/2"]) == 2
     assert main(common + ["--out", str(tmp_path / "bad"), "--n", "0"]) == 2

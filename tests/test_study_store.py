@@ -6,6 +6,7 @@ rows of an uninterrupted run of the same command in a fresh folder. Real process
 server (``_fault_preload``) so that each run costs a fraction of a second instead of the 5 s of
 importing torch and transformers (see ``_fault_child`` for the kill plans).
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,15 +33,32 @@ from mdsd_ot.cli import main  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 V = 12
 SUMMARIES = ("summary.md", "summary.csv", "summary.json")
-OPTIONS = ["--temperatures", "1,0.5", "--n", "2", "--schemes", "with_replacement,greedy",
-           "--verifiers", "naive", "--device", "cpu", "--no-progress"]
+OPTIONS = [
+    "--temperatures",
+    "1,0.5",
+    "--n",
+    "2",
+    "--schemes",
+    "with_replacement,greedy",
+    "--verifiers",
+    "naive",
+    "--device",
+    "cpu",
+    "--no-progress",
+]
 
 
 def _tiny_lm(seed, hidden=16):
     torch.manual_seed(seed)
-    cfg = transformers.Qwen2Config(vocab_size=V, hidden_size=hidden, intermediate_size=32,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, max_position_embeddings=64)
+    cfg = transformers.Qwen2Config(
+        vocab_size=V,
+        hidden_size=hidden,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
         model.lm_head.weight.mul_(40.0)
@@ -50,8 +68,14 @@ def _tiny_lm(seed, hidden=16):
 def _records():
     """Four prompts: 3, 0 (an empty continuation), 4 and 2 positions."""
     rng = np.random.default_rng(7)
-    return [{"id": f"r{i}", "prompt_ids": rng.integers(0, V, 3).tolist(),
-             "completion_ids": rng.integers(0, V, m).tolist()} for i, m in enumerate((3, 0, 4, 2))]
+    return [
+        {
+            "id": f"r{i}",
+            "prompt_ids": rng.integers(0, V, 3).tolist(),
+            "completion_ids": rng.integers(0, V, m).tolist(),
+        }
+        for i, m in enumerate((3, 0, 4, 2))
+    ]
 
 
 def _write_prompts(path, records):
@@ -72,9 +96,19 @@ class Lab:
         self.ctx = None
 
     def argv(self, out, *extra, target=None, prompts=None):
-        return ["study", "--target", str(target or self.root / "target"), "--draft",
-                str(self.root / "draft"), "--prompts", str(prompts or self.prompts),
-                "--out", str(out), *OPTIONS, *extra]
+        return [
+            "study",
+            "--target",
+            str(target or self.root / "target"),
+            "--draft",
+            str(self.root / "draft"),
+            "--prompts",
+            str(prompts or self.prompts),
+            "--out",
+            str(out),
+            *OPTIONS,
+            *extra,
+        ]
 
     def fresh(self, name="run"):
         self._n += 1
@@ -84,8 +118,9 @@ class Lab:
     def start(self, argv, plan=None, events=None):
         self._n += 1
         log = self.root / f"log{self._n}"
-        p = self.ctx.Process(target=_fault_child().run_cli,
-                             args=(argv, dict(plan or {}), f"{log}.out", f"{log}.err", events))
+        p = self.ctx.Process(
+            target=_fault_child().run_cli, args=(argv, dict(plan or {}), f"{log}.out", f"{log}.err", events)
+        )
         p.start()
         p.log = log
         return p
@@ -96,8 +131,11 @@ class Lab:
             p.kill()
             p.join()
             pytest.fail(f"child {p.pid} hung: " + Path(f"{p.log}.err").read_text(errors="replace"))
-        return (p.exitcode, Path(f"{p.log}.out").read_text(errors="replace"),
-                Path(f"{p.log}.err").read_text(errors="replace"))
+        return (
+            p.exitcode,
+            Path(f"{p.log}.out").read_text(errors="replace"),
+            Path(f"{p.log}.err").read_text(errors="replace"),
+        )
 
     def run(self, argv, plan=None):
         return self.finish(self.start(argv, plan))
@@ -126,8 +164,7 @@ def lab(tmp_path_factory):
     try:
         lab.ctx = ctx
         ref = root / "reference"
-        code, out, err = lab.run(lab.argv(ref), {"record": str(root / "steps.json"),
-                                                "plots": False})
+        code, out, err = lab.run(lab.argv(ref), {"record": str(root / "steps.json"), "plots": False})
     finally:
         if old is None:
             os.environ.pop("PYTHONPATH", None)
@@ -196,8 +233,7 @@ def test_sigkill_at_random_moments_until_done(lab):
     out = lab.fresh("random")
     kills = 0
     for _ in range(8):
-        code, _, err = lab.run(lab.argv(out), {"kill_after": float(rng.uniform(0.0, 0.15)),
-                                               "plots": False})
+        code, _, err = lab.run(lab.argv(out), {"kill_after": float(rng.uniform(0.0, 0.15)), "plots": False})
         assert code in (0, -signal.SIGKILL), err
         kills += code != 0
     code, _, err = lab.run(lab.argv(out), {"plots": False})
@@ -219,8 +255,7 @@ def test_ctrl_c_at_each_kind_of_write_step(lab):
     """SIGINT at the first occurrence of every step: exit 130 with one line, then a resume."""
     for k in _first_of_each_step(lab.steps):
         out = lab.fresh("sigint")
-        code, _, err = lab.run(lab.argv(out), {"kill_at": k, "signal": signal.SIGINT,
-                                               "plots": False})
+        code, _, err = lab.run(lab.argv(out), {"kill_at": k, "signal": signal.SIGINT, "plots": False})
         assert code == 130, (lab.steps[k - 1], err)
         assert err.splitlines()[-1] == "mdsd-ot study: interrupted", err
         assert "Traceback" not in err
@@ -236,8 +271,7 @@ def _snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(Path(folder).iterdir()) if p.is_file()}
 
 
-def test_second_writer_is_refused_naming_the_holder_and_nothing_is_lost(lab, capsys,
-                                                                           monkeypatch):
+def test_second_writer_is_refused_naming_the_holder_and_nothing_is_lost(lab, capsys, monkeypatch):
     out = lab.fresh("busy")
     ready, go = lab.ctx.Event(), lab.ctx.Event()
     a = lab.start(lab.argv(out), {"pause_at": "rows", "plots": False}, events=(ready, go))
@@ -288,8 +322,11 @@ def tmpfs(tmp_path):
     mnt.mkdir()
     if os.name != "posix" or os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=755", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k,mode=755", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -337,8 +374,7 @@ def test_disk_full_on_a_real_tmpfs_is_one_line_and_resumable(lab, tmpfs):
     _assert_same_as_reference(lab, out)
 
 
-def test_read_only_mount_one_line_errors_and_reading_still_works(lab, tmpfs, tmp_path, capsys,
-                                                                 monkeypatch):
+def test_read_only_mount_one_line_errors_and_reading_still_works(lab, tmpfs, tmp_path, capsys, monkeypatch):
     src = tmpfs / "done"
     shutil.copytree(lab.ref, src)
     r = subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], capture_output=True, text=True)
@@ -384,8 +420,12 @@ def appended(monkeypatch):
 def _error_line(err):
     """The one line of a command's error (model loading may have printed progress bars before)."""
     assert "Traceback" not in err
-    ours = [line for line in err.splitlines() if line.startswith("mdsd-ot ")
-            and not line.startswith(("mdsd-ot study: warning", "mdsd-ot merge: warning"))]
+    ours = [
+        line
+        for line in err.splitlines()
+        if line.startswith("mdsd-ot ")
+        and not line.startswith(("mdsd-ot study: warning", "mdsd-ot merge: warning"))
+    ]
     assert len(ours) == 1 and err.rstrip().endswith(ours[0]), err
     return ours[0]
 
@@ -410,8 +450,9 @@ def _line_indices(folder, record):
 def _change_token(folder):
     lines, idx = _line_indices(folder, "r2")
     row = json.loads(lines[idx[1]])
-    lines[idx[1]] = lines[idx[1]].replace(b'"token": %d' % row["token"],
-                                          b'"token": %d' % ((row["token"] + 1) % V))
+    lines[idx[1]] = lines[idx[1]].replace(
+        b'"token": %d' % row["token"], b'"token": %d' % ((row["token"] + 1) % V)
+    )
     (folder / "positions.jsonl").write_bytes(b"".join(lines))
     return {"r2"}, r"record 'r2' is marked done but its rows differ from their recorded checksum"
 
@@ -471,8 +512,16 @@ def _blank_line(folder):
     return set(), None
 
 
-DAMAGES = [_change_token, _garbage_middle_line, _deleted_row, _row_without_pos, _duplicated_rows,
-           _done_torn_mid_id, _done_damaged_middle_line, _blank_line]
+DAMAGES = [
+    _change_token,
+    _garbage_middle_line,
+    _deleted_row,
+    _row_without_pos,
+    _duplicated_rows,
+    _done_torn_mid_id,
+    _done_damaged_middle_line,
+    _blank_line,
+]
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=[d.__name__.strip("_") for d in DAMAGES])
@@ -522,8 +571,9 @@ def test_merge_leaves_out_damaged_records_with_a_warning(lab, tmp_path, capsys, 
 # -------------------------------------------------------------------------------- record ids
 
 
-@pytest.mark.parametrize("bad_id,match", [("", "empty id"), ("a\nb", "spans several lines"),
-                                          ("a\u2028b", "spans several lines")])
+@pytest.mark.parametrize(
+    "bad_id,match", [("", "empty id"), ("a\nb", "spans several lines"), ("a\u2028b", "spans several lines")]
+)
 def test_bad_record_ids_are_refused_up_front(lab, tmp_path, capsys, bad_id, match):
     recs = _records()
     recs[2]["id"] = bad_id
@@ -535,8 +585,7 @@ def test_bad_record_ids_are_refused_up_front(lab, tmp_path, capsys, bad_id, matc
     assert code == 2 and len(err.strip().splitlines()) == 1 and match in err
     assert not out.exists()  # refused before anything was written
     with pytest.raises(ValueError, match=match):
-        study.run_study(None, None, recs, out, study.StudyConfig(temperatures=[1.0], ns=[2]),
-                        progress=False)
+        study.run_study(None, None, recs, out, study.StudyConfig(temperatures=[1.0], ns=[2]), progress=False)
     assert not out.exists()
 
 
@@ -550,26 +599,33 @@ def _changed_prompts(lab, tmp_path):
 
 
 IDENTITY_CHANGES = [
-    (lambda lab, tmp: ["--target", lab.root / "other"], r"target: \S*other \(3 files.* now, "
-                                                         r"\S*target \(3 files.* before"),
-    (lambda lab, tmp: ["--draft", lab.root / "other"],
-     r"draft: \S*other .* now, \S*draft .* before"),
+    (
+        lambda lab, tmp: ["--target", lab.root / "other"],
+        r"target: \S*other \(3 files.* now, "
+        r"\S*target \(3 files.* before",
+    ),
+    (lambda lab, tmp: ["--draft", lab.root / "other"], r"draft: \S*other .* now, \S*draft .* before"),
     (lambda lab, tmp: ["--dtype", "bfloat16"], r'dtype: "bfloat16" now, "float32" before'),
-    (_changed_prompts, r"prompts: 4 prompts from \S*changed.jsonl \(sha256 \w+\) now, 4 prompts "
-                       r"from \S*prompts.jsonl \(sha256 \w+\) before"),
-    (lambda lab, tmp: ["--temperatures", "0.7,1"],
-     r"temperatures: \[0.7, 1.0\] now, \[0.5, 1.0\] before"),
+    (
+        _changed_prompts,
+        r"prompts: 4 prompts from \S*changed.jsonl \(sha256 \w+\) now, 4 prompts "
+        r"from \S*prompts.jsonl \(sha256 \w+\) before",
+    ),
+    (lambda lab, tmp: ["--temperatures", "0.7,1"], r"temperatures: \[0.7, 1.0\] now, \[0.5, 1.0\] before"),
     (lambda lab, tmp: ["--n", "2,3"], r"ns: \[2, 3\] now, \[2\] before"),
     (lambda lab, tmp: ["--top-k", "5"], r"top_k: 5 now, null before"),
     (lambda lab, tmp: ["--shard", "1/2"], r"shard: 1/2 now, 0/1 before"),
 ]
 
 
-@pytest.mark.parametrize("change,message", IDENTITY_CHANGES,
-                         ids=["target", "draft", "dtype", "prompts", "temperatures", "n", "top_k",
-                              "shard"])
-def test_a_changed_identity_is_refused_before_the_models_load(lab, tmp_path, capsys, monkeypatch,
-                                                              change, message):
+@pytest.mark.parametrize(
+    "change,message",
+    IDENTITY_CHANGES,
+    ids=["target", "draft", "dtype", "prompts", "temperatures", "n", "top_k", "shard"],
+)
+def test_a_changed_identity_is_refused_before_the_models_load(
+    lab, tmp_path, capsys, monkeypatch, change, message
+):
     folder = _copy_of_reference(lab, tmp_path)
     before = _snapshot(folder)
     monkeypatch.setattr(study, "load_models", _no_models)
@@ -581,9 +637,9 @@ def test_a_changed_identity_is_refused_before_the_models_load(lab, tmp_path, cap
     assert _snapshot(folder) == before
 
 
-def test_same_sets_in_another_order_and_a_moved_model_are_the_same_study(lab, tmp_path, capsys,
-                                                                         monkeypatch, quick,
-                                                                         appended):
+def test_same_sets_in_another_order_and_a_moved_model_are_the_same_study(
+    lab, tmp_path, capsys, monkeypatch, quick, appended
+):
     """--temperatures 0.5,1 vs 1,0.5, repeated names, a copied model folder: nothing recomputed."""
     folder = _copy_of_reference(lab, tmp_path)
     moved = tmp_path / "moved_target"
@@ -598,8 +654,7 @@ def test_same_sets_in_another_order_and_a_moved_model_are_the_same_study(lab, tm
     _assert_same_as_reference(lab, folder)
 
 
-def test_config_json_deleted_or_empty_with_results_is_refused_naming_it(lab, tmp_path, capsys,
-                                                                        monkeypatch):
+def test_config_json_deleted_or_empty_with_results_is_refused_naming_it(lab, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(study, "load_models", _no_models)
     for damage in ("deleted", "empty", "garbage"):
         folder = _copy_of_reference(lab, tmp_path, damage)
@@ -610,8 +665,11 @@ def test_config_json_deleted_or_empty_with_results_is_refused_naming_it(lab, tmp
         assert code == 2
         (line,) = err.strip().splitlines()
         assert str(folder) in line and "cannot be checked" in line and "restore" in line
-        assert {"deleted": "no config.json", "empty": "config.json is empty",
-                "garbage": "config.json is not valid JSON"}[damage] in line
+        assert {
+            "deleted": "no config.json",
+            "empty": "config.json is empty",
+            "garbage": "config.json is not valid JSON",
+        }[damage] in line
         assert _snapshot(folder) == before
 
 
@@ -662,8 +720,7 @@ def test_merge_into_a_source_is_refused_and_loses_nothing(lab, shards, capsys):
     assert _snapshot(s0) == before
 
 
-def test_merge_of_shards_equals_the_unsharded_run_and_can_be_redone(lab, shards, tmp_path,
-                                                                     capsys):
+def test_merge_of_shards_equals_the_unsharded_run_and_can_be_redone(lab, shards, tmp_path, capsys):
     m = tmp_path / "m"
     for _ in range(2):  # merging again into a previous merge replaces it
         code, _, err = _cli(capsys, ["merge", *shards, "--out", m])
@@ -675,8 +732,7 @@ def test_merge_of_shards_equals_the_unsharded_run_and_can_be_redone(lab, shards,
     assert code == 2 and "holds the results of a run (shard 0/1)" in err
 
 
-def test_merge_warns_about_missing_shards_and_running_or_unfinished_sources(lab, shards, tmp_path,
-                                                                           capsys):
+def test_merge_warns_about_missing_shards_and_running_or_unfinished_sources(lab, shards, tmp_path, capsys):
     s0, s1 = shards
     code, _, err = _cli(capsys, ["merge", s0, "--out", tmp_path / "m0"])
     assert code == 0
@@ -746,8 +802,7 @@ def _count_writes(monkeypatch):
     return calls
 
 
-def test_simulated_disk_full_is_one_line_and_resumable(lab, tmp_path, capsys,
-                                                                      monkeypatch, quick):
+def test_simulated_disk_full_is_one_line_and_resumable(lab, tmp_path, capsys, monkeypatch, quick):
     """ENOSPC after a partial write, at the first write of each file and at the last write of a
     run, then the same command again (the real tmpfs test covers each file where it can run)."""
     calls = _count_writes(monkeypatch)
@@ -773,8 +828,9 @@ def test_simulated_disk_full_is_one_line_and_resumable(lab, tmp_path, capsys,
         monkeypatch.setattr(_store, "_os_write", real)
         assert code == 2, (k, err)
         line = _error_line(err)
-        assert line.startswith(f"mdsd-ot study: error: {out}{os.sep}") and \
-            line.endswith(": No space left on device"), line
+        assert line.startswith(f"mdsd-ot study: error: {out}{os.sep}") and line.endswith(
+            ": No space left on device"
+        ), line
         code, _, err = _cli(capsys, lab.argv(out))
         assert code == 0, (k, err)
         _assert_same_as_reference(lab, out)
@@ -795,16 +851,16 @@ def test_simulated_unwritable_folder_is_one_line(lab, tmp_path, capsys, monkeypa
     assert code == 2
     (line,) = err.strip().splitlines()
     assert line == f"mdsd-ot study: error: {folder / '.lock'}: {os.strerror(err_no)}"
-    monkeypatch.setattr(_store.tempfile, "mkstemp",
-                        lambda **kw: (_ for _ in ()).throw(OSError(err_no, os.strerror(err_no))))
+    monkeypatch.setattr(
+        _store.tempfile, "mkstemp", lambda **kw: (_ for _ in ()).throw(OSError(err_no, os.strerror(err_no)))
+    )
     code, _, err = _cli(capsys, ["merge", folder, "--out", tmp_path / "m"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and os.strerror(err_no) in err
     assert _snapshot(folder) == before
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to name descriptors")
-def test_every_replacement_is_fsynced_before_and_its_folder_after(lab, tmp_path, capsys,
-                                                                  monkeypatch, quick):
+def test_every_replacement_is_fsynced_before_and_its_folder_after(lab, tmp_path, capsys, monkeypatch, quick):
     events = []
 
     def name(fd):
@@ -851,8 +907,7 @@ def test_every_replacement_is_fsynced_before_and_its_folder_after(lab, tmp_path,
 # ---------------------------------------------------------------------------------- progress
 
 
-def test_progress_after_a_resume_counts_only_the_new_work(lab, tmp_path, capsys, monkeypatch,
-                                                          quick):
+def test_progress_after_a_resume_counts_only_the_new_work(lab, tmp_path, capsys, monkeypatch, quick):
     bars = []
 
     class FakeBar:
@@ -906,10 +961,13 @@ sys.meta_path.insert(0, _CtrlC())
 '''
 
 
-@pytest.mark.parametrize("module,argv,message", [
-    ("numba", ["bound", "p.json"], "mdsd-ot: interrupted"),  # while `import mdsd_ot` runs
-    ("torch", ["study"], "mdsd-ot study: interrupted"),  # while the study loads torch
-])
+@pytest.mark.parametrize(
+    "module,argv,message",
+    [
+        ("numba", ["bound", "p.json"], "mdsd-ot: interrupted"),  # while `import mdsd_ot` runs
+        ("torch", ["study"], "mdsd-ot study: interrupted"),  # while the study loads torch
+    ],
+)
 def test_ctrl_c_during_imports_is_one_line_and_status_130(lab, tmp_path, module, argv, message):
     script = Path(sys.executable).with_name("mdsd-ot")
     if not script.exists():
@@ -921,7 +979,8 @@ def test_ctrl_c_during_imports_is_one_line_and_status_130(lab, tmp_path, module,
     if argv == ["study"]:
         argv = lab.argv(tmp_path / "out")
     env = dict(os.environ, PYTHONPATH=str(site))
-    r = subprocess.run([str(script), *argv], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [str(script), *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines() == [message], r.stderr

@@ -1,4 +1,5 @@
 """Torch backend: distributions from logits and the batched sorted-prefix bound, against numpy oracles."""
+
 from __future__ import annotations
 
 import itertools
@@ -67,10 +68,12 @@ def np_softmax_filter(z, T, top_k, top_p):
         ranked = sorted(range(V), key=lambda i: (-z[i], i))
         keep[:] = False
         keep[ranked[:top_k]] = True
+
     def softmax(mask):
         m = np.max(z[mask])
         e = np.where(mask, np.exp(np.where(mask, z - m, 0.0)), 0.0)
         return e / e.sum()
+
     if top_p is not None and top_p < 1:
         pr = softmax(keep)
         ranked = sorted(range(V), key=lambda i: (-pr[i], i))
@@ -86,7 +89,6 @@ def np_softmax_filter(z, T, top_k, top_p):
 
 torch = pytest.importorskip("torch")
 from mdsd_ot.backends import torch as tb  # noqa: E402
-
 
 # ------------------------------------------------------------------------------------- bound tests
 
@@ -125,13 +127,13 @@ def test_math_md_test_vectors():
     # docs/math.md#test-vectors, columns alpha*_with and alpha*_without
     cases = [
         ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, 0.972222, 1.0),
-        ((.5, .3, .2, 0), (.1, .2, .3, .4), 2, 0.690000, 0.734524),
-        ((.6, .2, .1, .1), (.7, .2, .05, .05), 2, 0.990000, 1.0),
+        ((0.5, 0.3, 0.2, 0), (0.1, 0.2, 0.3, 0.4), 2, 0.690000, 0.734524),
+        ((0.6, 0.2, 0.1, 0.1), (0.7, 0.2, 0.05, 0.05), 2, 0.990000, 1.0),
     ]
     for p, q, n, w, wo in cases:
         assert abs(float(tb.sorted_prefix_bound(p, q, n).value) - w) < 5e-7
         assert abs(float(tb.sorted_prefix_bound(p, q, n, "without_replacement").value) - wo) < 5e-7
-    p, q = (.5, .3, .2, 0), (.1, .2, .3, .4)
+    p, q = (0.5, 0.3, 0.2, 0), (0.1, 0.2, 0.3, 0.4)
     assert abs(float(tb.sorted_prefix_bound(p, q, 3).value) - 0.771) < 5e-7
 
 
@@ -220,18 +222,26 @@ def test_bound_input_errors():
 # ------------------------------------------------------------------------------ distribution tests
 
 
-@pytest.mark.parametrize("T,top_k,top_p", [
-    (1.0, None, None), (0.3, None, None), (0.7, 3, None), (1.3, None, 0.8),
-    (0.5, 4, 0.9), (1.0, 1, None), (2.0, 100, 0.5), (1.0, None, 1.0),
-])
+@pytest.mark.parametrize(
+    "T,top_k,top_p",
+    [
+        (1.0, None, None),
+        (0.3, None, None),
+        (0.7, 3, None),
+        (1.3, None, 0.8),
+        (0.5, 4, 0.9),
+        (1.0, 1, None),
+        (2.0, 100, 0.5),
+        (1.0, None, 1.0),
+    ],
+)
 def test_to_distribution_matches_numpy(T, top_k, top_p):
     rng = np.random.default_rng(0)
     Z = rng.normal(size=(4, 9)) * 3
     Z[1, 2] = Z[1, 5] = Z[1].max() + 1  # ties at the top
     Z[2, :3] = 0.25  # ties in the middle
     Z[3, 4] = -np.inf  # a masked token
-    got = tb.to_distribution(torch.tensor(Z, dtype=torch.float64), temperature=T, top_k=top_k,
-                             top_p=top_p)
+    got = tb.to_distribution(torch.tensor(Z, dtype=torch.float64), temperature=T, top_k=top_k, top_p=top_p)
     assert got.dtype == torch.float64 and got.shape == (4, 9)
     for b in range(4):
         ref = np_softmax_filter(Z[b], T, top_k, top_p)
@@ -287,9 +297,11 @@ def test_to_distribution_errors():
 
 
 def test_import_mdsd_ot_does_not_import_torch():
-    code = ("import sys, mdsd_ot, mdsd_ot.backends, mdsd_ot.backends.torch, mdsd_ot.sample, "
-            "mdsd_ot.cli; mdsd_ot.cli.build_parser(); "
-            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys, mdsd_ot, mdsd_ot.backends, mdsd_ot.backends.torch, mdsd_ot.sample, "
+        "mdsd_ot.cli; mdsd_ot.cli.build_parser(); "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
@@ -382,10 +394,17 @@ def test_big_token_split_matches_enumeration_near_one_hot():
 
 def test_overflowing_inputs_are_handled():
     with pytest.raises(ValueError, match="overflows"):
-        tb.sorted_prefix_bound(torch.tensor([1.7e308, 1.7e308], dtype=torch.float64),
-                               torch.tensor([0.5, 0.5], dtype=torch.float64), 2, normalize=True)
-    for logits, T, expect in (([1.0, 0.0], 1e-310, [1.0, 0.0]), ([1e308, -1e308], 1e-10, [1.0, 0.0]),
-                              ([5.0, 5.0, -1e308], 1e-300, [0.5, 0.5, 0.0])):
+        tb.sorted_prefix_bound(
+            torch.tensor([1.7e308, 1.7e308], dtype=torch.float64),
+            torch.tensor([0.5, 0.5], dtype=torch.float64),
+            2,
+            normalize=True,
+        )
+    for logits, T, expect in (
+        ([1.0, 0.0], 1e-310, [1.0, 0.0]),
+        ([1e308, -1e308], 1e-10, [1.0, 0.0]),
+        ([5.0, 5.0, -1e308], 1e-300, [0.5, 0.5, 0.0]),
+    ):
         out = tb.to_distribution(torch.tensor(logits, dtype=torch.float64), temperature=T)
         assert out.tolist() == expect
 

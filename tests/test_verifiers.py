@@ -4,6 +4,7 @@ Oracles used here are independent of the code under test: the exact output law s
 draft tuple of ``scheme.tuple_law``; the optimal acceptance by brute force over all 2^V subsets of
 the scheme's set law; 50-digit mpmath arithmetic for near one-hot drafts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,8 +18,7 @@ from scipy import stats
 from mdsd_ot import optimal_acceptance
 from mdsd_ot._config import LAW_TOL, VALUE_TOL
 from mdsd_ot.drafts import get_scheme
-from mdsd_ot.verifiers import VERIFIERS, VerifierAcceptance, get_verifier, verifier_acceptance
-from mdsd_ot.verifiers import _kernels
+from mdsd_ot.verifiers import VERIFIERS, VerifierAcceptance, _kernels, get_verifier, verifier_acceptance
 from mdsd_ot.verifiers.rsd import rsd_rejection
 from mdsd_ot.verifiers.spectr import kseq_rho
 
@@ -29,6 +29,7 @@ CLOSED_FORM = [name for name in NAMES if name != "optimal"]
 # ---------------------------------------------------------------- instances and oracles
 def random_pair(rng: np.random.Generator, V: int) -> tuple[np.ndarray, np.ndarray]:
     """A random (p, q) with zeros and ties on purpose."""
+
     def one():
         kind = rng.integers(3)
         if kind == 0:  # small integer weights: ties and zeros
@@ -93,15 +94,56 @@ def brute_force_bound(q, n, p, sampling) -> float:
 # ---------------------------------------------------------------- docs/math.md#test-vectors
 VECTORS = [
     # p, q, n, naive, rrs, rrs_wor, spectr, alpha*_with, alpha*_without, greedy, spechub
-    ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2,
-     .537037, .861111, .888889, .888889, .972222, 1.0, 1.0, 1.0),
-    ((.5, .3, .2, 0), (.1, .2, .3, .4), 2, .305, .65, .680952, .658443, .69, .734524, .666667, .666667),
-    ((.5, .3, .2, 0), (.1, .2, .3, .4), 3, .4133, .685, .781714, .710003, .771, .94881, .833333, None),
-    ((.6, .2, .1, .1), (.7, .2, .05, .05), 2, .6375, .91, .933333, .927016, .99, 1.0, 1.0, 1.0),
+    (
+        (1 / 3, 1 / 3, 1 / 3),
+        (1 / 3, 1 / 2, 1 / 6),
+        2,
+        0.537037,
+        0.861111,
+        0.888889,
+        0.888889,
+        0.972222,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    (
+        (0.5, 0.3, 0.2, 0),
+        (0.1, 0.2, 0.3, 0.4),
+        2,
+        0.305,
+        0.65,
+        0.680952,
+        0.658443,
+        0.69,
+        0.734524,
+        0.666667,
+        0.666667,
+    ),
+    (
+        (0.5, 0.3, 0.2, 0),
+        (0.1, 0.2, 0.3, 0.4),
+        3,
+        0.4133,
+        0.685,
+        0.781714,
+        0.710003,
+        0.771,
+        0.94881,
+        0.833333,
+        None,
+    ),
+    ((0.6, 0.2, 0.1, 0.1), (0.7, 0.2, 0.05, 0.05), 2, 0.6375, 0.91, 0.933333, 0.927016, 0.99, 1.0, 1.0, 1.0),
 ]
 COLUMNS = [
-    ("naive", None), ("rrs", None), ("rrs_without_replacement", None), ("spectr", None),
-    ("optimal", "with_replacement"), ("optimal", "without_replacement"), ("greedy", None), ("spechub", None),
+    ("naive", None),
+    ("rrs", None),
+    ("rrs_without_replacement", None),
+    ("spectr", None),
+    ("optimal", "with_replacement"),
+    ("optimal", "without_replacement"),
+    ("greedy", None),
+    ("spechub", None),
 ]
 
 
@@ -508,8 +550,9 @@ def test_rsd_path_value_kernel_matches_slow_twin_and_sums_to_exact():
             value, prob = _kernels.rsd_path_value_slow(p, q, path)
             if prob == 0.0:
                 continue
-            fast = _kernels.rsd_path_value(t, ps, qs, Ps, Qs, atoms, rest_q,
-                                           np.array([inv[int(x)] for x in path], dtype=np.int64))
+            fast = _kernels.rsd_path_value(
+                t, ps, qs, Ps, Qs, atoms, rest_q, np.array([inv[int(x)] for x in path], dtype=np.int64)
+            )
             assert fast == pytest.approx(value, abs=1e-12)
             total += prob * value
         assert total == pytest.approx(rsd_rejection(p, q, n), abs=1e-12)
@@ -711,8 +754,9 @@ def test_naive_sequential_monte_carlo_and_near_one_hot():
     p = np.array([0.3, 0.25, 0.2, 0.15, 0.1, 0.0])
     for q in (np.array([0.1, 0.2, 0.3, 0.2, 0.1, 0.1]), _near_one_hot(V=6, eps=1e-12)[1]):
         exact = verifier_acceptance("naive", p, q, 3, sampling="without_replacement", method="exact")
-        mc = verifier_acceptance("naive", p, q, 3, sampling="without_replacement",
-                                 method="monte_carlo", samples=4000, rng=5)
+        mc = verifier_acceptance(
+            "naive", p, q, 3, sampling="without_replacement", method="monte_carlo", samples=4000, rng=5
+        )
         assert abs(mc.value - exact.value) <= 4 * mc.stderr + 1e-12
     # two sequential draws, near one-hot: closed form against 50-digit arithmetic
     p, q = _near_one_hot(V=6, eps=1e-12)
@@ -738,8 +782,9 @@ def test_cp_inclusion_kernel_matches_slow_twin():
         if np.count_nonzero(x) < n:
             continue
         x = x / x.max()
-        np.testing.assert_allclose(_kernels.cp_inclusion(x, n), _kernels.cp_inclusion_slow(x, n),
-                                   rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(
+            _kernels.cp_inclusion(x, n), _kernels.cp_inclusion_slow(x, n), rtol=1e-12, atol=1e-15
+        )
 
 
 @pytest.mark.parametrize("sampling", ["with_replacement", "greedy", "hub", "without_replacement"])
@@ -750,8 +795,9 @@ def test_batch_draft_sampler_matches_tuple_law(sampling):
     n = 2
     scheme = get_scheme(sampling)
     tuples, probs = scheme.tuple_law(q, n)
-    draws = sample_drafts_batch(scheme, q, n, 20000 if sampling != "without_replacement" else 3000,
-                                np.random.default_rng(27))
+    draws = sample_drafts_batch(
+        scheme, q, n, 20000 if sampling != "without_replacement" else 3000, np.random.default_rng(27)
+    )
     index = {tuple(t): i for i, t in enumerate(tuples.tolist())}
     counts = np.zeros(len(tuples))
     for d in draws.tolist():
@@ -764,8 +810,8 @@ def test_batch_draft_sampler_matches_tuple_law(sampling):
 from fractions import Fraction  # noqa: E402
 
 from mdsd_ot._config import MAX_MONTE_CARLO_DRAWS, RRS_MAX_CHAIN_ENTRIES, UNIT_ROUNDING_TOL  # noqa: E402
-from mdsd_ot.verifiers.base import power_exceeds, residual, unit_interval  # noqa: E402
 from mdsd_ot.compare import compare  # noqa: E402
+from mdsd_ot.verifiers.base import power_exceeds, residual, unit_interval  # noqa: E402
 from mdsd_ot.verifiers.specinfer import rrs_rejection  # noqa: E402
 
 
@@ -796,8 +842,12 @@ def test_rrs_rejection_matches_the_rational_residual_chain():
 
 def test_rrs_rejection_jumps_match_the_explicit_chain_for_long_chains():
     # the closed-form jumps over steps with an unchanged support: compare with the float chain
-    for p, q, n in [([0.5, 0.5, 0.0], [1e-3, 2e-3, 0.997], 3000), ([0.3, 0.3, 0.4], [0.2, 0.3, 0.5], 500),
-                    ([0.5, 0.25, 0.25], [0.0, 0.5, 0.5], 200), ([0.6, 0.4], [0.6, 0.4], 50)]:
+    for p, q, n in [
+        ([0.5, 0.5, 0.0], [1e-3, 2e-3, 0.997], 3000),
+        ([0.3, 0.3, 0.4], [0.2, 0.3, 0.5], 500),
+        ([0.5, 0.25, 0.25], [0.0, 0.5, 0.5], 200),
+        ([0.6, 0.4], [0.6, 0.4], 50),
+    ]:
         p, q = np.array(p), np.array(q)
         r, prod = p, 1.0
         for _ in range(n):
@@ -838,10 +888,12 @@ def test_monte_carlo_draws_are_bounded():
     with pytest.raises(ValueError, match="MAX_MONTE_CARLO_DRAWS"):
         verifier_acceptance("naive", [0.5, 0.5], [0.25, 0.75], 10**9, method="monte_carlo", samples=10)
     with pytest.raises(ValueError, match="lower samples \\(at most"):
-        verifier_acceptance("rrs", [0.5, 0.5], [0.25, 0.75], 2, method="monte_carlo",
-                            samples=MAX_MONTE_CARLO_DRAWS)
-    r = verifier_acceptance("rrs", [0.5, 0.5], [0.25, 0.75], 2, method="monte_carlo",
-                            samples=MAX_MONTE_CARLO_DRAWS // 2000, rng=0)
+        verifier_acceptance(
+            "rrs", [0.5, 0.5], [0.25, 0.75], 2, method="monte_carlo", samples=MAX_MONTE_CARLO_DRAWS
+        )
+    r = verifier_acceptance(
+        "rrs", [0.5, 0.5], [0.25, 0.75], 2, method="monte_carlo", samples=MAX_MONTE_CARLO_DRAWS // 2000, rng=0
+    )
     assert abs(r.value - 0.8125) < 5 * r.stderr + 1e-12
 
 
@@ -860,17 +912,28 @@ def test_unit_interval_clips_rounding_and_raises_beyond():
         unit_interval(np.array([0.5, np.nan]))
 
 
-@pytest.mark.parametrize("name, sampling, n", [
-    ("naive", "greedy", 3), ("naive", "without_replacement", 3), ("naive", "conditional_poisson", 3),
-    ("naive", "with_replacement", 2), ("spechub", "hub", 2), ("greedy", "greedy", 2), ("rrs", None, 3),
-    ("spectr", None, 3), ("rrs_without_replacement", None, 3),
-])
+@pytest.mark.parametrize(
+    "name, sampling, n",
+    [
+        ("naive", "greedy", 3),
+        ("naive", "without_replacement", 3),
+        ("naive", "conditional_poisson", 3),
+        ("naive", "with_replacement", 2),
+        ("spechub", "hub", 2),
+        ("greedy", "greedy", 2),
+        ("rrs", None, 3),
+        ("spectr", None, 3),
+        ("rrs_without_replacement", None, 3),
+    ],
+)
 def test_acceptance_in_unit_interval_when_p_sums_to_one_plus_ulp(name, sampling, n):
     # p / p.sum() of these sums to 1 + 2**-52: the closed forms used to return 1 + 2**-52
     rng = np.random.default_rng(5)
-    for p, q in [([0.7, 0.2, 0.1], [0.1, 0.2, 0.7]), ([0.7, 0.2, 0.1], [0.7, 0.2, 0.1]),
-                 ([0.6, 0.3, 0.1], [0.7, 0.2, 0.1])] + [(rng.dirichlet([0.3] * 4), rng.dirichlet([0.3] * 4))
-                                                       for _ in range(30)]:
+    for p, q in [
+        ([0.7, 0.2, 0.1], [0.1, 0.2, 0.7]),
+        ([0.7, 0.2, 0.1], [0.7, 0.2, 0.1]),
+        ([0.6, 0.3, 0.1], [0.7, 0.2, 0.1]),
+    ] + [(rng.dirichlet([0.3] * 4), rng.dirichlet([0.3] * 4)) for _ in range(30)]:
         if not supported(name, np.asarray(p), np.asarray(q), n, sampling):
             continue
         v = verifier_acceptance(name, p, q, n, sampling=sampling).value
@@ -881,10 +944,24 @@ def test_acceptance_in_unit_interval_when_p_sums_to_one_plus_ulp(name, sampling,
 def test_spectr_rho_never_exceeds_the_largest_ratio():
     # sum(p) = 1 - ulp against 1 - (1 - beta)^3 pushed the bisection to rho = 1 + 5.5e-6 > max p/q,
     # where every draft can be rejected: P(accept | drafts) was off by 5.5e-6 on some tuples
-    p = np.array([2.0932284166902602e-16, 0.9999999999999992, 6.157522630051387e-17,
-                  1.7721115853533296e-16, 3.3912694746163864e-16])
-    q = np.array([5.02661073953024e-13, 0.9999999999991571, 4.565623580628854e-14,
-                  1.6196631884727163e-13, 1.3257216571813302e-13])
+    p = np.array(
+        [
+            2.0932284166902602e-16,
+            0.9999999999999992,
+            6.157522630051387e-17,
+            1.7721115853533296e-16,
+            3.3912694746163864e-16,
+        ]
+    )
+    q = np.array(
+        [
+            5.02661073953024e-13,
+            0.9999999999991571,
+            4.565623580628854e-14,
+            1.6196631884727163e-13,
+            1.3257216571813302e-13,
+        ]
+    )
     prepared = VERIFIERS["spectr"].prepare(p, q, 3)
     assert prepared.rho <= np.max(prepared.p / prepared.q)
     law, acc = enumerate_verifier(prepared)  # asserts P(accept | drafts) against the law, per tuple
@@ -906,11 +983,18 @@ def test_cp_inclusion_beyond_float_range_of_e_n():
     assert r.value == pytest.approx(0.5, abs=1e-12)  # uniform p: sum_y pi(y) / V = n / V
 
 
-@pytest.mark.parametrize("sampling, n, V", [
-    ("with_replacement", 30, 2), ("with_replacement", 10**9, 2), ("with_replacement", 2**62, 2),
-    ("with_replacement", 10**9, 1), ("with_replacement", 2**63 - 1, 1),
-    ("without_replacement", 10, 1000), ("conditional_poisson", 500, 1000),
-])
+@pytest.mark.parametrize(
+    "sampling, n, V",
+    [
+        ("with_replacement", 30, 2),
+        ("with_replacement", 10**9, 2),
+        ("with_replacement", 2**62, 2),
+        ("with_replacement", 10**9, 1),
+        ("with_replacement", 2**63 - 1, 1),
+        ("without_replacement", 10, 1000),
+        ("conditional_poisson", 500, 1000),
+    ],
+)
 def test_lp_enumeration_size_is_checked_before_it_is_built(sampling, n, V):
     # 2^(10^9) as a Python int, one tuple of 10^9 drafts (V = 1), or 1000!/990! overflowing int64
     # (then enumerated): rejected at once, also by compare (which skips the LP verifier)

@@ -10,7 +10,8 @@ Two jobs:
    temperature, top-k and top-p on the way. The order is always: temperature, then top-k, then top-p
    (on the top-k renormalised distribution), then one renormalisation computed as a float64 softmax
    over the surviving logits (no ``x / x.sum()`` of a float32 vector).
-2. :func:`sorted_prefix_bound` evaluates the optimal acceptance alpha* (docs/math.md#dual-and-sorting-theorem) for a batch
+2. :func:`sorted_prefix_bound` evaluates the optimal acceptance alpha*
+   (docs/math.md#dual-and-sorting-theorem) for a batch
    of pairs on the tensors' device by one ``torch.sort`` and a few ``cumsum``: sampling with
    replacement for any ``n`` and sequential sampling without replacement for ``n = 2``;
    :func:`greedy_bounds` the closed form for greedy drafts (docs/math.md#greedy-and-hub).
@@ -29,6 +30,7 @@ Tie and boundary conventions
 * **bound order**: tokens sorted by ``q/p`` descending, ``p = 0 < q`` tokens first (key ``+inf``),
   ``q = 0`` tokens last (key ``-inf``), ties kept in index order (``torch.sort(stable=True)``).
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +76,7 @@ def _as_float64_tensor(x, name: str):
             raise TypeError(f"{name} could not be read as a numeric tensor: {exc}") from None
     if x.dtype == torch.bool or x.is_complex() or not x.is_floating_point():
         raise TypeError(
-            f"{name} has dtype {x.dtype}; pass floating-point logits or probabilities "
-            f"(e.g. {name}.float())"
+            f"{name} has dtype {x.dtype}; pass floating-point logits or probabilities (e.g. {name}.float())"
         )
     if x.ndim not in (1, 2):
         raise ValueError(f"{name} must have shape (V,) or (B, V); got shape {tuple(x.shape)}")
@@ -99,8 +100,10 @@ def _check_probs(x, name: str, normalize: bool):
         )
     sums = x.sum(dim=-1, keepdim=True)
     if not bool(torch.isfinite(sums).all()):
-        raise ValueError(f"{name} has a row whose sum overflows float64; rescale it (e.g. divide by "
-                         f"its maximum) before passing it")
+        raise ValueError(
+            f"{name} has a row whose sum overflows float64; rescale it (e.g. divide by "
+            f"its maximum) before passing it"
+        )
     if bool((sums <= 0).any()):
         raise ValueError(f"{name} has a row with total mass 0; a distribution needs positive mass")
     if normalize:
@@ -115,8 +118,9 @@ def _check_probs(x, name: str, normalize: bool):
     return x
 
 
-def to_distribution(x, *, kind: str = "logits", temperature: float = 1.0, top_k=None, top_p=None,
-                    normalize: bool = False):
+def to_distribution(
+    x, *, kind: str = "logits", temperature: float = 1.0, top_k=None, top_p=None, normalize: bool = False
+):
     r"""Logits or probabilities -> validated float64 probabilities (temperature, top-k, top-p).
 
     .. math:: \pi_T(y) \propto \exp(z_y / T)\,[y \in \text{top-}k]\,[y \in \text{top-}p]
@@ -203,8 +207,9 @@ def to_distribution(x, *, kind: str = "logits", temperature: float = 1.0, top_k=
         prob = torch.softmax(z, dim=-1)
         sorted_p, order = torch.sort(prob, dim=-1, descending=True, stable=True)
         # mass strictly before each rank, as a running sum of the earlier entries (no subtraction)
-        before = torch.cat([torch.zeros_like(sorted_p[..., :1]), torch.cumsum(sorted_p, -1)[..., :-1]],
-                           dim=-1)
+        before = torch.cat(
+            [torch.zeros_like(sorted_p[..., :1]), torch.cumsum(sorted_p, -1)[..., :-1]], dim=-1
+        )
         drop_sorted = before >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         z = z.masked_fill(drop, -math.inf)
@@ -257,8 +262,9 @@ def sorted_prefix_order(p, q):
     return torch.sort(key, dim=-1, descending=True, stable=True).indices
 
 
-def sorted_prefix_bound(p, q, n: int, sampling: str = "with_replacement", *,
-                        normalize: bool = False) -> BatchBound:
+def sorted_prefix_bound(
+    p, q, n: int, sampling: str = "with_replacement", *, normalize: bool = False
+) -> BatchBound:
     r"""Optimal acceptance alpha* for a batch of (p, q) pairs by the sorted-prefix scan, in torch.
 
     .. math::
@@ -361,8 +367,9 @@ def _scan(pt, qt, order, ns, sampling):
                 # is evaluated as q_b * (R_k / (1 - q_b)), a ratio <= 1 while b is in H_k.
                 big = others < 0.25
                 small = ~big & (qs > 0)
-                term = torch.where(small, qs / torch.where(small, others, torch.ones_like(others)),
-                                   torch.zeros_like(qs))
+                term = torch.where(
+                    small, qs / torch.where(small, others, torch.ones_like(others)), torch.zeros_like(qs)
+                )
                 S = _prefix_sums(term)
                 has_big = big.any(-1, keepdim=True)
                 rank_b = torch.argmax(big.to(torch.int8), -1, keepdim=True)
@@ -399,7 +406,9 @@ def _recheck(ps, qs, k, n, sampling, value):
         total = qs.sum(-1, keepdim=True)
         rest = total - qs
         top = torch.argmax(qs, -1, keepdim=True)
-        rest_top = torch.where(torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs).sum(-1)
+        rest_top = torch.where(
+            torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs
+        ).sum(-1)
         rest = rest.scatter(-1, top, rest_top.unsqueeze(-1))
         safe = inside & (qs > 0)
         # R / (1 - q_i) <= 1 inside H, so q_i (R / (1 - q_i)) cannot overflow
@@ -421,8 +430,10 @@ def _prepare(p, q, ns, sampling, normalize):
     require_torch()
     ns = [check_n(n) for n in ns]
     if sampling not in SAMPLINGS:
-        raise ValueError(f"unknown sampling {sampling!r} for the torch backend; choose one of "
-                         f"{list(SAMPLINGS)} (others: use mdsd_ot.optimal_acceptance)")
+        raise ValueError(
+            f"unknown sampling {sampling!r} for the torch backend; choose one of "
+            f"{list(SAMPLINGS)} (others: use mdsd_ot.optimal_acceptance)"
+        )
     if sampling == "without_replacement" and max(ns) > 2:
         raise ValueError(
             "the torch backend evaluates sequential without-replacement sampling for n <= 2 only; "
@@ -431,8 +442,7 @@ def _prepare(p, q, ns, sampling, normalize):
     pt = _as_float64_tensor(p, "p")
     qt = _as_float64_tensor(q, "q")
     if pt.shape != qt.shape:
-        raise ValueError(f"p and q must have the same shape; got p {tuple(pt.shape)} and "
-                         f"q {tuple(qt.shape)}")
+        raise ValueError(f"p and q must have the same shape; got p {tuple(pt.shape)} and q {tuple(qt.shape)}")
     if pt.device != qt.device:
         raise ValueError(f"p and q must be on the same device; got {pt.device} and {qt.device}")
     squeeze = pt.ndim == 1
@@ -495,8 +505,7 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
     pt, qt, ns, squeeze = _prepare(p, q, list(ns), "with_replacement", normalize)
     need = max(ns)
     if bool(((qt > 0).sum(-1) < need).any()):
-        raise ValueError(f"greedy drafts with n = {need} need at least {need} tokens with q > 0 "
-                         f"in every row")
+        raise ValueError(f"greedy drafts with n = {need} need at least {need} tokens with q > 0 in every row")
     same = (pt == qt).all(-1)
     qs, order = torch.sort(qt, dim=-1, descending=True, stable=True)
     ps = torch.gather(pt, -1, order)

@@ -1,10 +1,11 @@
 """Arguments and input loading shared by ``mdsd-ot bound`` and ``mdsd-ot compare``."""
+
 from __future__ import annotations
 
 from ..drafts import SCHEMES
 
 INPUT_HELP = (
-    "file with p and q (.npz with arrays p and q; .json object {\"p\": [...], \"q\": [...]} or [[p], [q]]; "
+    'file with p and q (.npz with arrays p and q; .json object {"p": [...], "q": [...]} or [[p], [q]]; '
     ".npy of shape (2, V); text with two lines), or two files, one distribution each "
     "(.npy, .json list, or text of numbers separated by spaces/commas)"
 )

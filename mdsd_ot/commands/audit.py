@@ -8,6 +8,7 @@ Exit status: 0 when the audit finds no evidence of bias at ``--level``, 1 when i
 biased (not lossless), 2 for bad arguments or inputs, or when the verifier raises or returns something
 that is not a token (one line on stderr).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,33 +25,58 @@ HELP = "audit a verifier verify(p, q, drafts, rng) -> token: is its output law e
 def add_arguments(parser):
     from ..audit import DEFAULT_MAX_TUPLES, DEFAULT_TRIALS
 
-    parser.add_argument("target", metavar="TARGET",
-                        help="module:function, path/to/file.py:function, or a registry verifier name")
+    parser.add_argument(
+        "target",
+        metavar="TARGET",
+        help="module:function, path/to/file.py:function, or a registry verifier name",
+    )
     parser.add_argument("inputs", nargs="*", metavar="FILE", help=INPUT_HELP + "; or use --p and --q")
     parser.add_argument("--p", default=None, help="target distribution inline, e.g. 0.5,0.3,0.2,0")
     parser.add_argument("--q", default=None, help="draft distribution inline, e.g. 0.1,0.2,0.3,0.4")
     parser.add_argument("--n", type=int, default=2, help="number of drafts")
-    parser.add_argument("--sampling", default=None,
-                        help="draft scheme the verifier assumes (default: a registry verifier's own "
-                             "scheme, else with_replacement)")
-    parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS,
-                        help="stratified sample size; tuple t runs max(min-runs, ceil(trials * P(t))) times")
+    parser.add_argument(
+        "--sampling",
+        default=None,
+        help="draft scheme the verifier assumes (default: a registry verifier's own "
+        "scheme, else with_replacement)",
+    )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help="stratified sample size; tuple t runs max(min-runs, ceil(trials * P(t))) times",
+    )
     parser.add_argument("--min-runs", type=int, default=10, help="fewest runs per draft tuple")
-    parser.add_argument("--level", type=float, default=0.01,
-                        help="significance level of the verdict; the TV upper bound holds with "
-                             "confidence 1 - level")
+    parser.add_argument(
+        "--level",
+        type=float,
+        default=0.01,
+        help="significance level of the verdict; the TV upper bound holds with confidence 1 - level",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-tuple generators")
-    parser.add_argument("--backend", choices=("numpy", "torch"), default="numpy",
-                        help="what verify receives: numpy arrays and a numpy Generator, or torch "
-                             "tensors and a torch.Generator")
-    parser.add_argument("--reference", default="auto",
-                        help="registry verifier the draft tuples are compared with to locate a bias "
-                             "('auto': the library's verifier of the scheme; 'none': skip)")
+    parser.add_argument(
+        "--backend",
+        choices=("numpy", "torch"),
+        default="numpy",
+        help="what verify receives: numpy arrays and a numpy Generator, or torch "
+        "tensors and a torch.Generator",
+    )
+    parser.add_argument(
+        "--reference",
+        default="auto",
+        help="registry verifier the draft tuples are compared with to locate a bias "
+        "('auto': the library's verifier of the scheme; 'none': skip)",
+    )
     parser.add_argument("--top", type=int, default=5, help="draft tuples to list")
-    parser.add_argument("--max-tuples", type=int, default=DEFAULT_MAX_TUPLES,
-                        help="largest number of draft tuples to enumerate")
-    parser.add_argument("--normalize", action="store_true",
-                        help="rescale p and q to sum to one instead of rejecting them")
+    parser.add_argument(
+        "--max-tuples",
+        type=int,
+        default=DEFAULT_MAX_TUPLES,
+        help="largest number of draft tuples to enumerate",
+    )
+    parser.add_argument(
+        "--normalize", action="store_true", help="rescale p and q to sum to one instead of rejecting them"
+    )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
@@ -76,8 +102,10 @@ def load_callable(spec: str):
         from ..verifiers import ALIASES, VERIFIERS
 
         if spec not in VERIFIERS and spec not in ALIASES:
-            raise ValueError(f"TARGET {spec!r} is neither module:function nor a registry verifier "
-                             f"({', '.join(sorted([*VERIFIERS, *ALIASES]))})")
+            raise ValueError(
+                f"TARGET {spec!r} is neither module:function nor a registry verifier "
+                f"({', '.join(sorted([*VERIFIERS, *ALIASES]))})"
+            )
         return registry_verify(spec)
     where, attr = spec.rsplit(":", 1)
     try:
@@ -125,10 +153,22 @@ def run(args) -> int:
     sampling = args.sampling or getattr(verify, "default_sampling", None) or "with_replacement"
     reference = None if args.reference.strip().lower() == "none" else args.reference
     try:
-        result = audit(verify, p, q, args.n, sampling=sampling, trials=args.trials,
-                       min_runs=args.min_runs, level=args.level, seed=args.seed, backend=args.backend,
-                       max_tuples=args.max_tuples, top=args.top, reference=reference,
-                       normalize=args.normalize)
+        result = audit(
+            verify,
+            p,
+            q,
+            args.n,
+            sampling=sampling,
+            trials=args.trials,
+            min_runs=args.min_runs,
+            level=args.level,
+            seed=args.seed,
+            backend=args.backend,
+            max_tuples=args.max_tuples,
+            top=args.top,
+            reference=reference,
+            normalize=args.normalize,
+        )
     except VerifierError as exc:
         raise ValueError(f"{args.target}: {exc}") from exc
     print(json.dumps(result.to_dict()) if args.json else str(result))

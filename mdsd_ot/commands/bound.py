@@ -1,4 +1,5 @@
 """``mdsd-ot bound``: the optimal acceptance rate alpha* for a target/draft pair read from files."""
+
 from __future__ import annotations
 
 import json

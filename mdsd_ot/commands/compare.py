@@ -1,4 +1,5 @@
 """``mdsd-ot compare``: published verifiers against the optimal acceptance of their draft scheme."""
+
 from __future__ import annotations
 
 from ._inputs import add_input_arguments, load_inputs

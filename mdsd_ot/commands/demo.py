@@ -8,6 +8,7 @@ Progress goes to stderr (a tqdm bar on a terminal, else a line per tenth); metho
 for a chosen n (e.g. ``--n 99``: fewer than 99 tokens of positive q) are named on stderr with the
 reason, and left out of the tables.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,15 +18,26 @@ HELP = "offline demo on bundled real Qwen2.5-Coder distributions: bounds vs veri
 
 
 def add_arguments(parser):
-    parser.add_argument("--out", default="mdsd_ot_demo",
-                        help="folder for the plot and tables (default: ./mdsd_ot_demo)")
-    parser.add_argument("--temperatures", default="0.3,0.7,1.0",
-                        help="comma-separated, among the captured ones: 0.3, 0.5, 0.7, 1.0")
+    parser.add_argument(
+        "--out", default="mdsd_ot_demo", help="folder for the plot and tables (default: ./mdsd_ot_demo)"
+    )
+    parser.add_argument(
+        "--temperatures",
+        default="0.3,0.7,1.0",
+        help="comma-separated, among the captured ones: 0.3, 0.5, 0.7, 1.0",
+    )
     parser.add_argument("--n", default="2,3,4", help="numbers of drafts (>= 1), comma-separated")
-    parser.add_argument("--positions", type=int, default=150,
-                        help="number of positions, spread evenly over the sample (default 150)")
-    parser.add_argument("--verifiers", default="naive,rrs,spectr,rrs_without_replacement,greedy,"
-                        "spechub", help="comma-separated verifier names ('' for none)")
+    parser.add_argument(
+        "--positions",
+        type=int,
+        default=150,
+        help="number of positions, spread evenly over the sample (default 150)",
+    )
+    parser.add_argument(
+        "--verifiers",
+        default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub",
+        help="comma-separated verifier names ('' for none)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="print the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
 
@@ -53,8 +65,12 @@ class _Progress:
             self.bar.update(1)
         elif self.done >= self.next_line * self.total or self.done == self.total:
             self.next_line = (int(10 * self.done / self.total) + 1) / 10
-            print(f"mdsd-ot demo: {self.done}/{self.total} (position, temperature) pairs, "
-                  f"{time.time() - self.t0:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"mdsd-ot demo: {self.done}/{self.total} (position, temperature) pairs, "
+                f"{time.time() - self.t0:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -68,14 +84,16 @@ def _failures(rows) -> list:
         for key, why in (r.get("errors") or {}).items():
             count, first = seen.get(key, (0, why))
             seen[key] = (count + 1, first)
-    return [f"{key} at {count} of {len(rows)} (position, temperature) pairs; first reason: "
-            f"{' '.join(str(why).split())}" for key, (count, why) in seen.items()]
+    return [
+        f"{key} at {count} of {len(rows)} (position, temperature) pairs; first reason: "
+        f"{' '.join(str(why).split())}"
+        for key, (count, why) in seen.items()
+    ]
 
 
 def run(args) -> int:
     import json
     from pathlib import Path
-
 
     from ..sample import load_sample, sample_metadata
     from ..study import SCHEMES, StudyConfig, evaluate_rows, format_table, summarize
@@ -84,9 +102,11 @@ def run(args) -> int:
 
     t0 = time.time()
     # the study's own checks (n >= 1, finite temperatures > 0, verifier names); aliases first
-    config = StudyConfig(temperatures=_floats(args.temperatures), ns=_ints(args.n),
-                         verifiers=list(dict.fromkeys(get_verifier(v).name
-                                                      for v in _names(args.verifiers)))).validate()
+    config = StudyConfig(
+        temperatures=_floats(args.temperatures),
+        ns=_ints(args.n),
+        verifiers=list(dict.fromkeys(get_verifier(v).name for v in _names(args.verifiers))),
+    ).validate()
     temps, ns, verifiers = config.temperatures, config.ns, config.verifiers
     if args.positions < 1:
         raise ValueError(f"--positions must be >= 1, got {args.positions}")
@@ -100,9 +120,16 @@ def run(args) -> int:
     progress = _Progress(len(todo), enabled=not args.no_progress)
     try:
         for r in todo:
-            vals = evaluate_rows(r.p[None, :], r.q[None, :], ns=ns, schemes=list(SCHEMES),
-                                 verifiers=verifiers, backend="numpy", seed=r.position,
-                                 positions=[0])[0]
+            vals = evaluate_rows(
+                r.p[None, :],
+                r.q[None, :],
+                ns=ns,
+                schemes=list(SCHEMES),
+                verifiers=verifiers,
+                backend="numpy",
+                seed=r.position,
+                positions=[0],
+            )[0]
             rows.append({"record": r.problem, "pos": r.position, "T": r.temperature, **vals})
             progress.update()
     finally:
@@ -112,13 +139,23 @@ def run(args) -> int:
     if not table:
         raise ValueError("no method could run for these options: " + "; ".join(failures))
     elapsed = time.time() - t0
-    head = (f"mdsd-ot demo: {len(chosen)} positions x {len(temps)} temperatures of real "
-            f"{meta['target']} (target) / {meta['draft']} (draft) distributions on HumanEval\n"
-            f"(compact form: top-{meta['top_k']} union + tail token; see mdsd_ot.sample). "
-            f"Mean acceptance, 95% intervals clustered by problem.")
-    text = "\n".join([head, "", format_table(table), "",
-                      "Gap = bound of the verifier's own draft scheme - its acceptance:", "",
-                      format_table(table, kind="gap")])
+    head = (
+        f"mdsd-ot demo: {len(chosen)} positions x {len(temps)} temperatures of real "
+        f"{meta['target']} (target) / {meta['draft']} (draft) distributions on HumanEval\n"
+        f"(compact form: top-{meta['top_k']} union + tail token; see mdsd_ot.sample). "
+        f"Mean acceptance, 95% intervals clustered by problem."
+    )
+    text = "\n".join(
+        [
+            head,
+            "",
+            format_table(table),
+            "",
+            "Gap = bound of the verifier's own draft scheme - its acceptance:",
+            "",
+            format_table(table, kind="gap"),
+        ]
+    )
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,8 +169,10 @@ def run(args) -> int:
         try:
             files = plot_families(table, out)
         except ImportError:
-            print(f"\nmatplotlib is not installed: plot skipped (pip install matplotlib, or the "
-                  f"'plot' extra); tables in {out}")
+            print(
+                f"\nmatplotlib is not installed: plot skipped (pip install matplotlib, or the "
+                f"'plot' extra); tables in {out}"
+            )
         else:
             print("\nplots: " + ", ".join(str(f) for f in files.values()))
     if failures:

@@ -1,4 +1,5 @@
 """``mdsd-ot merge``: combine study folders (shards, resumed runs) into one report."""
+
 from __future__ import annotations
 
 HELP = "merge study shard folders into one folder with summary tables and plots"

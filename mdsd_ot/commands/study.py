@@ -1,4 +1,5 @@
 """``mdsd-ot study``: bounds and verifiers on (p, q) pairs from a real target/draft pair of LMs."""
+
 from __future__ import annotations
 
 import sys
@@ -29,23 +30,40 @@ def add_arguments(parser):
     parser.add_argument("--target", required=True, help="target model: local folder or hub name")
     parser.add_argument("--draft", required=True, help="draft model: local folder or hub name")
     parser.add_argument("--tokenizer", default=None, help="tokenizer source (default: --target)")
-    parser.add_argument("--prompts", default="humaneval",
-                        help="'humaneval', a .jsonl file (prompt[/completion] or *_ids fields) "
-                             "or a text file with one prompt per line (default: humaneval)")
+    parser.add_argument(
+        "--prompts",
+        default="humaneval",
+        help="'humaneval', a .jsonl file (prompt[/completion] or *_ids fields) "
+        "or a text file with one prompt per line (default: humaneval)",
+    )
     parser.add_argument("--out", default="study_out", help="study folder (default: study_out)")
     parser.add_argument("--temperatures", default="0.3,0.5,0.7,1.0", help="comma-separated")
     parser.add_argument("--n", default="2,3,4", help="numbers of drafts, comma-separated")
-    parser.add_argument("--schemes", default="with_replacement,without_replacement,greedy",
-                        help="bounds to evaluate, comma-separated")
-    parser.add_argument("--verifiers", default="naive,rrs,spectr,rrs_without_replacement,greedy,"
-                        "spechub", help="verifier names, comma-separated ('' for none)")
+    parser.add_argument(
+        "--schemes",
+        default="with_replacement,without_replacement,greedy",
+        help="bounds to evaluate, comma-separated",
+    )
+    parser.add_argument(
+        "--verifiers",
+        default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub",
+        help="verifier names, comma-separated ('' for none)",
+    )
     parser.add_argument("--top-k", type=int, default=None, help="top-k truncation of p and q")
     parser.add_argument("--top-p", type=float, default=None, help="top-p truncation of p and q")
     parser.add_argument("--max-records", type=int, default=None, help="first K prompts only")
-    parser.add_argument("--max-positions-per-record", type=int, default=None,
-                        help="first M continuation positions of each prompt only")
-    parser.add_argument("--continuation", choices=("given", "sample"), default="given",
-                        help="teacher-force the given continuations or sample them from the target")
+    parser.add_argument(
+        "--max-positions-per-record",
+        type=int,
+        default=None,
+        help="first M continuation positions of each prompt only",
+    )
+    parser.add_argument(
+        "--continuation",
+        choices=("given", "sample"),
+        default="given",
+        help="teacher-force the given continuations or sample them from the target",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--sample-temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -53,27 +71,49 @@ def add_arguments(parser):
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
     parser.add_argument("--bound-backend", choices=("auto", "numpy", "torch"), default="auto")
-    parser.add_argument("--every", default="",
-                        help="evaluate expensive methods at every K-th position only, e.g. "
-                             "'bound:without_replacement@3=8,verifier:rrs_without_replacement=4'")
-    parser.add_argument("--mc-samples", type=int, default=None,
-                        help="Monte Carlo draft tuples for verifiers without an exact form")
+    parser.add_argument(
+        "--every",
+        default="",
+        help="evaluate expensive methods at every K-th position only, e.g. "
+        "'bound:without_replacement@3=8,verifier:rrs_without_replacement=4'",
+    )
+    parser.add_argument(
+        "--mc-samples",
+        type=int,
+        default=None,
+        help="Monte Carlo draft tuples for verifiers without an exact form",
+    )
     parser.add_argument("--shard", default=None, help="i/N: process every N-th prompt from i")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args) -> int:
     from .. import _store
-    from ..study import (StudyConfig, load_models, load_prompts, open_study, remaining_records,
-                         run_study, study_identity)
+    from ..study import (
+        StudyConfig,
+        load_models,
+        load_prompts,
+        open_study,
+        remaining_records,
+        run_study,
+        study_identity,
+    )
 
     config = StudyConfig(
-        temperatures=_floats(args.temperatures), ns=_ints(args.n), schemes=_names(args.schemes),
-        verifiers=_names(args.verifiers), top_k=args.top_k, top_p=args.top_p,
-        max_records=args.max_records, max_positions_per_record=args.max_positions_per_record,
-        continuation=args.continuation, max_new_tokens=args.max_new_tokens,
-        sample_temperature=args.sample_temperature, seed=args.seed,
-        bound_backend=args.bound_backend, every=args.every,
+        temperatures=_floats(args.temperatures),
+        ns=_ints(args.n),
+        schemes=_names(args.schemes),
+        verifiers=_names(args.verifiers),
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_records=args.max_records,
+        max_positions_per_record=args.max_positions_per_record,
+        continuation=args.continuation,
+        max_new_tokens=args.max_new_tokens,
+        sample_temperature=args.sample_temperature,
+        seed=args.seed,
+        bound_backend=args.bound_backend,
+        every=args.every,
         mc_samples=args.mc_samples,
     ).validate()
     records = load_prompts(args.prompts)
@@ -81,25 +121,46 @@ def run(args) -> int:
     with _store.one_line_warnings("mdsd-ot study"):
         # identity (model files hashed), lock and integrity check all come before the models load
         recorded = _store.peek_config(args.out)
-        identity = study_identity(config, records, target=args.target, draft=args.draft,
-                                  tokenizer=args.tokenizer, dtype=args.dtype, prompts=args.prompts,
-                                  previous=(recorded or {}).get("identity"))
-        meta = {"target": args.target, "draft": args.draft, "tokenizer": args.tokenizer,
-                "prompts": str(args.prompts), "device": args.device, "argv": sys.argv}
-        with open_study(args.out, config, records, identity=identity, shard=args.shard,
-                        meta=meta) as folder:
+        identity = study_identity(
+            config,
+            records,
+            target=args.target,
+            draft=args.draft,
+            tokenizer=args.tokenizer,
+            dtype=args.dtype,
+            prompts=args.prompts,
+            previous=(recorded or {}).get("identity"),
+        )
+        meta = {
+            "target": args.target,
+            "draft": args.draft,
+            "tokenizer": args.tokenizer,
+            "prompts": str(args.prompts),
+            "device": args.device,
+            "argv": sys.argv,
+        }
+        with open_study(args.out, config, records, identity=identity, shard=args.shard, meta=meta) as folder:
             mine, todo = remaining_records(folder, records, config)
             if len(todo) < len(mine):
-                print(f"resuming {folder.path}: {len(mine) - len(todo)} of {len(mine)} prompts "
-                      f"already finished, {len(todo)} to compute", file=sys.stderr)
+                print(
+                    f"resuming {folder.path}: {len(mine) - len(todo)} of {len(mine)} prompts "
+                    f"already finished, {len(todo)} to compute",
+                    file=sys.stderr,
+                )
             target = draft = tok = None
             if todo:
-                target, draft, tok = load_models(args.target, args.draft, device=args.device,
-                                                 tokenizer=args.tokenizer, dtype=args.dtype,
-                                                 threads=args.threads)
+                target, draft, tok = load_models(
+                    args.target,
+                    args.draft,
+                    device=args.device,
+                    tokenizer=args.tokenizer,
+                    dtype=args.dtype,
+                    threads=args.threads,
+                )
                 print(f"loaded models in {time.time() - t0:.1f} s", file=sys.stderr)
-            out = run_study(target, draft, records, folder, config, tokenizer=tok,
-                            progress=not args.no_progress)
+            out = run_study(
+                target, draft, records, folder, config, tokenizer=tok, progress=not args.no_progress
+            )
     print(f"study written to {out} in {time.time() - t0:.1f} s")
     if args.shard is None and (out / "summary.md").exists():
         print((out / "summary.md").read_text())

@@ -17,6 +17,7 @@ name                         draft scheme            method
 :func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (closed forms of docs/math.md
 section 5) or by Monte Carlo with a standard error.
 """
+
 from __future__ import annotations
 
 import numbers

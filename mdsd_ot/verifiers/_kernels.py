@@ -3,6 +3,7 @@
 Every kernel is ``@njit(cache=True)`` with int64 indices and has a slow pure-numpy twin (suffix
 ``_slow``) that the tests use as the oracle. Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as Python.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,10 +14,17 @@ from numba import njit
 from .._kernels import logaddexp, neumaier_add
 
 __all__ = [
-    "rsd2_rejection", "rsd2_rejection_slow",
-    "rsd_path_tables", "rsd_path_mc", "rsd_path_value", "rsd_path_value_slow",
-    "rsd_mc_accept", "rsd_mc_accept_slow",
-    "sequential_draft_mass", "cp_inclusion", "cp_inclusion_slow",
+    "rsd2_rejection",
+    "rsd2_rejection_slow",
+    "rsd_path_tables",
+    "rsd_path_mc",
+    "rsd_path_value",
+    "rsd_path_value_slow",
+    "rsd_mc_accept",
+    "rsd_mc_accept_slow",
+    "sequential_draft_mass",
+    "cp_inclusion",
+    "cp_inclusion_slow",
 ]
 
 
@@ -622,6 +630,7 @@ def cp_inclusion(x, n):
 
 def cp_inclusion_slow(x, n):
     """Pure-numpy twin of :func:`cp_inclusion`: ``e_{n-1}`` recomputed without each token, O(n V^2)."""
+
     def e(v, k):
         t = np.zeros(k + 1)
         t[0] = 1.0

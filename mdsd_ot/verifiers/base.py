@@ -19,6 +19,7 @@ and every normalisation is guarded (a zero residual is a branch of probability z
 draft is accepted when ``u < ratio`` with ``u ~ U[0, 1)``, so a zero-probability token is never
 accepted; every mass "outside a set" is a direct sum over the complement.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,17 @@ from ..drafts import SCHEMES, DraftScheme, get_scheme, top_tokens
 ANY_SCHEME = ("with_replacement",) + tuple(s for s in SCHEMES if s != "with_replacement")
 
 __all__ = [
-    "Verdict", "Verifier", "PreparedVerifier", "residual", "sample_index", "top_k", "sample_drafts_batch",
-    "accept_ratio", "accept_fraction", "unit_interval", "power_exceeds",
+    "Verdict",
+    "Verifier",
+    "PreparedVerifier",
+    "residual",
+    "sample_index",
+    "top_k",
+    "sample_drafts_batch",
+    "accept_ratio",
+    "accept_fraction",
+    "unit_interval",
+    "power_exceeds",
 ]
 
 
@@ -251,7 +261,7 @@ class PreparedVerifier(ABC):
         The draft scheme.
     """
 
-    def __init__(self, verifier: "Verifier", p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme):
+    def __init__(self, verifier: Verifier, p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme):
         self.verifier = verifier
         self.p = p
         self.q = q

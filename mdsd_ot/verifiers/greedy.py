@@ -14,11 +14,20 @@ rejection sample ``R(y) \\propto p(y)`` on ``Top`` and ``(p(y) - q'(y))_+`` else
 which equals the optimal acceptance for the greedy draft law. Complexity O(V) after the top-(n-1)
 selection (O(V log V) with a stable sort).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from .base import accept_ratio, PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index, top_k
+from .base import (
+    PreparedVerifier,
+    Verifier,
+    accept_fraction,
+    accept_ratio,
+    sample_drafts_batch,
+    sample_index,
+    top_k,
+)
 
 __all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
 

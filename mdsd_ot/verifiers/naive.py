@@ -15,6 +15,7 @@ hub drafts; ``q(y) (1 + sum_{x != y} q(x) / (1 - q(x)))`` for two sequential dra
 replacement; ``q(y) e_{n-1}(q_{-y}) / e_n(q)`` for conditional Poisson. Sequential sampling with
 ``n >= 3`` is enumerated for small vocabularies and estimated by Monte Carlo beyond.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +23,14 @@ import numpy as np
 from ..drafts import complement_masses
 from . import _kernels
 from .base import (
-    ANY_SCHEME, PreparedVerifier, Verifier, accept_fraction, power_exceeds, sample_drafts_batch, sample_index, top_k,
+    ANY_SCHEME,
+    PreparedVerifier,
+    Verifier,
+    accept_fraction,
+    power_exceeds,
+    sample_drafts_batch,
+    sample_index,
+    top_k,
     unit_interval,
 )
 

@@ -16,6 +16,7 @@ and columns scaled down to their capacities) and the residual is recomputed from
 is the total projected flow (within ~1e-9 of ``alpha*``). The LP has ``sum_S |S|`` columns: small
 vocabularies only.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -27,6 +27,7 @@ is ``r_k = (p - theta_k q)_+ / E(theta_k)`` with ``E(theta) = sum_y (p_y - theta
 ``theta_1 = 0`` and ``theta_{k+1} = theta_k + E(theta_k) / M_k`` (``M_k`` the q-mass not yet drafted),
 and ``P(all n steps reject) = E[E(theta_{n+1})]`` over the law of the rejected tokens.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +35,7 @@ import numpy as np
 from .._kernels import small_or_jit
 from ..drafts import complement_masses
 from . import _kernels
-from .base import accept_ratio, PreparedVerifier, Verifier, power_exceeds, residual, sample_index
+from .base import PreparedVerifier, Verifier, accept_ratio, power_exceeds, residual, sample_index
 
 __all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK", "MC_MAX_WORK"]
 

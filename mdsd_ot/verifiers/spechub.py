@@ -15,11 +15,12 @@ hub ``a`` with probability ``p(a) / (1 - S)`` and else samples ``(p - q')_+`` on
 Since ``S <= 1 - p(a)``, ``alpha = S + p(a)``: the optimum for the hub draft law (whose set law is the
 greedy law with n = 2). Complexity O(V).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from .base import accept_ratio, PreparedVerifier, Verifier, accept_fraction, sample_drafts_batch, sample_index
+from .base import PreparedVerifier, Verifier, accept_fraction, accept_ratio, sample_drafts_batch, sample_index
 from .greedy import hub_or_greedy_parts
 
 __all__ = ["SpecHubVerifier"]

@@ -22,12 +22,13 @@ While the support ``A = {t > theta}`` does not change, ``E`` is affine, ``E(thet
 and each step multiplies it by ``1 - q(A)``; the support only shrinks, once per distinct ratio, so the
 steps between changes are jumped in closed form: O(V) jumps for any ``n``.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from .._config import RRS_MAX_CHAIN_ENTRIES
-from .base import accept_ratio, PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
+from .base import PreparedVerifier, Verifier, accept_ratio, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecInferVerifier", "rrs_rejection"]
 

@@ -19,13 +19,14 @@ Finding ``rho*``: tokens are sorted once by ``t = p/q``; with prefix sums, ``bet
 O(log V) per evaluation, and the smallest root is bracketed by bisection to machine precision.
 ``1 - beta`` is always the direct sum ``sum_y (q(y) - p(y)/rho)_+``. Complexity O(V log V).
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from .base import PreparedVerifier, accept_ratio, Verifier, residual, sample_drafts_batch, sample_index
+from .base import PreparedVerifier, Verifier, accept_ratio, residual, sample_drafts_batch, sample_index
 
 __all__ = ["SpecTrVerifier", "kseq_rho"]
 
