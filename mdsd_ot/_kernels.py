@@ -596,8 +596,8 @@ def compile_notice(kernel, what: str, seconds: int) -> None:
     on-disk cache makes them load in milliseconds. Said once per process, only when neither this
     process nor the cache has the kernel; ``MDSD_OT_QUIET=1`` silences it.
     """
-    if what in _NOTICED or kernel.signatures or os.environ.get("MDSD_OT_QUIET"):
-        return
+    if what in _NOTICED or getattr(kernel, "signatures", True) or os.environ.get("MDSD_OT_QUIET"):
+        return  # (a plain function under NUMBA_DISABLE_JIT=1 has no signatures: nothing to compile)
     _NOTICED.add(what)
     try:
         cached = os.path.exists(kernel._cache._cache_file._index_path)
@@ -624,9 +624,11 @@ def small_or_jit(kernel, size: int):
     if size > PYTHON_MAX_V:
         return kernel
 
+    body = getattr(kernel, "py_func", kernel)  # under NUMBA_DISABLE_JIT=1 the kernel is the body
+
     def python_body(*args):
         with np.errstate(over="ignore", under="ignore"):
-            return kernel.py_func(*args)
+            return body(*args)
 
     return python_body
 
@@ -877,7 +879,7 @@ def _band_tables(qs, bands, J):
         perm[fill[b]] = i
         fill[b] += 1
         row = fill[b] + b
-        v = math.ldexp(qs[i], b)
+        v = math.ldexp(qs[i], int(b))
         run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
         table[row, 1] = run[b, 1] + comp[b, 1]
         x = v * v
@@ -953,7 +955,9 @@ def _prepare_fast(qs, top, n, refine, r_min):
     for m in range(M):
         s = s_lo + m * h
         node_band[m] = _node_band(s)
-        u = math.exp(s - node_band[m] * _LN2)
+        if node_band[m] == NBANDS:
+            continue  # no small tokens at this node (and u would overflow): coef_u stays unused
+        u = math.exp(s - node_band[m] * _LN2)  # t 2^-b <= SMALL_QT
         uk = 1.0
         for k in range(J + 1):
             for j in range(1, L + 1):

@@ -13,6 +13,8 @@ from mdsd_ot import VERIFIERS, verifier_acceptance
 from mdsd_ot.audit import AuditResult, VerifierError, audit, registry_verify
 from mdsd_ot.cli import main
 
+pytestmark = pytest.mark.slow  # fault injection / fuzzing / statistics: the full lane only
+
 P = np.array([0.5, 0.3, 0.2, 0.0])
 Q = np.array([0.1, 0.2, 0.3, 0.4])
 

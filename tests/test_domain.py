@@ -85,6 +85,7 @@ def test_mixed_magnitudes_every_scheme_against_exact_rationals():
     assert checked >= 150
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 7, 32, 128])
 def test_with_replacement_many_drafts_mixed_magnitudes(n):
     """With replacement, any n: exact rationals (q(H)^n) at magnitudes down to subnormals."""
@@ -184,6 +185,7 @@ def _llm_top5_pair(rng, V):
 @pytest.mark.parametrize(
     "V, seeds", [(1200, range(8)), pytest.param(4000, range(8, 12), marks=pytest.mark.slow)]
 )
+@pytest.mark.slow
 def test_llm_like_top5_target_cold_draft_n3(V, seeds):
     """The LLM-like pairs that were wrong by up to 1.4e-2: top-5 target, T = 0.05 draft, n = 3.
 
@@ -230,6 +232,7 @@ def _verifier_cases(seed, count):
                 yield name, p, q, n, scheme.name
 
 
+@pytest.mark.slow
 def test_every_verifier_is_valid_and_below_its_bound_at_extreme_magnitudes():
     """Masses from 1 to subnormals mixed (1 - q_x subnormal included), every verifier: the exact
     output law summed over every draft tuple equals p to 1e-12, the exact acceptance equals that

@@ -324,6 +324,7 @@ def test_identical_inputs_give_exactly_one(scheme, case):
         assert r.value == 1.0 and r.success
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize("case", ["dirichlet", "tiny", "near_one_hot", "big"])
 def test_torch_identical_inputs_give_exactly_one(case):
@@ -608,6 +609,7 @@ def mp_without_replacement_3(p, q):
         ("dirichlet-1", 50, 4),
     ],
 )
+@pytest.mark.slow
 def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, seed):
     """Sequential n = 3 (quadrature + pruning paths) at V up to 400 against 50-digit arithmetic."""
     if kind == "near_one_hot":

@@ -66,6 +66,7 @@ def test_bound_words_do_not_claim_the_recheck_proves_optimality(pq_files, capsys
     assert "value attained by H, re-checked" in out and "optimal;" not in out
 
 
+@pytest.mark.slow
 def test_version_and_python_dash_m(capsys):
     import mdsd_ot
 

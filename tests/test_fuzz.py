@@ -35,6 +35,8 @@ from mdsd_ot.compare import Comparison, compare
 from mdsd_ot.result import AcceptanceResult
 from mdsd_ot.verifiers import VERIFIERS, VerifierAcceptance, verifier_acceptance
 
+pytestmark = pytest.mark.slow  # fault injection / fuzzing / statistics: the full lane only
+
 try:
     import torch
 

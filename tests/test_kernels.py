@@ -109,6 +109,7 @@ def test_pruned_scan_against_every_prefix(rng):
         assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [0, 1])
 def test_bucketed_scan_equals_full_sort_scan(code, rng):
     """Binning by q/p (no full sort) gives the sorted-prefix maximum, and its mask attains it."""
@@ -131,6 +132,7 @@ def test_bucketed_scan_equals_full_sort_scan(code, rng):
         assert excess == pytest.approx(got, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_small_inputs_compile_no_large_kernel(tmp_path):
     """The README snippet on a fresh installation compiles only a few small kernels: the row-parallel
     batch kernels, the sequential n >= 3 kernels and the scans run as Python at its size (no timing:

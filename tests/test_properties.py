@@ -199,6 +199,7 @@ def problems(draw, schemes=SCHEMES, min_v=1, max_v=6, n_max=3):
 
 
 # ------------------------------------------------------------------------------------ properties
+@pytest.mark.slow
 @FAST
 @given(problems())
 def test_dual_equals_exact_rational_bruteforce(prob):
@@ -278,6 +279,7 @@ def test_monotone_in_n(pair, scheme):
     assert all(b >= a - TOL for a, b in zip(values, values[1:])), values
 
 
+@pytest.mark.slow
 @FAST
 @given(problems(), st.randoms(use_true_random=False))
 def test_permutation_invariance(prob, random):
@@ -309,6 +311,7 @@ def test_without_replacement_dominates_with(pair, n):
     assert wo >= w - TOL
 
 
+@pytest.mark.slow
 @FAST
 @given(problems())
 def test_singleton_bound(prob):
@@ -385,6 +388,7 @@ def test_every_verifier_below_its_bound(pair, n, case):
         assert acc.value >= bound - VALUE_TOL
 
 
+@pytest.mark.slow
 @FAST
 @given(st.integers(1, 6), st.integers(1, 5), st.sampled_from(SCHEMES), st.data())
 def test_batch_equals_loop(V, B, scheme, data):
@@ -428,6 +432,7 @@ _DENORMAL_ATOMS = st.sampled_from([0.0, 5e-324, 1e-310, 1e-300, 1e-200, 1e-12, 0
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+@pytest.mark.slow
 @given(st.integers(1, 6), st.sampled_from(SCHEMES), st.integers(1, 4), st.data())
 def test_denormal_and_tiny_masses_against_exact_oracle(V, scheme, n, data):
     """Entries from {0, 5e-324, 1e-310, 1e-300, 1e-200, 1e-12, ...}: single and batch values equal

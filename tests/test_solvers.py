@@ -29,6 +29,7 @@ def instances(scheme, count, seed):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_all_exact_methods_agree(scheme):
     """200 seeded instances per scheme (V 2..8, n 1..4, zeros, p == q, disjoint, one-hot)."""
@@ -78,6 +79,7 @@ def test_math_table(p, q, n, with_, without, greedy):
         assert optimal_acceptance(p, q, n, sampling="hub").value == pytest.approx(greedy, abs=5e-7)
 
 
+@pytest.mark.slow
 def test_invariants(rng):
     """docs/math.md#test-facts: n = 1 is 1 - TV; p == q gives 1; monotone in n; permutation invariant;
     singleton bound; without >= with replacement."""

@@ -92,6 +92,7 @@ def _logits(model, ids):
 # ------------------------------------------------------------------------------------ the tests
 
 
+@pytest.mark.slow
 def test_run_study_values_match_independent_oracle(models, tmp_path):
     target, draft = models
     recs = _records(3, 4)
@@ -186,6 +187,7 @@ class _Counting:
         return self.model.config
 
 
+@pytest.mark.slow
 def test_resume_after_kill_and_shards_merge(models, tmp_path):
     target, draft = models
     recs = _records(5, 3)

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # fault injection / fuzzing / statistics: the full lane only
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -409,6 +409,7 @@ def test_overflowing_inputs_are_handled():
         assert out.tolist() == expect
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
 def test_prefix_sums_do_not_drift_on_an_adversarial_vocabulary(sampling):
     """One token of mass 1/2, then 2^20 tokens of 0.75 ulp(1/2) each: a plain cumsum rounds every

@@ -871,6 +871,7 @@ def test_rrs_huge_n_is_exact_and_fast(n):
     assert r.value == 1.0
 
 
+@pytest.mark.slow
 def test_rrs_chain_stops_at_its_fixed_point():
     prepared = VERIFIERS["rrs"].prepare([0.5, 0.5], [0.25, 0.75], 10**6)
     law, acc = prepared.output_law(np.zeros(10**6, dtype=np.int64))  # 10^6 drafts of token 0

@@ -14,8 +14,8 @@ name                         draft scheme            method
 ``optimal``                  any (small V)           the LP transport plan, attains alpha*
 ===========================  ======================  ==============================================
 
-:func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (closed forms of docs/math.md
-section 5) or by Monte Carlo with a standard error.
+:func:`verifier_acceptance` evaluates a verifier's acceptance rate exactly (the closed forms of
+docs/math.md#verifiers) or by Monte Carlo with a standard error (docs/math.md#monte-carlo-error).
 """
 
 from __future__ import annotations
