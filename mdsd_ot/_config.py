@@ -76,3 +76,38 @@ MAX_MONTE_CARLO_DRAWS = 20_000_000
 #: Largest number of float64 entries the cached RRS residual chain may hold (chain length times V);
 #: the chain stops growing at its fixed point, so only long non-stationary chains hit it.
 RRS_MAX_CHAIN_ENTRIES = 50_000_000
+
+# -- sequential sampling, fast path (docs/math.md#small-tokens) --------------------------------------
+
+#: A token with q t above this at a quadrature node is "big" (the exact DP); below, its count enters
+#: through the cut logarithmic series, whose terms shrink like (e^SMALL_QT - 1)^j.
+SMALL_QT = 0.05
+
+#: Terms kept of that series: (e^SMALL_QT - 1)^LOG_TERMS = 1.7e-17 of the leading term.
+LOG_TERMS = 13
+
+#: A probability P(N < n) or a node weight below this is dropped: at most 1e-18 of W_n in all.
+SATURATED = 1e-18
+
+#: A clock with q t at least this has rung by t: up to e^-40 = 4e-18 per token.
+CERTAIN_QT = 40.0
+
+#: Power-of-two bands of q for the small tokens' power sums (the last band also holds every smaller q;
+#: its tokens are then treated as big, exactly, at the nodes beyond it).
+NBANDS = 80
+
+# -- binned scan, batches, first calls ----------------------------------------------------------------
+
+#: Most bins of q/p in the binned scan (up to 256 per octave over the occupied range of q/p).
+BIN_BUDGET = 1 << 16
+
+#: Batches with fewer entries (rows x vocabulary) than this run row by row, without the row-parallel
+#: kernels (which take seconds to compile on a first call).
+PARALLEL_MIN_ENTRIES = 1 << 16
+
+#: Up to this vocabulary size the prefix scans run their Python bodies instead of compiling them.
+PYTHON_MAX_V = 256
+
+#: RSD path Monte Carlo: below this undrafted mass (above its inverse for theta) the theta form is left
+#: for explicit residual arrays (theta + E / M would overflow).
+THETA_SAFE = 1e290

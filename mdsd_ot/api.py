@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels, dual, primal
-from ._config import CERT_TOL, QUAD_MAX_REFINE, RECHECK_TOL
+from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL
 from ._validate import check_choice, check_n, check_pair, fingerprint
 from .drafts import get_scheme
 from .result import AcceptanceResult
@@ -179,11 +179,7 @@ def optimal_acceptance_batch(
         out, masks = _kernels.solve_batch(P, Q, n, _kernels.SCHEME_CODES[scheme.name])
     same = (P == Q).all(axis=1)
     out[same] = 1.0  # identical rows: exactly 1, as in optimal_acceptance
-    p_h = (
-        (P * masks).sum(axis=1)
-        if P.size < _kernels.PARALLEL_MIN_ENTRIES
-        else _kernels.masked_row_sums(P, masks)[0]
-    )
+    p_h = (P * masks).sum(axis=1) if P.size < PARALLEL_MIN_ENTRIES else _kernels.masked_row_sums(P, masks)[0]
     check = p_h + 1.0 - scheme.masses(Q, n, masks)
     for b in np.flatnonzero(~same & (np.abs(check - out) > RECHECK_TOL)):
         value, _, diff = _solve_dual_checked(P[b], Q[b], n, scheme)

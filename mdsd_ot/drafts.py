@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._config import ENUMERATION_MAX_TUPLES
+from ._config import ENUMERATION_MAX_TUPLES, PARALLEL_MIN_ENTRIES
 from ._validate import check_choice
 
 __all__ = ["DraftScheme", "SCHEMES", "get_scheme", "complement_masses", "top_tokens"]
@@ -251,7 +251,7 @@ def _with_tuples(q, n):
 def _with_mass_rows(Q, n, masks):
     from . import _kernels
 
-    if Q.size < _kernels.PARALLEL_MIN_ENTRIES:  # no parallel kernel to compile for a small batch
+    if Q.size < PARALLEL_MIN_ENTRIES:  # no parallel kernel to compile for a small batch
         inside, outside = (Q * masks).sum(axis=1), (Q * ~masks).sum(axis=1)
     else:
         inside, outside = _kernels.masked_row_sums(Q, masks)  # row-parallel plain masked sums

@@ -17,8 +17,9 @@ from scipy import stats
 
 from mdsd_ot import optimal_acceptance
 from mdsd_ot._config import LAW_TOL, VALUE_TOL
+from mdsd_ot._kernels import verifiers as _kernels
 from mdsd_ot.drafts import get_scheme
-from mdsd_ot.verifiers import VERIFIERS, VerifierAcceptance, _kernels, get_verifier, verifier_acceptance
+from mdsd_ot.verifiers import VERIFIERS, VerifierAcceptance, get_verifier, verifier_acceptance
 from mdsd_ot.verifiers.rsd import rsd_rejection
 from mdsd_ot.verifiers.spectr import kseq_rho
 

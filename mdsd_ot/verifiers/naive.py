@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._kernels import verifiers as _kernels
 from ..drafts import complement_masses
-from . import _kernels
 from .base import (
     ANY_SCHEME,
     PreparedVerifier,

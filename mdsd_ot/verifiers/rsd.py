@@ -16,10 +16,10 @@ Exact acceptance, in its rejection form (sums of non-negative terms only):
           \\mathrm{Rej}\\bigl(\\mathrm{res}(r, s),\\, s_{-x} / s(\\Sigma \\setminus x),\\, m - 1\\bigr)
 
 and ``alpha = 1 - Rej(p, q, n)``. ``m = 2`` is evaluated in O(V log V) by
-:func:`mdsd_ot.verifiers._kernels.rsd2_rejection`, so ``n = 2`` costs O(V log V) at any vocabulary
+:func:`mdsd_ot._kernels.verifiers.rsd2_rejection`, so ``n = 2`` costs O(V log V) at any vocabulary
 size and ``n >= 3`` costs O(V^(n-2) V log V) (used up to ``EXACT_MAX_WORK``); beyond that the
 acceptance is estimated by Monte Carlo with a standard error
-(:func:`mdsd_ot.verifiers._kernels.rsd_path_mc`: rejection paths sampled from their exact laws,
+(:func:`mdsd_ot._kernels.verifiers.rsd_path_mc`: rejection paths sampled from their exact laws,
 O(samples n (n + log V)) after one sort).
 
 The whole chain is governed by one scalar: with ``t = p/q``, the residual after ``k - 1`` rejections
@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import small_or_jit
+from .._kernels import verifiers as _kernels
 from ..drafts import complement_masses
-from . import _kernels
 from .base import PreparedVerifier, Verifier, accept_ratio, power_exceeds, residual, sample_index
 
 __all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK", "MC_MAX_WORK"]
@@ -146,7 +146,7 @@ class _PreparedRSD(PreparedVerifier):
         """Unbiased per-sample acceptance estimates along sampled rejection paths.
 
         Each sample draws the ``n - 1`` rejected tokens from their exact conditional laws and
-        returns ``1 - E(theta_{n+1})`` (see :mod:`mdsd_ot.verifiers._kernels`); every step costs
+        returns ``1 - E(theta_{n+1})`` (see :mod:`mdsd_ot._kernels.verifiers`); every step costs
         O(n + log V) after one O(V log V) sort, and the variance is far below that of sampling draft
         tuples. The numba generator is seeded from ``rng``.
         """

@@ -1,4 +1,4 @@
-"""Numba kernels of the verifiers (the only numba code of :mod:`mdsd_ot.verifiers`).
+"""Kernels of the verifiers: RSD for n = 2 in O(V log V), RSD rejection paths, naive inclusion probabilities.
 
 Every kernel is ``@njit(cache=True)`` with int64 indices and has a slow pure-numpy twin (suffix
 ``_slow``) that the tests use as the oracle. Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as Python.
@@ -11,7 +11,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .._kernels import logaddexp, neumaier_add
+from .._config import THETA_SAFE
+from .common import logaddexp, neumaier_add
 
 __all__ = [
     "rsd2_rejection",
@@ -387,11 +388,6 @@ def _draw_rejected(t, ps, qs, Pa, Qa, atoms, drawn, nd, theta, theta_next):
     return last
 
 
-#: Below this undrafted q-mass (or above this theta) the theta form is left for explicit residuals:
-#: ``theta + E / M`` would overflow (M subnormal), while ``q / M`` stays a proper distribution.
-_THETA_SAFE = 1e290
-
-
 @njit(cache=True)
 def _explicit_rejection(ps, qs, drawn, nd, theta, e, mass, steps):
     """``E(theta_{n+1})`` from the current state, with the residuals as explicit arrays: O(V) a step.
@@ -462,7 +458,7 @@ def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
         nd = 0
         explicit = False
         for k in range(n - 1):
-            if e > 0.0 and (mass < 1.0 / _THETA_SAFE or theta > _THETA_SAFE):
+            if e > 0.0 and (mass < 1.0 / THETA_SAFE or theta > THETA_SAFE):
                 e = _explicit_rejection(ps, qs, drawn, nd, theta, e, mass, n - k)
                 explicit = True
                 break
@@ -481,7 +477,7 @@ def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
             theta = theta_next
             e = e_next
         if not explicit and e > 0.0 and mass > 0.0:
-            if mass < 1.0 / _THETA_SAFE or theta > _THETA_SAFE:
+            if mass < 1.0 / THETA_SAFE or theta > THETA_SAFE:
                 e = _explicit_rejection(ps, qs, drawn, nd, theta, e, mass, 1)
             else:
                 e = _excess(t, Ps, Qs, theta + e / mass)

@@ -1,0 +1,80 @@
+"""Numba kernels, by algorithm family (the only place numba is imported):
+
+* :mod:`.common` -- compensated running sums (Neumaier) and ``logaddexp``;
+* :mod:`.scans` -- sorted-prefix scans of the dual: with replacement, sequential n = 2, conditional
+  Poisson, the token order, and the binned scan that needs no full sort;
+* :mod:`.sequential` -- sequential sampling with any n: the exponential-clock quadrature, its fast
+  path, the pruned scan over prefixes, and the independent evaluation used for re-checks;
+* :mod:`.verifiers` -- the verifiers' kernels (RSD, naive inclusion probabilities);
+* :mod:`.dispatch` -- which kernel runs (by scheme code, in Python), row-parallel batches, and the
+  Python bodies used for small inputs.
+
+Kernels take contiguous float64 arrays and use int64 indices; each has a slow reference in the
+tests (``tests/oracles.py``, or the plain DP :func:`sequential_masses`). Thresholds live in
+:mod:`mdsd_ot._config`.
+"""
+
+from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums
+from .dispatch import (
+    compile_notice,
+    masked_row_sums,
+    small_or_jit,
+    solve_batch,
+    solve_sorted,
+)
+from .scans import (
+    SCHEME_CODES,
+    break_ties_by_index,
+    bucketed_scan,
+    complement_masses_kernel,
+    log_esp_prefix,
+    log_esp_suffix_table,
+    order_keys,
+    power_of_mass,
+    scan_conditional_poisson,
+    scan_with_replacement,
+    scan_without_replacement_2,
+)
+from .sequential import (
+    candidate_prefixes,
+    quad_grid,
+    scan_without_replacement,
+    sequential_mass_check,
+    sequential_masses,
+    sequential_masses_fast,
+    series_coefficients,
+    series_length,
+    without_replacement_bounds,
+)
+
+__all__ = [
+    "SCHEME_CODES",
+    "break_ties_by_index",
+    "bucketed_scan",
+    "candidate_prefixes",
+    "compile_notice",
+    "complement_masses_kernel",
+    "log_esp_prefix",
+    "log_esp_suffix_table",
+    "logaddexp",
+    "masked_row_sums",
+    "neumaier_add",
+    "order_keys",
+    "power_of_mass",
+    "prefix_sums",
+    "quad_grid",
+    "scan_conditional_poisson",
+    "scan_with_replacement",
+    "scan_without_replacement",
+    "scan_without_replacement_2",
+    "sequential_mass_check",
+    "sequential_masses",
+    "sequential_masses_fast",
+    "series_coefficients",
+    "series_length",
+    "small_or_jit",
+    "solve_batch",
+    "solve_sorted",
+    "suffix_sums",
+    "without_replacement_bounds",
+]

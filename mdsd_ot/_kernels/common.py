@@ -1,0 +1,58 @@
+"""Compensated running sums and ``logaddexp``: the building blocks of every kernel family."""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True, inline="always")
+def neumaier_add(s, c, v):
+    """One step of Neumaier-compensated summation: returns the new ``(sum, compensation)``."""
+    t = s + v
+    if abs(s) >= abs(v):
+        c += (s - t) + v
+    else:
+        c += (v - t) + s
+    return t, c
+
+
+@nb.njit(cache=True)
+def prefix_sums(x):
+    """``S[k] = sum(x[:k])`` for k = 0..V (Neumaier-compensated)."""
+    V = x.size
+    out = np.empty(V + 1)
+    s = 0.0
+    c = 0.0
+    out[0] = 0.0
+    for i in range(V):
+        s, c = neumaier_add(s, c, x[i])
+        out[i + 1] = s + c
+    return out
+
+
+@nb.njit(cache=True)
+def suffix_sums(x):
+    """``R[k] = sum(x[k:])`` for k = 0..V (Neumaier-compensated, summed from the end)."""
+    V = x.size
+    out = np.empty(V + 1)
+    s = 0.0
+    c = 0.0
+    out[V] = 0.0
+    for i in range(V - 1, -1, -1):
+        s, c = neumaier_add(s, c, x[i])
+        out[i] = s + c
+    return out
+
+
+@nb.njit(cache=True, inline="always")
+def logaddexp(a, b):
+    if a == -np.inf:
+        return b
+    if b == -np.inf:
+        return a
+    if a < b:
+        a, b = b, a
+    return a + math.log1p(math.exp(b - a))

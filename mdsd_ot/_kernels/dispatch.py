@@ -1,0 +1,208 @@
+"""Which kernel runs: dispatch by scheme code in Python (a call compiles only what it uses), the
+Python bodies for small inputs, row-parallel batches, and a notice before a long first compile."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numba as nb
+import numpy as np
+
+from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PYTHON_MAX_V
+from .common import neumaier_add
+from .scans import (
+    bucketed_scan,
+    complement_masses_kernel,
+    order_keys,
+    scan_conditional_poisson,
+    scan_with_replacement,
+    scan_without_replacement_2,
+)
+from .sequential import scan_without_replacement
+
+_NOTICED = set()
+
+
+def compile_notice(kernel, what: str, seconds: int) -> None:
+    """One line on stderr before ``kernel`` is compiled for the first time on this installation.
+
+    Compiling is silent and the larger kernels take many seconds on their first call; after it numba's
+    on-disk cache makes them load in milliseconds. Said once per process, only when neither this
+    process nor the cache has the kernel; ``MDSD_OT_QUIET=1`` silences it.
+    """
+    if what in _NOTICED or getattr(kernel, "signatures", True) or os.environ.get("MDSD_OT_QUIET"):
+        return  # (a plain function under NUMBA_DISABLE_JIT=1 has no signatures: nothing to compile)
+    _NOTICED.add(what)
+    try:
+        cached = os.path.exists(kernel._cache._cache_file._index_path)
+    except AttributeError:  # numba's cache internals changed: stay quiet
+        return
+    if not cached:
+        sys.stderr.write(
+            f"mdsd_ot: compiling {what} (first use on this installation, about {seconds} s; "
+            f"cached afterwards)\n"
+        )
+
+
+def small_or_jit(kernel, size: int):
+    """``kernel`` itself, or its Python body for inputs of at most ``PYTHON_MAX_V`` tokens.
+
+    The Python body runs with numpy's overflow and underflow warnings off: compiled, the same
+    arithmetic overflows to inf silently, and the kernels are written for that.
+    """
+    if size > PYTHON_MAX_V:
+        return kernel
+
+    body = getattr(kernel, "py_func", kernel)  # under NUMBA_DISABLE_JIT=1 the kernel is the body
+
+    def python_body(*args):
+        with np.errstate(over="ignore", under="ignore"):
+            return body(*args)
+
+    return python_body
+
+
+def solve_sorted(ps, qs, n, code, refine=0):
+    """Dispatch on a scheme code (see ``SCHEME_CODES``); returns ``(D, k)``, alpha* = 1 - D.
+
+    Dispatched in Python, not numba, so that a first call compiles only the kernel it needs (a numba
+    dispatcher compiles every branch it could take). ``refine`` halves the quadrature step of
+    sequential sampling with n >= 3 that many times.
+    """
+    if code == 0 or n == 1:
+        return small_or_jit(scan_with_replacement, ps.size)(ps, qs, n)
+    if code == 1:
+        if n == 2:
+            if ps.size <= PYTHON_MAX_V:
+                rest = small_or_jit(complement_masses_kernel, ps.size)(qs)
+                return small_or_jit(scan_without_replacement_2, ps.size)(ps, qs, rest)
+            return _scan_without_replacement_2(ps, qs, n)
+        compile_notice(scan_without_replacement, "the sequential-sampling kernels", 15)
+        return scan_without_replacement(ps, qs, n, refine)
+    return small_or_jit(scan_conditional_poisson, ps.size)(ps, qs, n)
+
+
+@nb.njit(cache=True)
+def _scan_without_replacement_2(ps, qs, n):
+    return scan_without_replacement_2(ps, qs, complement_masses_kernel(qs))
+
+
+@nb.njit(cache=True, inline="always")
+def _mark(H, b, order, k):
+    for i in range(k):
+        H[b, order[i]] = True
+
+
+# Row-parallel batches, one kernel per scan so that a first call compiles only what it uses.
+@nb.njit(cache=True, parallel=True)
+def _batch_binned(P, Q, n, code):
+    B = P.shape[0]
+    out = np.empty(B)
+    H = np.zeros(P.shape, dtype=np.bool_)
+    for b in nb.prange(B):
+        rest = complement_masses_kernel(Q[b]) if code == 1 else Q[b]  # 1 - q_i, any order
+        d, mask = bucketed_scan(P[b], Q[b], n, code, rest)
+        H[b] = mask
+        out[b] = max(1.0 - d, 0.0)
+    return out, H
+
+
+@nb.njit(cache=True, parallel=True)
+def _batch_with(P, Q, n):
+    out = np.empty(P.shape[0])
+    H = np.zeros(P.shape, dtype=np.bool_)
+    for b in nb.prange(P.shape[0]):
+        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+        d, k = scan_with_replacement(P[b][order], Q[b][order], n)
+        _mark(H, b, order, k)
+        out[b] = max(1.0 - d, 0.0)
+    return out, H
+
+
+@nb.njit(cache=True, parallel=True)
+def _batch_without_2(P, Q, n):
+    out = np.empty(P.shape[0])
+    H = np.zeros(P.shape, dtype=np.bool_)
+    for b in nb.prange(P.shape[0]):
+        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+        d, k = _scan_without_replacement_2(P[b][order], Q[b][order], n)
+        _mark(H, b, order, k)
+        out[b] = max(1.0 - d, 0.0)
+    return out, H
+
+
+@nb.njit(cache=True, parallel=True)
+def _batch_without(P, Q, n):
+    out = np.empty(P.shape[0])
+    H = np.zeros(P.shape, dtype=np.bool_)
+    for b in nb.prange(P.shape[0]):
+        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+        d, k = scan_without_replacement(P[b][order], Q[b][order], n, 0)
+        _mark(H, b, order, k)
+        out[b] = max(1.0 - d, 0.0)
+    return out, H
+
+
+@nb.njit(cache=True, parallel=True)
+def _batch_conditional_poisson(P, Q, n):
+    out = np.empty(P.shape[0])
+    H = np.zeros(P.shape, dtype=np.bool_)
+    for b in nb.prange(P.shape[0]):
+        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+        d, k = scan_conditional_poisson(P[b][order], Q[b][order], n)
+        _mark(H, b, order, k)
+        out[b] = max(1.0 - d, 0.0)
+    return out, H
+
+
+def solve_batch(P, Q, n, code):
+    """Row-parallel batch solve of ``(B, V)`` arrays (binned scans where sums suffice).
+
+    Returns ``(alpha, H)``: alpha* per row and a boolean mask of an optimal subset per row. Batches
+    of fewer than ``PARALLEL_MIN_ENTRIES`` entries run row by row on the single-row kernels (a
+    row-parallel kernel takes seconds to compile on its first call, far more than such a batch).
+    """
+    if P.size < PARALLEL_MIN_ENTRIES:
+        out = np.empty(P.shape[0])
+        H = np.zeros(P.shape, dtype=np.bool_)
+        keys = small_or_jit(order_keys, P.shape[1])
+        for b in range(P.shape[0]):
+            order = np.argsort(keys(P[b], Q[b]), kind="stable")
+            d, k = solve_sorted(np.ascontiguousarray(P[b][order]), np.ascontiguousarray(Q[b][order]), n, code)
+            H[b, order[: int(k)]] = True
+            out[b] = max(1.0 - d, 0.0)
+        return out, H
+    if P.shape[1] >= BINNED_MIN_V and (n == 1 or code == 0):
+        return _batch_binned(P, Q, n, 0)
+    if P.shape[1] >= BINNED_MIN_V and code == 1 and n == 2:
+        return _batch_binned(P, Q, n, 1)
+    if code == 0 or n == 1:
+        return _batch_with(P, Q, n)
+    if code == 1:
+        if n == 2:
+            return _batch_without_2(P, Q, n)
+        compile_notice(_batch_without, "the sequential-sampling kernels", 20)
+        return _batch_without(P, Q, n)
+    return _batch_conditional_poisson(P, Q, n)
+
+
+@nb.njit(cache=True, parallel=True)
+def masked_row_sums(X, H):
+    """``(inside, outside)``: per row, the compensated sums of ``X`` over ``H`` and over its complement.
+
+    Plain masked sums, row-parallel: the batch re-check of certificates (no prefix sums, no bins).
+    """
+    B = X.shape[0]
+    inside = np.empty(B)
+    outside = np.empty(B)
+    for b in nb.prange(B):
+        si, ci, so, co = 0.0, 0.0, 0.0, 0.0
+        for i in range(X.shape[1]):
+            if H[b, i]:
+                si, ci = neumaier_add(si, ci, X[b, i])
+            else:
+                so, co = neumaier_add(so, co, X[b, i])
+        inside[b] = si + ci
+        outside[b] = so + co
+    return inside, outside

@@ -1,0 +1,366 @@
+"""Sorted-prefix scans of the dual (docs/math.md#dual-and-sorting-theorem): with replacement, sequential
+n = 2, conditional Poisson, the token order, and the binned scan that needs no full sort.
+
+Every scan takes contiguous float64 arrays ordered by ``q/p`` (high to low, see
+:func:`mdsd_ot.dual.sorted_order`) and returns ``(D, k)``, the largest excess and its first prefix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN
+from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums
+
+# --------------------------------------------------------------------------- with replacement
+#
+# Every scan returns (D, k): the largest excess D = Q(H_k) - p(H_k) over the prefixes (>= 0, attained
+# first at k; k = 0 is the empty set) so that alpha* = 1 - D. Q(H_k) and p(H_k) come from prefix sums
+# of the same kind, so p == q gives D = 0 exactly, and every Q(H) is capped by the exact bound q(H).
+
+
+@nb.njit(cache=True, inline="always")
+def power_of_mass(Qh, Rout, n):
+    """``q(H)^n``, capped by ``q(H)``, accurate for every n.
+
+    ``x^n`` multiplies the relative error of x by n: q(H) close to one carries an absolute rounding
+    error of ~1e-16, so for n = 10^9 the power is off by ~1e-7. The outside mass ``Rout = 1 - q(H)``,
+    summed directly, does not have that error: ``exp(n log1p(-R))`` is exact to a few ulps. Used above
+    ``POWER_FROM_REST_N`` drafts (below, n eps <= 7e-15) when ``R < 1/2``.
+    """
+    if n > POWER_FROM_REST_N and Rout < 0.5:
+        return min(math.exp(n * math.log1p(-Rout)), Qh)
+    return min(Qh**n, Qh)
+
+
+@nb.njit(cache=True)
+def scan_with_replacement(ps, qs, n):
+    """D = max_k min(Q_k^n, Q_k) - P_k over sorted prefixes; returns ``(D, k)``."""
+    P = prefix_sums(ps)
+    Q = prefix_sums(qs)
+    R = suffix_sums(qs) if n > POWER_FROM_REST_N else Q  # R only read above that n
+    best = 0.0
+    best_k = 0
+    for k in range(1, ps.size + 1):
+        d = power_of_mass(Q[k], R[k], n) - P[k]
+        if d > best:
+            best = d
+            best_k = k
+    return best, best_k
+
+
+# ------------------------------------------------------------- without replacement, n = 2 closed form
+
+
+@nb.njit(cache=True)
+def scan_without_replacement_2(ps, qs, rest_s):
+    """n = 2: W_2(H_k) = Q_k - R_k sum_{i in H_k} q_i / (1 - q_i); ``rest_s[i] = 1 - qs[i]``.
+
+    ``R_k`` is a suffix sum and each ``1 - q_i`` a direct sum (no cancellation). The one token that
+    may hold more than half of the mass enters as ``q_i (R_k / (1 - q_i))`` (at most q_i, since
+    ``R_k <= 1 - q_i`` once it is inside): ``q_i / (1 - q_i)`` alone overflows when 1 - q_i is
+    denormal. Returns ``(D, k)``.
+    """
+    P = prefix_sums(ps)
+    Q = prefix_sums(qs)
+    R = suffix_sums(qs)
+    half = 0.5 * Q[ps.size]
+    best = 0.0
+    best_k = 0
+    s = 0.0
+    c = 0.0
+    big_q = 0.0
+    big_rest = 1.0
+    for k in range(ps.size + 1):
+        d = (Q[k] - P[k]) - R[k] * (s + c) - big_q * (R[k] / big_rest)
+        if d > best:
+            best = d
+            best_k = k
+        if k < ps.size:
+            if qs[k] > half:
+                big_q, big_rest = qs[k], rest_s[k]
+            else:
+                s, c = neumaier_add(s, c, qs[k] / rest_s[k])
+    return best, best_k
+
+
+# --------------------------------------------------------------------------- conditional Poisson
+#
+# Q(H) = e_n(q on H) / e_n(q). The elementary symmetric polynomials are carried as logarithms
+# (log e_j(S + x) = logaddexp(log e_j(S), log x + log e_{j-1}(S))): with a few large masses and
+# many tiny ones e_n spans far more than float64's range.
+
+
+@nb.njit(cache=True)
+def log_esp_prefix(xs, n):
+    """``L[k] = log e_n(xs[:k])`` for k = 0..V (``-inf`` while fewer than n positive entries)."""
+    le = np.full(n + 1, -np.inf)
+    le[0] = 0.0
+    out = np.empty(xs.size + 1)
+    out[0] = le[n]
+    for i in range(xs.size):
+        if xs[i] > 0.0:
+            lx = math.log(xs[i])
+            for j in range(n, 0, -1):
+                le[j] = logaddexp(le[j], lx + le[j - 1])
+        out[i + 1] = le[n]
+    return out
+
+
+@nb.njit(cache=True)
+def log_esp_suffix_table(xs, n):
+    """``T[i, j] = log e_j(xs[i:])`` for i = 0..V, j = 0..n (for sequential sampling of a CP set)."""
+    V = xs.size
+    T = np.full((V + 1, n + 1), -np.inf)
+    T[V, 0] = 0.0
+    for i in range(V - 1, -1, -1):
+        T[i, 0] = 0.0
+        lx = math.log(xs[i]) if xs[i] > 0.0 else -np.inf
+        for j in range(1, n + 1):
+            T[i, j] = logaddexp(T[i + 1, j], lx + T[i + 1, j - 1])
+    return T
+
+
+@nb.njit(cache=True)
+def scan_conditional_poisson(ps, xs, n):
+    """Q(H_k) = e_n(q on H_k) / e_n(q), from log elementary symmetric polynomials."""
+    V = xs.size
+    L = log_esp_prefix(xs, n)
+    P = prefix_sums(ps)
+    X = prefix_sums(xs)
+    best = 0.0
+    best_k = 0
+    for k in range(1, V + 1):
+        ratio = math.exp(L[k] - L[V]) if L[k] > -np.inf else 0.0
+        d = min(ratio, X[k] / X[V]) - P[k]
+        if d > best:
+            best = d
+            best_k = k
+    return best, best_k
+
+
+# ----------------------------------------------------------------------------------- ordering
+
+
+@nb.njit(cache=True)
+def order_keys(p, q):
+    """Sort keys: ascending key = descending q/p; p = 0 < q first, q = 0 last."""
+    V = p.size
+    key = np.empty(V)
+    for i in range(V):
+        if q[i] == 0.0:
+            key[i] = np.inf
+        elif p[i] == 0.0:
+            key[i] = -np.inf
+        else:
+            key[i] = -(q[i] / p[i])
+    return key
+
+
+@nb.njit(cache=True)
+def complement_masses_kernel(qs):
+    """``1 - q[i]`` without cancellation (direct sum for the one token above half the mass)."""
+    total = suffix_sums(qs)[0]
+    rest = np.empty(qs.size)
+    for i in range(qs.size):
+        rest[i] = total - qs[i]
+    for i in range(qs.size):
+        if qs[i] > 0.5 * total:
+            s = 0.0
+            for j in range(qs.size):
+                if j != i:
+                    s += qs[j]
+            rest[i] = s
+    return rest
+
+
+@nb.njit(cache=True)
+def break_ties_by_index(keys, order):
+    """Sort each run of equal finite keys in ``order`` (a sort of ``keys``) by token index, in place.
+
+    Runs of infinite keys (``p = 0 < q`` first, ``q = 0`` last) are left alone: inside them the
+    excess is monotone, so neither the value nor the first maximising prefix depends on their order.
+    """
+    V = order.size
+    i = 0
+    while i < V:
+        j = i + 1
+        ki = keys[order[i]]
+        while j < V and keys[order[j]] == ki:
+            j += 1
+        if j - i > 1 and np.isfinite(ki):
+            order[i:j] = np.sort(order[i:j])
+        i = j
+    return order
+
+
+# ------------------------------------------------------ bucketed scan: no full sort (O(V) work)
+#
+# For with replacement and for sequential sampling with n = 2, Q(H) depends on H only through sums
+# (q(H), and sum_{i in H} q_i / (1 - q_i)). Tokens are binned by the bit pattern of q/p (monotone for
+# positive floats; up to 256 bins per octave over the occupied range, at most BIN_BUDGET bins), so
+# every bin boundary is a prefix of the sorted order whose
+# excess is exact from bin sums. Inside a bin, D_k <= Q(H_end) - p(H_start) (Q grows, p grows), so
+# only the few bins whose bound beats the best boundary are sorted and scanned token by token.
+
+
+@nb.njit(cache=True)
+def _bin_of(p, q):
+    """Bins of q/p, high to low: ``(bins, nbins)``.
+
+    Bin 0 holds ``p = 0 < q``, the last bin ``q = 0``; in between, the bit pattern of the positive
+    float ``q/p`` (monotone in its value) cut to its exponent and the leading mantissa bits, over the
+    occupied range only, so that LLM-like ratios spread over 2^8 bins per octave (fewer where the
+    ratios span more octaves than the budget allows).
+    """
+    V = p.size
+    key = np.empty(V, dtype=np.int64)
+    ratio = np.empty(1)
+    bits = ratio.view(np.int64)
+    lo = np.int64(1) << 62
+    hi = np.int64(-1)
+    for i in range(V):
+        if q[i] == 0.0 or p[i] == 0.0:
+            key[i] = -1
+        else:
+            ratio[0] = q[i] / p[i]
+            key[i] = bits[0]
+            lo = min(lo, bits[0])
+            hi = max(hi, bits[0])
+    shift = 44  # 8 mantissa bits; fewer while the occupied range needs more than the budget
+    if hi >= 0:
+        while (hi >> shift) - (lo >> shift) + 1 > BIN_BUDGET:
+            shift += 1
+    top = hi >> shift if hi >= 0 else 0
+    nbins = (top - (lo >> shift) + 1 if hi >= 0 else 0) + 2
+    out = np.empty(V, dtype=np.int64)
+    for i in range(V):
+        if q[i] == 0.0:
+            out[i] = nbins - 1
+        elif p[i] == 0.0:
+            out[i] = 0
+        else:
+            out[i] = 1 + top - (key[i] >> shift)
+    return out, nbins
+
+
+@nb.njit(cache=True)
+def _excess(Qh, Ph, Rout, Sh, big, n, code):
+    """Excess Q(H) - p(H) from sums: with replacement (code 0) or sequential n = 2 (code 1).
+
+    For code 1, ``Sh`` sums q_i / (1 - q_i) over H except the token above half the mass, whose
+    term ``q_i (R / (1 - q_i))`` is passed as ``big`` (see :func:`scan_without_replacement_2`).
+    """
+    if code == 0:
+        return power_of_mass(Qh, Rout, n) - Ph
+    return (Qh - Ph) - Rout * Sh - big
+
+
+@nb.njit(cache=True)
+def bucketed_scan(p, q, n, code, rest):
+    """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
+
+    ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
+    prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
+    in-bin prefixes are Neumaier-compensated.
+    """
+    V = p.size
+    b, nbins = _bin_of(p, q)
+    sums = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations (one cache line)
+    cnt = np.zeros(nbins, dtype=np.int64)
+    half = 0.0
+    for i in range(V):
+        half += q[i]
+    half *= 0.5
+    big_i = -1
+    for i in range(V):
+        j = b[i]
+        cnt[j] += 1
+        sums[j, 0], sums[j, 3] = neumaier_add(sums[j, 0], sums[j, 3], p[i])
+        sums[j, 1], sums[j, 4] = neumaier_add(sums[j, 1], sums[j, 4], q[i])
+        if code == 1 and q[i] > 0.0:
+            if q[i] > half:
+                big_i = i
+            else:
+                sums[j, 2], sums[j, 5] = neumaier_add(sums[j, 2], sums[j, 5], q[i] / rest[i])
+    P0 = prefix_sums(sums[:, 0] + sums[:, 3])  # sums over the bins before bin j
+    Q0 = prefix_sums(sums[:, 1] + sums[:, 4])
+    S0 = prefix_sums(sums[:, 2] + sums[:, 5])
+    R1 = suffix_sums(sums[:, 1] + sums[:, 4])  # q mass of the bins after bin j: R1[j + 1]
+    big_bin = b[big_i] if big_i >= 0 else nbins
+    big_q = q[big_i] if big_i >= 0 else 0.0
+    big_rest = rest[big_i] if big_i >= 0 else 1.0
+    bound = 0.0
+    for j in range(nbins):
+        if cnt[j] > 0:
+            big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
+            bound = max(bound, _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code))
+    # tokens of the bins whose inner prefixes might beat every boundary
+    start = np.zeros(nbins + 1, dtype=np.int64)
+    for j in range(nbins):
+        inner = 0
+        if j < nbins - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
+            # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start
+            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], 0.0, n, code)
+            if ub >= bound - PRUNE_MARGIN:
+                inner = cnt[j]
+        start[j + 1] = start[j] + inner
+    members = np.empty(start[nbins], dtype=np.int64)
+    fill = start[:-1].copy()
+    for i in range(V):
+        j = b[i]
+        if start[j + 1] > start[j]:
+            members[fill[j]] = i
+            fill[j] += 1
+    best = 0.0
+    best_bin = -1
+    best_len = 0  # tokens of best_bin inside H (cnt = the whole bin)
+    best_idx = np.empty(0, dtype=np.int64)
+    for j in range(nbins):
+        if cnt[j] == 0:
+            continue
+        if start[j + 1] > start[j]:
+            idx = members[start[j] : start[j + 1]]
+            keys = np.empty(idx.size)
+            for t in range(idx.size):
+                keys[t] = -(q[idx[t]] / p[idx[t]]) if p[idx[t]] > 0.0 else -np.inf
+            idx = idx[np.argsort(keys, kind="mergesort")]  # ties keep token index order
+            tail = suffix_sums(q[idx])  # q mass of the bin after each inner prefix
+            Pc, cP = P0[j], 0.0
+            Qc, cQ = Q0[j], 0.0
+            Sc, cS = S0[j], 0.0
+            big_in = big_bin < j
+            for t in range(idx.size - 1):
+                i = idx[t]
+                Pc, cP = neumaier_add(Pc, cP, p[i])
+                Qc, cQ = neumaier_add(Qc, cQ, q[i])
+                if code == 1:
+                    if i == big_i:
+                        big_in = True
+                    else:
+                        Sc, cS = neumaier_add(Sc, cS, q[i] / rest[i])
+                Rout = R1[j + 1] + tail[t + 1]
+                big = big_q * (Rout / big_rest) if big_in else 0.0
+                d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
+                if d > best:
+                    best, best_bin, best_len, best_idx = d, j, t + 1, idx
+        big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
+        d = _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code)
+        if d > best:
+            best, best_bin, best_len = d, j, cnt[j]
+    mask = np.zeros(V, dtype=np.bool_)
+    if best_bin >= 0:
+        whole = best_len == cnt[best_bin]
+        for i in range(V):
+            if b[i] < best_bin or (whole and b[i] == best_bin):
+                mask[i] = True
+        if not whole:
+            for t in range(best_len):
+                mask[best_idx[t]] = True
+    return best, mask
+
+
+SCHEME_CODES = {"with_replacement": 0, "without_replacement": 1, "conditional_poisson": 2}
