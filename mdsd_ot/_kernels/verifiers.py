@@ -1,7 +1,7 @@
 """Kernels of the verifiers: RSD for n = 2 in O(V log V), RSD rejection paths, naive inclusion probabilities.
 
-Every kernel is ``@njit(cache=True)`` with int64 indices and has a slow pure-numpy twin (suffix
-``_slow``) that the tests use as the oracle. Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as Python.
+Every kernel is ``@njit(cache=True)`` with int64 indices; its slow pure-numpy twin (suffix ``_slow``)
+is a test oracle in ``tests/oracles.py``. Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as Python.
 """
 
 from __future__ import annotations
@@ -16,16 +16,10 @@ from .common import logaddexp, neumaier_add
 
 __all__ = [
     "rsd2_rejection",
-    "rsd2_rejection_slow",
     "rsd_path_tables",
     "rsd_path_mc",
-    "rsd_path_value",
-    "rsd_path_value_slow",
-    "rsd_mc_accept",
-    "rsd_mc_accept_slow",
     "sequential_draft_mass",
     "cp_inclusion",
-    "cp_inclusion_slow",
 ]
 
 
@@ -102,123 +96,7 @@ def rsd2_rejection(p, q, rest):
     return total
 
 
-def rsd2_rejection_slow(p, q):
-    """Pure-numpy O(V^2) twin of :func:`rsd2_rejection`: the recursion of docs/math.md#rsd verbatim."""
-    d = np.maximum(p - q, 0.0)
-    tv = d.sum()
-    if tv <= 0.0:
-        return 0.0
-    r = d / tv
-    total = 0.0
-    for x in np.flatnonzero(q > p):
-        keep = np.arange(q.size) != x
-        s = np.where(keep, q, 0.0) / q[keep].sum()
-        total += (q[x] - p[x]) * np.maximum(r - s, 0.0).sum()
-    return float(total)
-
-
 # ------------------------------------------------------------------ RSD Monte Carlo over draft tuples
-@njit(cache=True)
-def rsd_mc_accept(p, q, n, u):
-    """Per-sample P(accepted | drafts) of RSD, drafts drawn sequentially without replacement.
-
-    The plain estimator, O(S n V): the library uses :func:`rsd_path_mc`; this one is kept as an
-    independent cross-check of it in the tests.
-
-    Row ``j`` of ``u`` (shape ``(S, n)``, uniforms in [0, 1)) draws the ``n`` drafts of sample ``j``
-    by inverse CDF over the tokens not yet drawn (their mass is re-summed directly, never
-    ``1 - q(drawn)``). Given the drafts, the acceptance probability
-    ``1 - prod_i (1 - min(1, r_i(x_i) / s_i(x_i)))`` is exact (Rao-Blackwellised over the accept
-    coins). Complexity O(S n V).
-    """
-    V = p.size
-    S = u.shape[0]
-    out = np.empty(S, dtype=np.float64)
-    r = np.empty(V, dtype=np.float64)
-    live = np.empty(V, dtype=np.bool_)
-    for j in range(S):
-        for i in range(V):
-            r[i] = p[i]
-            live[i] = q[i] > 0.0
-        mass = 0.0
-        for i in range(V):
-            if live[i]:
-                mass += q[i]
-        alive = 1.0
-        for step in range(n):
-            # draw x from q restricted to the live tokens
-            target = u[j, step] * mass
-            acc = 0.0
-            x = -1
-            last = -1
-            for i in range(V):
-                if live[i]:
-                    last = i
-                    acc += q[i]
-                    if acc > target:
-                        x = i
-                        break
-            if x < 0:
-                x = last
-            a = r[x] * mass / q[x]
-            if a > 1.0:
-                a = 1.0
-            alive *= 1.0 - a
-            if alive <= 0.0 or step == n - 1:
-                break
-            # r <- (r - s)_+ normalised, s = q / mass on the live tokens
-            tot = 0.0
-            for i in range(V):
-                d = r[i] - (q[i] / mass if live[i] else 0.0)
-                if d > 0.0:
-                    r[i] = d
-                    tot += d
-                else:
-                    r[i] = 0.0
-            if tot > 0.0:
-                for i in range(V):
-                    r[i] /= tot
-            else:  # rejection had probability zero: keep a valid placeholder law
-                alive = 0.0
-                break
-            live[x] = False
-            mass = 0.0
-            for i in range(V):
-                if live[i]:
-                    mass += q[i]
-        out[j] = 1.0 - alive
-    return out
-
-
-def rsd_mc_accept_slow(p, q, n, u):
-    """Pure-numpy twin of :func:`rsd_mc_accept` (same uniforms, same draws)."""
-    S = u.shape[0]
-    out = np.empty(S)
-    for j in range(S):
-        r = p.copy()
-        live = q > 0
-        alive = 1.0
-        for step in range(n):
-            w = np.where(live, q, 0.0)
-            cdf = np.cumsum(w)
-            mass = cdf[-1]
-            x = int(np.searchsorted(cdf, u[j, step] * mass, side="right"))
-            if x >= q.size:
-                x = int(np.flatnonzero(live)[-1])
-            a = min(1.0, r[x] * mass / q[x])
-            alive *= 1.0 - a
-            if alive <= 0.0 or step == n - 1:
-                break
-            d = np.maximum(r - w / mass, 0.0)
-            if d.sum() <= 0.0:
-                alive = 0.0
-                break
-            r = d / d.sum()
-            live[x] = False
-        out[j] = 1.0 - alive
-    return out
-
-
 # ------------------------------------------------------------------ RSD along rejection paths
 #
 # With t_y = p_y / q_y, RSD's residual after k - 1 rejections is r_k(y) = (p_y - theta_k q_y)_+ / E(theta_k),
@@ -485,49 +363,6 @@ def rsd_path_mc(t, ps, qs, Pa, Qa, Ps, Qs, atoms, rest_q, n, samples, seed):
     return out
 
 
-@njit(cache=True)
-def rsd_path_value(t, ps, qs, Ps, Qs, atoms, rest_q, path):
-    """``E(theta_{n+1})`` along a given path of rejected tokens (sorted positions), O(n (n + log V)).
-
-    The deterministic part of :func:`rsd_path_mc`, exposed for the tests: it equals ``prod_k Z_k`` of
-    :func:`rsd_path_value_slow`.
-    """
-    theta = 0.0
-    e = _excess(t, Ps, Qs, 0.0)
-    mass = _undrafted_mass(qs, atoms, rest_q, path, 0)
-    for k in range(path.size):
-        theta = theta + e / mass
-        e = _excess(t, Ps, Qs, theta)
-        if e <= 0.0:
-            return 0.0
-        mass = _undrafted_mass(qs, atoms, rest_q, path, k + 1)
-    return _excess(t, Ps, Qs, theta + e / mass)
-
-
-def rsd_path_value_slow(p, q, path):
-    """Pure-numpy twin of :func:`rsd_path_value`, straight from the residuals (no theta algebra).
-
-    Returns ``(prod_k Z_k, probability of the path under the w-sampler)`` for the rejected tokens
-    ``path`` (token ids), with ``Z_k = sum_y (s_k - r_k)_+`` the rejection probability of step k.
-    Summing ``value * probability`` over all paths of length ``n - 1`` gives P(all n steps reject).
-    """
-    r, s = p.copy(), q.copy()
-    value, prob = 1.0, 1.0
-    for x in list(path) + [None]:
-        w = np.maximum(s - r, 0.0)
-        z = w.sum()
-        value *= z
-        if x is None or z <= 0.0:
-            break
-        prob *= w[x] / z
-        d = np.maximum(r - s, 0.0)
-        r = d / d.sum()
-        s = s.copy()
-        s[x] = 0.0
-        s = s / s[np.arange(s.size) != x].sum()
-    return value, prob
-
-
 # ------------------------------------------------------------------ sequential draft sets, Monte Carlo
 @njit(cache=True)
 def sequential_draft_mass(p, q, n, samples, seed):
@@ -622,17 +457,3 @@ def cp_inclusion(x, n):
         v = math.exp(lx[y] + top + math.log(acc) - log_en)
         out[y] = v if v < 1.0 else 1.0
     return out
-
-
-def cp_inclusion_slow(x, n):
-    """Pure-numpy twin of :func:`cp_inclusion`: ``e_{n-1}`` recomputed without each token, O(n V^2)."""
-
-    def e(v, k):
-        t = np.zeros(k + 1)
-        t[0] = 1.0
-        for vi in v:
-            t[1:] = t[1:] + vi * t[:-1]
-        return t[k]
-
-    e_n = e(x, n)
-    return np.minimum(np.array([x[y] * e(np.delete(x, y), n - 1) / e_n for y in range(x.size)]), 1.0)
