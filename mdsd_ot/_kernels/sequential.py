@@ -76,6 +76,15 @@ def _arrival(x):
     return 1.0 - e, e
 
 
+@nb.njit(cache=True, inline="always")
+def _add_token(dp, a, e):
+    """One more token in the count law ``dp[j] = P(N = j)``, j < len(dp): it arrives with probability
+    ``a`` (``e = 1 - a``, computed without cancellation); mass moving past the last entry drops out."""
+    for j in range(dp.size - 1, 0, -1):
+        dp[j] = dp[j] * e + dp[j - 1] * a
+    dp[0] *= e
+
+
 @nb.njit(cache=True)
 def sequential_masses(qs, cand, Rc, n, refine=0):
     """W_n(H_k) for prefixes ``k = cand`` (increasing), outside masses ``Rc > 0``: the plain DP.
@@ -451,9 +460,7 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc):
                     dp[0] = 0.0
                     continue
                 ai, ei = _arrival(math.exp(lq[i] + s))
-                for j in range(n - 1, 0, -1):
-                    dp[j] = dp[j] * ei + dp[j - 1] * ai
-                dp[0] *= ei
+                _add_token(dp, ai, ei)
             below_big = 0.0
             for j in range(n):
                 below_big += dp[j]
@@ -679,9 +686,7 @@ def sequential_mass_check(q_in, outside, n, refine):
         below_big = 1.0
         for i in range(cut[m]):
             ai, ei = _arrival(math.exp(lq[i] + s))
-            for j in range(n - 1, 0, -1):
-                dp[j] = dp[j] * ei + dp[j - 1] * ai
-            dp[0] *= ei
+            _add_token(dp, ai, ei)
             below_big = 0.0
             for j in range(n):
                 below_big += dp[j]
