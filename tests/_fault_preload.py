@@ -40,7 +40,7 @@ def _warm_up():
     from mdsd_ot import study
     from mdsd_ot.cli import main
 
-    plots, study.plot_summary = study.plot_summary, lambda table, out: {}
+    plots, study.report.plot_summary = study.report.plot_summary, lambda table, out: {}
     with (
         tempfile.TemporaryDirectory() as tmp,
         contextlib.redirect_stdout(io.StringIO()),
@@ -86,7 +86,7 @@ def _warm_up():
                 "1",
             ]
         )
-    study.plot_summary = plots
+    study.report.plot_summary = plots
 
 
 _warm_up()

@@ -1,0 +1,229 @@
+"""What a study computes: schemes, verifiers, temperatures, n, subsampling (:class:`StudyConfig`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from .. import _store
+
+#: Warning category for damaged, incomplete or unverifiable study folders (handled, never silent).
+StudyWarning = _store.StoreWarning
+
+
+#: Draft-sampling schemes whose bound the study evaluates.
+SCHEMES = ("with_replacement", "without_replacement", "greedy")
+
+
+#: Verifiers evaluated by default (names of ``mdsd_ot.VERIFIERS``).
+DEFAULT_VERIFIERS = ("naive", "rrs", "spectr", "rrs_without_replacement", "greedy", "spechub")
+
+
+#: Fallback: the draft scheme each verifier is built for (its bound is the one to compare with).
+#: SpecHub's hub draft law equals the greedy law for n = 2 (docs/math.md#greedy-and-hub).
+VERIFIER_SCHEME = {
+    "naive": "with_replacement",
+    "rrs": "with_replacement",
+    "spectr": "with_replacement",
+    "rrs_without_replacement": "without_replacement",
+    "greedy": "greedy",
+    "spechub": "greedy",
+}
+
+
+@dataclass
+class StudyConfig:
+    """Parameters of a study (saved to ``config.json``).
+
+    Attributes
+    ----------
+    temperatures : list of float
+        Applied to both models' logits (each captured from the logits, before truncation).
+    ns : list of int
+        Numbers of drafts.
+    schemes : list of str
+        Bounds to evaluate, a subset of :data:`SCHEMES`.
+    verifiers : list of str
+        Verifier names of ``mdsd_ot.VERIFIERS``.
+    top_k, top_p : int or float or None
+        Truncation applied to both p and q after the temperature (see
+        :func:`mdsd_ot.backends.torch.to_distribution`).
+    max_records : int or None
+        Use the first ``max_records`` prompts (before sharding).
+    max_positions_per_record : int or None
+        Use the first positions of each continuation only.
+    continuation : {"given", "sample"}
+        Teacher-force the records' own continuations, or sample one from the target first.
+    max_new_tokens, sample_temperature : int, float
+        For ``continuation="sample"``.
+    seed : int
+        Seed of the sampled continuations and of Monte Carlo verifiers.
+    bound_backend : {"auto", "numpy", "torch"}
+        ``numpy``: every bound through ``mdsd_ot.optimal_acceptance``. ``torch``/``auto``: the
+        with-replacement bounds (all n) and without-replacement n <= 2 by the batched torch scan
+        (one sort per prompt and temperature), the rest through numpy; ``auto`` re-checks the first
+        position of each prompt against ``mdsd_ot.optimal_acceptance`` (to ``VALUE_TOL``).
+        Greedy bounds use the batched closed form of the torch backend in the same way.
+    every : dict
+        ``{method-key prefix: K}``: evaluate expensive methods at every K-th position only
+        (see :func:`parse_every`), e.g. ``{"bound:without_replacement@3": 8}``.
+    mc_samples : int or None
+        Monte Carlo draft tuples for verifiers without an exact form at this size (default: the
+        verifier module's default).
+    """
+
+    temperatures: list = field(default_factory=lambda: [0.3, 0.5, 0.7, 1.0])
+    ns: list = field(default_factory=lambda: [2, 3, 4])
+    schemes: list = field(default_factory=lambda: list(SCHEMES))
+    verifiers: list = field(default_factory=lambda: list(DEFAULT_VERIFIERS))
+    top_k: int | None = None
+    top_p: float | None = None
+    max_records: int | None = None
+    max_positions_per_record: int | None = None
+    continuation: str = "given"
+    max_new_tokens: int = 64
+    sample_temperature: float = 1.0
+    seed: int = 0
+    bound_backend: str = "auto"
+    every: dict = field(default_factory=dict)
+    mc_samples: int | None = None
+
+    def validate(self) -> StudyConfig:
+        """Check the fields and put the lists in a canonical order; return self.
+
+        Temperatures and n are sorted, schemes follow :data:`SCHEMES`, verifiers are sorted, and
+        repeats are dropped: the lists are sets (``--n 3,2`` and ``--n 2,3`` are one study, with
+        the same rows and the same bytes in every output file).
+        """
+        from .._validate import check_choice, check_n
+
+        if not self.temperatures:
+            raise ValueError("give at least one temperature")
+        for t in self.temperatures:
+            if not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0):
+                raise ValueError(f"temperatures must be finite floats > 0, got {t!r}")
+        self.temperatures = sorted({float(t) for t in self.temperatures})
+        if not self.ns:
+            raise ValueError("give at least one n")
+        self.ns = sorted({check_n(n) for n in self.ns})
+        for s in self.schemes:
+            check_choice(s, "scheme", SCHEMES)
+        self.schemes = [s for s in SCHEMES if s in set(self.schemes)]
+        check_choice(self.continuation, "continuation", ("given", "sample"))
+        check_choice(self.bound_backend, "bound_backend", ("auto", "numpy", "torch"))
+        self.verifiers = sorted(set(check_verifier_names(self.verifiers)))
+        self.every = parse_every(self.every)
+        return self
+
+    def key(self) -> dict:
+        """The parameters that determine a row: part of the study identity (:func:`study_identity`).
+
+        Left out because they change no row beyond floating-point rounding or only select which
+        records are processed: ``max_records`` (the records before sharding; a resume may extend or
+        shorten the list), ``bound_backend`` (agrees with numpy to ``VALUE_TOL``).
+        """
+        d = asdict(self)
+        return {
+            k: d[k]
+            for k in (
+                "temperatures",
+                "ns",
+                "schemes",
+                "verifiers",
+                "top_k",
+                "top_p",
+                "max_positions_per_record",
+                "continuation",
+                "max_new_tokens",
+                "sample_temperature",
+                "seed",
+                "every",
+                "mc_samples",
+            )
+        }
+
+
+def verifier_scheme(name: str) -> str:
+    """The bound (a member of :data:`SCHEMES`) that verifier ``name`` should be compared with.
+
+    Read from the registry (``mdsd_ot.VERIFIERS[name].scheme``) when available; the hub scheme of
+    SpecHub (n = 2) has the same draft-set law as greedy drafts, so it maps to ``"greedy"``.
+    """
+    scheme = None
+    try:
+        from ..verifiers import VERIFIERS
+
+        scheme = getattr(VERIFIERS.get(name), "scheme", None)
+    except ImportError:  # registry not available: use the table
+        pass
+    if scheme == "hub":
+        scheme = "greedy"
+    if isinstance(scheme, str) and scheme in SCHEMES:
+        return scheme
+    return VERIFIER_SCHEME.get(name, "with_replacement")
+
+
+def check_verifier_names(names) -> list:
+    """Reject unknown verifier names up front (``ValueError`` listing the registry)."""
+    names = list(names)
+    try:
+        from ..verifiers import VERIFIERS
+    except ImportError:  # registry not available: names are checked when first used
+        return names
+    bad = [n for n in names if not isinstance(n, str) or n not in VERIFIERS]
+    if bad:
+        raise ValueError(f"unknown verifier {bad[0]!r}; choose among {sorted(VERIFIERS)}")
+    return names
+
+
+def _verifier_applies(name: str, n: int) -> bool:
+    fixed = None
+    try:
+        from ..verifiers import VERIFIERS
+
+        fixed = getattr(VERIFIERS.get(name), "fixed_n", None)
+    except ImportError:
+        fixed = 2 if name == "spechub" else None
+    return fixed is None or fixed == n
+
+
+def parse_every(spec) -> dict:
+    """``"bound:without_replacement@3=8,verifier:rrs_without_replacement=4"`` -> {pattern: K}."""
+    if not spec:
+        return {}
+    if isinstance(spec, dict):
+        items = spec.items()
+    else:
+        items = []
+        for part in str(spec).split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise ValueError(f"--every entries look like 'bound:without_replacement@3=8', got {part!r}")
+            pat, k = part.rsplit("=", 1)
+            items.append((pat.strip(), k))
+    out = {}
+    for pat, k in items:
+        try:
+            k = int(k)
+        except ValueError:
+            raise ValueError(f"subsampling step for {pat!r} must be an int, got {k!r}") from None
+        if k < 0:
+            raise ValueError(f"subsampling step for {pat!r} must be >= 0 (0 = never), got {k}")
+        out[str(pat)] = k
+    return out
+
+
+def _step(key: str, every: dict) -> int:
+    """Subsampling step of a method key: the longest matching prefix pattern wins (default 1)."""
+    best, step = -1, 1
+    for pat, k in every.items():
+        if key.startswith(pat) and len(pat) > best:
+            best, step = len(pat), k
+    return step
+
+
+def _skip(key: str, every: dict, position: int) -> bool:
+    """True when ``key`` is not evaluated at ``position`` (step 0: never)."""
+    step = _step(key, every)
+    return step == 0 or position % step != 0

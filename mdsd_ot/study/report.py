@@ -1,0 +1,159 @@
+"""Report: summary tables (Markdown, CSV, JSON) and plots, written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+from .. import _store
+from .statistics import summarize
+
+
+def read_rows(out) -> list[dict]:
+    """Rows of ``positions.jsonl`` of a study folder, restricted to verified finished records.
+
+    A record whose rows are damaged, incomplete or duplicated is left out with a
+    :class:`StudyWarning` naming it (resuming the study recomputes it).
+    """
+    return _store.read_rows(out)
+
+
+def format_table(table, *, kind: str = "acceptance") -> str:
+    """A Markdown table: one line per method and n, one column per temperature (mean +- ci95)."""
+    want = (lambda m: m.startswith("gap:")) if kind == "gap" else (lambda m: not m.startswith("gap:"))
+    rows = [t for t in table if want(t["method"])]
+    temps = sorted({t["T"] for t in rows})
+    lines = [
+        "| method | n | " + " | ".join(f"T={T:g}" for T in temps) + " |",
+        "|---|---|" + "---|" * len(temps),
+    ]
+    index = {(t["method"], t["n"], t["T"]): t for t in rows}
+    order = []
+    for t in rows:
+        if (t["method"], t["n"]) not in order:
+            order.append((t["method"], t["n"]))
+    order.sort(key=lambda mn: (mn[1], not mn[0].startswith("bound:"), mn[0]))
+    for method, n in order:
+        cells = []
+        for T in temps:
+            t = index.get((method, n, T))
+            cells.append(
+                ""
+                if t is None
+                else (
+                    f"{t['mean']:.4f} ± {t['ci95']:.4f}" if math.isfinite(t["ci95"]) else f"{t['mean']:.4f}"
+                )
+            )
+        lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> dict:
+    """Write ``summary.md/.csv/.json`` and the plots for a study folder; return the file paths."""
+    out = Path(out)
+    rows = read_rows(out)
+    if not rows:
+        raise ValueError(f"{out} holds no finished positions yet")
+    table = summarize(rows)
+    files = {}
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=["method", "T", "n", "mean", "ci95", "count", "records", "failed"])
+    w.writeheader()
+    w.writerows(table)
+    # every summary file replaces the previous one atomically (a kill leaves the old or the new)
+    _store.atomic_write(out / "summary.csv", buf.getvalue(), step="summary.csv")
+    files["csv"] = out / "summary.csv"
+    _store.atomic_write(out / "summary.json", json.dumps(table, indent=1), step="summary.json")
+    files["json"] = out / "summary.json"
+    n_pos = len({(r["record"], r["pos"]) for r in rows})
+    n_rec = len({r["record"] for r in rows})
+    md = [
+        f"# {title}",
+        "",
+        f"{n_pos} positions from {n_rec} prompts; mean acceptance per position, 95% intervals "
+        f"clustered by prompt.",
+        "",
+        "## Acceptance",
+        "",
+        format_table(table),
+        "",
+        "## Gap to the bound of the verifier's own draft scheme",
+        "",
+        format_table(table, kind="gap"),
+        "",
+    ]
+    _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
+    files["md"] = out / "summary.md"
+    if plots:
+        files.update(plot_summary(table, out))
+    return files
+
+
+def plot_summary(table, out) -> dict:
+    """Acceptance vs temperature (one panel per n) and gap to the bound; {} without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    out = Path(out)
+    ns = sorted({t["n"] for t in table})
+    files = {}
+    for kind, fname, ylabel in (
+        ("acceptance", "acceptance_vs_temperature.png", "mean acceptance"),
+        ("gap", "gap_to_bound.png", "bound - verifier acceptance"),
+    ):
+        rows = [t for t in table if (t["method"].startswith("gap:")) == (kind == "gap")]
+        if not rows:
+            continue
+        all_methods = sorted({t["method"] for t in rows}, key=lambda m: (not m.startswith("bound:"), m))
+        colors = {m: f"C{i % 10}" for i, m in enumerate(all_methods)}
+        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns) + 2.6, 3.8), squeeze=False, sharey=True)
+        handles = {}
+        for ax, n in zip(axes[0], ns):
+            for method in all_methods:
+                pts = sorted(
+                    (t["T"], t["mean"], t["ci95"]) for t in rows if t["n"] == n and t["method"] == method
+                )
+                if not pts:
+                    continue
+                xs, ys, es = zip(*pts)
+                style = "-" if method.startswith("bound:") else "--"
+                h = ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=[0 if not math.isfinite(e) else e for e in es],
+                    fmt=style + "o",
+                    ms=3,
+                    capsize=2,
+                    lw=1.2,
+                    elinewidth=0.6,
+                    color=colors[method],
+                    label=method,
+                )
+                handles.setdefault(method, h)
+            ax.set_title(f"n = {n}")
+            ax.set_xlabel("temperature")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(ylabel)
+        right = 1 - 2.5 / (4.2 * len(ns) + 2.6)
+        fig.tight_layout(rect=(0, 0, right, 1))
+        fig.legend(
+            [handles[m] for m in all_methods if m in handles],
+            [m for m in all_methods if m in handles],
+            fontsize=7,
+            loc="center left",
+            bbox_to_anchor=(right, 0.5),
+            frameon=False,
+        )
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=120)
+        plt.close(fig)
+        _store.atomic_write(out / fname, png.getvalue(), step=fname)
+        files[kind + "_plot"] = out / fname
+    return files
