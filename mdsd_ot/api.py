@@ -169,14 +169,14 @@ def optimal_acceptance_batch(
     scheme = get_scheme(sampling)
     for row in Q:
         scheme.check(row, n)
-    if scheme.name in ("greedy", "hub"):
-        solved = [dual.solve_greedy(p, q, n) for p, q in zip(P, Q)]
+    if scheme.kernel_code is None:  # a closed-form dual, row by row
+        solved = [scheme.closed_form_dual(p, q, n) for p, q in zip(P, Q)]
         out = np.array([value for value, _ in solved])
         masks = np.zeros(P.shape, dtype=bool)
         for b, (_, subset) in enumerate(solved):
             masks[b, subset] = True
     else:
-        out, masks = _kernels.solve_batch(P, Q, n, _kernels.SCHEME_CODES[scheme.name])
+        out, masks = _kernels.solve_batch(P, Q, n, scheme.kernel_code)
     same = (P == Q).all(axis=1)
     out[same] = 1.0  # identical rows: exactly 1, as in optimal_acceptance
     p_h = (P * masks).sum(axis=1) if P.size < PARALLEL_MIN_ENTRIES else _kernels.masked_row_sums(P, masks)[0]

@@ -258,19 +258,6 @@ class AuditResult:
 
 
 # ----------------------------------------------------------------------------------------- helpers
-def _log_tuple_count(name: str, k: int, n: int) -> float:
-    """log of the number of ordered draft tuples of scheme ``name`` with ``k`` tokens of q > 0."""
-    if name == "with_replacement":
-        return n * math.log(k) if k > 1 else 0.0
-    if name == "without_replacement":
-        return math.lgamma(k + 1) - math.lgamma(k - n + 1)
-    if name == "conditional_poisson":
-        return math.lgamma(k + 1) - math.lgamma(n + 1) - math.lgamma(k - n + 1)
-    if name == "greedy":
-        return math.log(max(k - n + 1, 1))
-    return math.log(max(2 * (k - 1), 1))  # hub
-
-
 def _token(x) -> int:
     """An int from what ``verify`` returned: int, numpy/torch integer scalar, or an object with
     ``.token`` (e.g. :class:`mdsd_ot.verifiers.Verdict`)."""
@@ -452,7 +439,7 @@ def audit(
 
     V = p.size
     k = int(np.count_nonzero(q > 0))
-    log_count = _log_tuple_count(scheme.name, k, n)
+    log_count = scheme.log_tuple_count(k, n)
     if log_count > math.log(max_tuples) + 1e-9:
         shown = (
             f"{math.exp(log_count):,.0f}" if log_count < 40 else f"about 10^{log_count / math.log(10):.0f}"

@@ -166,6 +166,22 @@ class DraftScheme:
     quadrature_from: int | None = None
     #: Optional ``(Q (B, V), n, masks (B, V)) -> (B,)``: Q(H) of many rows at once (else a loop).
     _mass_rows: Callable | None = None
+    #: ``(k, n) -> log`` of the number of ordered draft tuples when k tokens have q > 0.
+    _log_count: Callable | None = None
+    #: Code of the sorted-prefix kernel family (:mod:`mdsd_ot._kernels.scans`), or None.
+    kernel_code: int | None = None
+    #: Optional closed-form dual ``(p, q, n) -> (alpha*, subset)`` (schemes that are not prefix-optimal).
+    _dual: Callable | None = None
+    #: Optional ``(q, n, samples, rng) -> (samples, n)``: many draft tuples at once (else a loop).
+    _sample_rows: Callable | None = None
+    #: Optional ``(drafts, q, n, cache) -> None``: raise ``ValueError`` if drafts break the scheme's
+    #: form (``cache``: a dict the caller keeps per (q, n), for precomputed tokens).
+    _structure: Callable | None = None
+    #: Optional ``(p, q, n, samples, rng) -> (samples,)``: ``p(S)`` of sampled draft sets, faster than
+    #: drawing the tuples (else computed from :meth:`sample_batch`).
+    _set_mass_rows: Callable | None = None
+    #: Optional ``(q, n) -> pi``: ``P(token y is drafted)`` in closed form (None where there is none).
+    _inclusion: Callable | None = None
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, q: np.ndarray, n: int) -> None:
@@ -223,6 +239,39 @@ class DraftScheme:
             return self._mass_rows(Q, n, masks)
         return np.array([self.mass(q, n, h) for q, h in zip(Q, masks)])
 
+    def closed_form_dual(self, p: np.ndarray, q: np.ndarray, n: int):
+        """``(alpha*, subset)`` in closed form, or None when the dual needs the sorted-prefix scan."""
+        return None if self._dual is None else self._dual(p, q, n)
+
+    def sample_batch(self, q: np.ndarray, n: int, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """``samples`` draft tuples at once, shape ``(samples, n)`` (validated q)."""
+        if self._sample_rows is not None:
+            return np.asarray(self._sample_rows(q, n, samples, rng), dtype=np.int64)
+        return np.array([self._sample(q, n, rng) for _ in range(samples)], dtype=np.int64).reshape(samples, n)
+
+    def check_structure(self, drafts: np.ndarray, q: np.ndarray, n: int, cache: dict | None = None) -> None:
+        """Raise ``ValueError`` when in-range drafts cannot come from this scheme (e.g. repeated tokens
+        for a scheme that drafts distinct ones); ``cache`` keeps what it precomputes for this (q, n)."""
+        if self._structure is not None:
+            self._structure(drafts, q, n, {} if cache is None else cache)
+
+    def drafted_mass_samples(self, p: np.ndarray, q: np.ndarray, n: int, samples: int, rng) -> np.ndarray:
+        """``p(S)`` for ``samples`` sampled draft sets ``S`` (each drafted token counted once)."""
+        if self._set_mass_rows is not None:
+            return self._set_mass_rows(p, q, n, samples, rng)
+        drafts = np.sort(self.sample_batch(q, n, samples, rng), axis=1)
+        first = np.ones(drafts.shape, dtype=bool)
+        first[:, 1:] = drafts[:, 1:] != drafts[:, :-1]
+        return np.where(first, p[drafts], 0.0).sum(axis=1)
+
+    def log_tuple_count(self, k: int, n: int) -> float:
+        """log of the number of ordered draft tuples when ``k`` tokens have q > 0."""
+        return self._log_count(k, n)
+
+    def inclusion_probabilities(self, q: np.ndarray, n: int) -> np.ndarray | None:
+        """``P(token y is among the n drafts)`` for every token in closed form, or None."""
+        return None if self._inclusion is None else self._inclusion(q, n)
+
     def is_quadrature(self, n: int) -> bool:
         """True when ``Q(H)`` for ``n`` drafts is evaluated by quadrature (its grid can be refined)."""
         return self.quadrature_from is not None and n >= self.quadrature_from
@@ -240,10 +289,26 @@ def _with_sample(q, n, rng):
     return _inverse_cdf(q, rng.random(n))
 
 
+def _with_sample_rows(q, n, samples, rng):
+    return _inverse_cdf(q, rng.random((samples, n)))
+
+
+def _with_inclusion(q, n):
+    """``1 - (1 - q(y))^n``, with ``log(1 - q)`` from whichever of q, 1 - q is accurate (any n)."""
+    miss = complement_masses(q)  # 1 - q(y), no cancellation
+    with np.errstate(divide="ignore"):
+        log_miss = np.where(q < 0.5, np.log1p(-np.minimum(q, 0.5)), np.log(miss))
+    return -np.expm1(n * log_miss)
+
+
+def _with_log_count(k, n):
+    return n * math.log(k) if k > 1 else 0.0
+
+
 def _with_tuples(q, n):
     support = np.flatnonzero(q > 0)
     k = support.size
-    _check_enumerable_log(n * math.log(k) if k > 1 else 0.0, lambda: k**n, n)
+    _check_enumerable_log(_with_log_count(k, n), lambda: k**n, n)
     tuples = np.array(list(itertools.product(support, repeat=n)), dtype=np.int64).reshape(-1, n)
     return tuples, np.prod(q[tuples], axis=1)
 
@@ -277,10 +342,45 @@ def _without_sample(q, n, rng):
     return order[:n]
 
 
+def _without_set_mass_rows(p, q, n, samples, rng):
+    from ._kernels import verifiers as kernels  # a numba sampler: no (samples, V) Gumbel keys
+
+    return kernels.sequential_draft_mass(p, q, n, samples, int(rng.integers(0, 2**32 - 1)))
+
+
+def _distinct_structure(drafts, q, n, cache):
+    if np.unique(drafts).size != drafts.size:
+        raise ValueError(f"this scheme drafts distinct tokens; got {drafts.tolist()}")
+
+
+def _without_inclusion(q, n):
+    """``P(y drafted)``: q for n = 1; ``q(y) (1 + sum_{x != y} q(x) / (1 - q(x)))`` for n = 2 (no
+    ratio can overflow); None beyond (no closed form: enumerate or sample)."""
+    if n == 1:
+        return q.copy()
+    if n != 2:
+        return None
+    rest = complement_masses(q)
+    big = int(np.argmax(q))
+    others = np.arange(q.size) != big
+    odds = np.zeros_like(q)
+    odds[others] = q[others] / rest[others]  # each at most 1 (q(x) <= 1/2 of the mass)
+    small = odds.sum()  # every term but the largest token's, which may overflow
+    # sum over x != y; its rounding error times q(y) is at most eps * q(y) * small <= eps
+    pi = q * (1.0 + np.maximum(small - odds, 0.0))
+    # the largest token's term, q(y) q(big) / (1 - q(big)), cannot overflow: q(y) <= 1 - q(big)
+    pi[others] += q[big] * (q[others] / rest[big])
+    return pi
+
+
+def _without_log_count(k, n):
+    return math.lgamma(k + 1) - math.lgamma(k - n + 1)
+
+
 def _without_tuples(q, n):
     support = np.flatnonzero(q > 0)
     k = support.size  # >= n (checked by the scheme); k! / (k - n)! ordered tuples
-    _check_enumerable_log(math.lgamma(k + 1) - math.lgamma(k - n + 1), lambda: math.perm(k, n), n)
+    _check_enumerable_log(_without_log_count(k, n), lambda: math.perm(k, n), n)
     tuples = np.array(list(itertools.permutations(support, n)), dtype=np.int64).reshape(-1, n)
     return tuples, _sequential_tuple_probs(q, tuples)
 
@@ -336,6 +436,48 @@ def _greedy_tuples(q, n):
     return tuples, q[last] / rest_mass
 
 
+def _greedy_dual(p, q, n):
+    """``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))`` (docs/math.md#greedy-and-hub), with
+    ``q'`` q on the others renormalised (rest mass summed directly). The optimal subset is ``Top``
+    plus the tokens with ``q' > p`` (empty when alpha* = 1). O(V). Also the hub scheme's (n = 2)."""
+    top, rest, rest_mass = _greedy_parts(q, n)
+    q_rest = np.where(rest, q, 0.0) / rest_mass
+    gain = rest & (q_rest > p)
+    excess = (q_rest[gain] - p[gain]).sum() - p[top].sum()  # Q(H) - p(H) for H = Top + gain
+    if excess <= 0.0:
+        return 1.0, np.empty(0, dtype=np.int64)
+    return max(1.0 - float(excess), 0.0), np.union1d(top, np.flatnonzero(gain)).astype(np.int64)
+
+
+def _greedy_sample_rows(q, n, samples, rng):
+    top, rest_mask, _ = _greedy_parts(q, n)
+    last = _inverse_cdf(np.where(rest_mask, q, 0.0), rng.random(samples))
+    return np.column_stack([np.tile(top, (samples, 1)), last])
+
+
+def _greedy_structure(drafts, q, n, cache):
+    top = cache.get("top")
+    if top is None:
+        top = cache["top"] = top_tokens(q, n - 1)
+    if set(drafts[: n - 1].tolist()) != set(top.tolist()) or drafts[-1] in top:
+        raise ValueError(
+            f"greedy drafts are the {n - 1} most likely tokens {sorted(top.tolist())} followed by "
+            f"one other token; got {drafts.tolist()}"
+        )
+
+
+def _greedy_inclusion(q, n):
+    """``P(y drafted)``: 1 on ``Top``, ``q'(y)`` elsewhere (greedy and hub drafts alike)."""
+    top, rest_mask, rest_mass = _greedy_parts(q, n)
+    pi = np.where(rest_mask, q, 0.0) / rest_mass
+    pi[top] = 1.0
+    return pi
+
+
+def _greedy_log_count(k, n):
+    return math.log(max(k - n + 1, 1))
+
+
 def _greedy_mass(q, n, mask):
     top, rest_mask, rest_mass = _greedy_parts(q, n)
     if not mask[top].all():
@@ -352,6 +494,26 @@ def _hub_sample(q, n, rng):
     q_rest = q.copy()
     q_rest[a] = 0.0
     return np.array([a, int(_inverse_cdf(q_rest, rng.random(1))[0])])
+
+
+def _hub_sample_rows(q, n, samples, rng):
+    a = int(top_tokens(q, 1)[0])
+    rest = q.copy()
+    rest[a] = 0.0
+    first = _inverse_cdf(q, rng.random(samples))
+    second = _inverse_cdf(rest, rng.random(samples))
+    return np.column_stack([first, np.where(first == a, second, a)])
+
+
+def _hub_structure(drafts, q, n, cache):
+    _distinct_structure(drafts, q, n, cache)
+    a = int(np.argmax(q))  # the first maximum: ties by index
+    if a not in drafts:
+        raise ValueError(f"hub drafts always contain the hub token {a} (argmax q); got {drafts.tolist()}")
+
+
+def _hub_log_count(k, n):
+    return math.log(max(2 * (k - 1), 1))
 
 
 def _hub_tuples(q, n):
@@ -381,11 +543,21 @@ def _cp_sample(q, n, rng):
     return np.array(chosen)
 
 
+def _cp_inclusion(q, n):
+    """``q(y) e_{n-1}(q without y) / e_n(q)``; scale invariant, so q is rescaled to max 1 first."""
+    from ._kernels import verifiers as kernels
+
+    return kernels.cp_inclusion(q / q.max(), n)
+
+
+def _cp_log_count(k, n):
+    return math.lgamma(k + 1) - math.lgamma(n + 1) - math.lgamma(k - n + 1)
+
+
 def _cp_tuples(q, n):
     support = np.flatnonzero(q > 0)
     k = support.size  # >= n (checked by the scheme)
-    log_comb = math.lgamma(k + 1) - math.lgamma(n + 1) - math.lgamma(k - n + 1)
-    _check_enumerable_log(log_comb, lambda: math.comb(k, n), n)
+    _check_enumerable_log(_cp_log_count(k, n), lambda: math.comb(k, n), n)
     tuples = np.array(list(itertools.combinations(support, n)), dtype=np.int64).reshape(-1, n)
     logw = np.log(q[tuples]).sum(axis=1)
     return tuples, np.exp(logw - np.logaddexp.reduce(logw))
@@ -395,6 +567,9 @@ def _cp_mass(q, n, mask):
     log_in = _log_elementary_symmetric(q[mask], n)
     return 0.0 if log_in == -np.inf else float(np.exp(log_in - _log_elementary_symmetric(q, n)))
 
+
+#: Kernel codes of the sorted-prefix scans (:mod:`mdsd_ot._kernels.scans`).
+_WITH, _WITHOUT, _CP = 0, 1, 2
 
 SCHEMES: dict[str, DraftScheme] = {
     s.name: s
@@ -408,6 +583,10 @@ SCHEMES: dict[str, DraftScheme] = {
             _with_mass,
             lambda n: 1,
             _mass_rows=_with_mass_rows,
+            _log_count=_with_log_count,
+            kernel_code=_WITH,
+            _sample_rows=_with_sample_rows,
+            _inclusion=_with_inclusion,
         ),
         DraftScheme(
             "without_replacement",
@@ -418,25 +597,40 @@ SCHEMES: dict[str, DraftScheme] = {
             _without_mass,
             lambda n: n,
             quadrature_from=3,
+            _log_count=_without_log_count,
+            kernel_code=_WITHOUT,
+            _structure=_distinct_structure,
+            _inclusion=_without_inclusion,
+            _set_mass_rows=_without_set_mass_rows,
         ),
         DraftScheme(
             "greedy",
             "the n-1 most likely tokens plus one draw from the rest",
-            True,
+            False,
             _greedy_sample,
             _greedy_tuples,
             _greedy_mass,
             lambda n: n,
+            _log_count=_greedy_log_count,
+            _dual=_greedy_dual,
+            _sample_rows=_greedy_sample_rows,
+            _structure=_greedy_structure,
+            _inclusion=_greedy_inclusion,
         ),
         DraftScheme(
             "hub",
             "SpecHub drafts (n = 2): x1 ~ q, then argmax q or a draw from the rest",
-            True,
+            False,
             _hub_sample,
             _hub_tuples,
             lambda q, n, mask: _greedy_mass(q, 2, mask),
             lambda n: 2,
             fixed_n=2,
+            _log_count=_hub_log_count,
+            _dual=_greedy_dual,  # the hub draft-set law is the greedy one for n = 2
+            _sample_rows=_hub_sample_rows,
+            _structure=_hub_structure,
+            _inclusion=_greedy_inclusion,
         ),
         DraftScheme(
             "conditional_poisson",
@@ -446,6 +640,10 @@ SCHEMES: dict[str, DraftScheme] = {
             _cp_tuples,
             _cp_mass,
             lambda n: n,
+            _log_count=_cp_log_count,
+            kernel_code=_CP,
+            _structure=_distinct_structure,
+            _inclusion=_cp_inclusion,
         ),
     ]
 }

@@ -8,7 +8,7 @@ Two solvers:
   slow oracle; ``V <= BRUTEFORCE_MAX_V``).
 * :func:`solve_sorted_prefix` scans the ``V + 1`` prefixes of the tokens sorted by ``q/p`` (high to
   low), which contain an optimal ``H`` for every scheme with ``prefix_optimal``. Greedy and hub drafts
-  have an explicit optimal subset instead (:func:`solve_greedy`), found in O(V).
+  have an explicit optimal subset instead (:meth:`DraftScheme.closed_form_dual`), found in O(V).
 
 Both return ``(value, subset)`` with ``subset`` the sorted token indices of an optimal ``H``.
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
-from .drafts import DraftScheme, complement_masses, top_tokens
+from .drafts import DraftScheme, complement_masses
 
-__all__ = ["sorted_order", "solve_sorted_prefix", "solve_greedy", "solve_bruteforce", "solve_dual"]
+__all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual"]
 
 
 #: Below this vocabulary size the order comes from numpy's stable sort alone (no tie-breaking kernel
@@ -53,7 +53,7 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
     (:func:`mdsd_ot._kernels.scan_without_replacement`); ``refine`` halves its quadrature step that
     many times.
     """
-    code = _kernels.SCHEME_CODES[scheme.name]
+    code = scheme.kernel_code
     by_sums = n == 1 or code == 0 or (code == 1 and n == 2)
     if by_sums and p.size >= BINNED_MIN_V:  # sums suffice: bins instead of a full sort
         rest = complement_masses(q) if code == 1 and n == 2 else q
@@ -66,30 +66,11 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
     return max(1.0 - float(excess), 0.0), np.flatnonzero(mask)
 
 
-def solve_greedy(p, q, n: int):
-    """Greedy / hub drafts: ``alpha* = p(Top) + sum_{x not in Top} min(p(x), q'(x))``.
-
-    docs/math.md#greedy-and-hub.
-
-    ``Top`` holds the n-1 most likely draft tokens and ``q'`` is q restricted to the others and
-    renormalised (rest mass summed directly). The optimal subset is ``Top`` plus the tokens with
-    ``q' > p`` (empty when alpha* = 1).
-    """
-    top = top_tokens(q, n - 1)
-    rest = np.ones(q.size, dtype=bool)
-    rest[top] = False
-    q_rest = np.where(rest, q, 0.0) / q[rest].sum()
-    gain = rest & (q_rest > p)
-    excess = (q_rest[gain] - p[gain]).sum() - p[top].sum()  # Q(H) - p(H) for H = Top + gain
-    if excess <= 0.0:
-        return 1.0, np.empty(0, dtype=np.int64)
-    return max(1.0 - float(excess), 0.0), np.union1d(top, np.flatnonzero(gain)).astype(np.int64)
-
-
 def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0):
-    """The fast exact dual for ``scheme``: closed form for greedy/hub, sorted prefixes otherwise."""
-    if scheme.name in ("greedy", "hub"):
-        return solve_greedy(p, q, n)
+    """The fast exact dual for ``scheme``: its closed form if it has one, sorted prefixes otherwise."""
+    closed = scheme.closed_form_dual(p, q, n)
+    if closed is not None:
+        return closed
     return solve_sorted_prefix(p, q, n, scheme, refine)
 
 

@@ -23,7 +23,6 @@ from .dispatch import (
     solve_sorted,
 )
 from .scans import (
-    SCHEME_CODES,
     break_ties_by_index,
     bucketed_scan,
     complement_masses_kernel,
@@ -48,7 +47,6 @@ from .sequential import (
 )
 
 __all__ = [
-    "SCHEME_CODES",
     "break_ties_by_index",
     "bucketed_scan",
     "candidate_prefixes",

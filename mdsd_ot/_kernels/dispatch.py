@@ -64,7 +64,8 @@ def small_or_jit(kernel, size: int):
 
 
 def solve_sorted(ps, qs, n, code, refine=0):
-    """Dispatch on a scheme code (see ``SCHEME_CODES``); returns ``(D, k)``, alpha* = 1 - D.
+    """Dispatch on a scheme's ``kernel_code`` (0: with replacement, 1: sequential without replacement,
+    2: conditional Poisson); returns ``(D, k)``, alpha* = 1 - D.
 
     Dispatched in Python, not numba, so that a first call compiles only the kernel it needs (a numba
     dispatcher compiles every branch it could take). ``refine`` halves the quadrature step of

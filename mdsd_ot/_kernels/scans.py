@@ -361,6 +361,3 @@ def bucketed_scan(p, q, n, code, rest):
             for t in range(best_len):
                 mask[best_idx[t]] = True
     return best, mask
-
-
-SCHEME_CODES = {"with_replacement": 0, "without_replacement": 1, "conditional_poisson": 2}

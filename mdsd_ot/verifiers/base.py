@@ -182,36 +182,13 @@ def top_k(q: np.ndarray, k: int) -> np.ndarray:
     return sel[np.lexsort((sel, -q[sel]))].astype(np.int64)
 
 
-def _inverse_cdf(w: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Vectorised inverse-CDF draws from non-negative weights; zero weights are never returned."""
-    cdf = np.cumsum(w)
-    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
-    return np.minimum(idx, np.flatnonzero(w > 0)[-1]).astype(np.int64)
-
-
 def sample_drafts_batch(scheme, q: np.ndarray, n: int, samples: int, rng: np.random.Generator):
-    """``samples`` draft tuples, shape ``(samples, n)``, drawn at once for the i.i.d., greedy and hub
-    schemes (O(V + samples n log V)); other schemes draw one tuple at a time with ``scheme.sample``.
-    """
-    name = scheme.name
-    if name == "with_replacement":
-        return _inverse_cdf(q, rng.random((samples, n)))
-    if name in ("greedy", "hub"):
-        top = top_k(q, n - 1)
-        rest = q.copy()
-        rest[top] = 0.0
-        if name == "greedy":
-            last = _inverse_cdf(rest, rng.random(samples))
-            return np.column_stack([np.tile(top, (samples, 1)), last])
-        a = int(top[0])
-        first = _inverse_cdf(q, rng.random(samples))
-        second = _inverse_cdf(rest, rng.random(samples))
-        hub_first = first == a
-        return np.column_stack([first, np.where(hub_first, second, a)])
-    return np.array([scheme.sample(q, n, rng) for _ in range(samples)], dtype=np.int64).reshape(samples, n)
+    """``samples`` draft tuples, shape ``(samples, n)``: the scheme's batch sampler
+    (:meth:`mdsd_ot.drafts.DraftScheme.sample_batch`; vectorised where the scheme has one)."""
+    return scheme.sample_batch(q, n, samples, rng)
 
 
-def _check_drafts(drafts, q: np.ndarray, n: int, scheme: DraftScheme, top=None) -> np.ndarray:
+def _check_drafts(drafts, q: np.ndarray, n: int, scheme: DraftScheme, cache=None) -> np.ndarray:
     """Validate a draft tuple against the scheme: shape, range, q > 0, and the scheme's structure."""
     arr = np.asarray(drafts)
     if arr.dtype.kind not in "iu":
@@ -228,20 +205,7 @@ def _check_drafts(drafts, q: np.ndarray, n: int, scheme: DraftScheme, top=None) 
     if np.any(q[arr] <= 0):
         bad = int(arr[np.argmax(q[arr] <= 0)])
         raise ValueError(f"draft token {bad} has q = 0 and cannot have been drafted")
-    name = scheme.name
-    if name in ("without_replacement", "conditional_poisson", "hub") and np.unique(arr).size != n:
-        raise ValueError(f"the {name!r} scheme drafts distinct tokens; got {arr.tolist()}")
-    if name == "greedy":
-        top = top_k(q, n - 1) if top is None else top
-        if set(arr[: n - 1].tolist()) != set(top.tolist()) or arr[-1] in top:
-            raise ValueError(
-                f"greedy drafts are the {n - 1} most likely tokens {sorted(top.tolist())} followed by "
-                f"one other token; got {arr.tolist()}"
-            )
-    if name == "hub":
-        a = int(np.argmax(q))  # the first maximum: ties by index
-        if a not in arr:
-            raise ValueError(f"hub drafts always contain the hub token {a} (argmax q); got {arr.tolist()}")
+    scheme.check_structure(arr, q, n, cache)
     return arr
 
 
@@ -271,9 +235,9 @@ class PreparedVerifier(ABC):
     # -- per draft tuple ---------------------------------------------------------------------
     def check_drafts(self, drafts) -> np.ndarray:
         """Validate one draft tuple (shape ``(n,)``) against the scheme; int64 copy."""
-        if self.scheme.name == "greedy" and not hasattr(self, "_top"):
-            self._top = top_k(self.q, self.n - 1)
-        return _check_drafts(drafts, self.q, self.n, self.scheme, getattr(self, "_top", None))
+        if not hasattr(self, "_structure_cache"):
+            self._structure_cache = {}
+        return _check_drafts(drafts, self.q, self.n, self.scheme, self._structure_cache)
 
     def verify(self, drafts, rng: np.random.Generator) -> Verdict:
         """Run the verification algorithm on one draft tuple with the generator ``rng``."""

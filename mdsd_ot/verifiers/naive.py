@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import verifiers as _kernels
-from ..drafts import complement_masses
+from ..drafts import get_scheme
 from .base import (
     ANY_SCHEME,
     PreparedVerifier,
     Verifier,
     accept_fraction,
     power_exceeds,
-    sample_drafts_batch,
     sample_index,
-    top_k,
     unit_interval,
 )
 
@@ -43,41 +40,11 @@ ENUMERATE_MAX_TUPLES = 200_000
 def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | None:
     """``pi(y) = P(token y is among the n drafts)`` in closed form, or None when there is none here.
 
-    Every ``1 - q`` is a direct complement sum; no formula subtracts nearly equal numbers.
-    Complexity O(V) (conditional Poisson: O(n^2 V)).
+    The scheme's own formula (:meth:`mdsd_ot.drafts.DraftScheme.inclusion_probabilities`): every
+    ``1 - q`` a direct complement sum, nothing subtracted that could cancel. O(V) (conditional
+    Poisson: O(n^2 V)).
     """
-    if scheme == "with_replacement":
-        miss = complement_masses(q)  # 1 - q(y), no cancellation
-        with np.errstate(divide="ignore"):  # log(1 - q) from whichever of q, 1 - q is accurate
-            log_miss = np.where(q < 0.5, np.log1p(-np.minimum(q, 0.5)), np.log(miss))
-        return -np.expm1(n * log_miss)  # 1 - miss^n, accurate for small q(y) and any n
-    if scheme in ("greedy", "hub"):
-        top = top_k(q, n - 1)
-        rest = np.ones(q.size, dtype=bool)
-        rest[top] = False
-        pi = np.where(rest, q, 0.0) / q[rest].sum()
-        pi[top] = 1.0
-        return pi
-    if scheme == "without_replacement":
-        if n == 1:
-            return q.copy()
-        if n == 2:  # pi(y) = q(y) (1 + sum_{x != y} q(x) / (1 - q(x)))
-            rest = complement_masses(q)
-            big = int(np.argmax(q))
-            others = np.arange(q.size) != big
-            odds = np.zeros_like(q)
-            odds[others] = q[others] / rest[others]  # each at most 1 (q(x) <= 1/2 of the mass)
-            small = odds.sum()  # every term but the largest token's, which may overflow
-            # sum over x != y; its rounding error times q(y) is at most eps * q(y) * small <= eps
-            pi = q * (1.0 + np.maximum(small - odds, 0.0))
-            # the largest token's term, q(y) q(big) / (1 - q(big)), written so that it cannot
-            # overflow: for y != big, q(y) <= 1 - q(big), so the ratio is at most one
-            pi[others] += q[big] * (q[others] / rest[big])
-            return pi
-        return None
-    if scheme == "conditional_poisson":  # scale invariant; rescaling to max 1 avoids underflow
-        return _kernels.cp_inclusion(q / q.max(), n)
-    return None
+    return get_scheme(scheme).inclusion_probabilities(q, n)
 
 
 class _PreparedNaive(PreparedVerifier):
@@ -118,14 +85,8 @@ class _PreparedNaive(PreparedVerifier):
         return accept_fraction(float((probs * covered).sum()), float((probs * missed).sum()))
 
     def monte_carlo(self, samples: int, rng: np.random.Generator) -> np.ndarray:
-        """Per-sample ``p(S)`` over sampled draft sets (numba sampler for sequential drafts)."""
-        if self.scheme.name == "without_replacement":
-            seed = int(rng.integers(0, 2**32 - 1))
-            return _kernels.sequential_draft_mass(self.p, self.q, self.n, samples, seed)
-        drafts = np.sort(sample_drafts_batch(self.scheme, self.q, self.n, samples, rng), axis=1)
-        first = np.ones(drafts.shape, dtype=bool)  # p(S): each distinct drafted token counted once
-        first[:, 1:] = drafts[:, 1:] != drafts[:, :-1]
-        return np.where(first, self.p[drafts], 0.0).sum(axis=1)
+        """Per-sample ``p(S)`` over sampled draft sets (the scheme's fastest sampler of them)."""
+        return self.scheme.drafted_mass_samples(self.p, self.q, self.n, samples, rng)
 
 
 class NaiveVerifier(Verifier):
