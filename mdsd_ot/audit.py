@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._validate import check_n, check_pair
-from .drafts import get_scheme
+from .drafts import SCHEMES, get_scheme
 
 __all__ = [
     "audit",
@@ -91,13 +91,9 @@ MAX_RUNS = 20_000_000
 #: Cells with expected count below this are pooled before the chi-square test.
 MIN_EXPECTED = 5.0
 
-#: ``reference="auto"``: the registry verifier each draft scheme's tuples are compared with.
-DEFAULT_REFERENCE = {
-    "with_replacement": "rrs",
-    "without_replacement": "rrs_without_replacement",
-    "greedy": "greedy",
-    "hub": "spechub",
-}
+#: ``reference="auto"``: the registry verifier each draft scheme's tuples are compared with
+#: (``DraftScheme.reference_verifier``; None for a scheme without one).
+DEFAULT_REFERENCE = {name: s.reference_verifier for name, s in SCHEMES.items() if s.reference_verifier}
 
 
 class VerifierError(RuntimeError):

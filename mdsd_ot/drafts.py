@@ -182,6 +182,11 @@ class DraftScheme:
     _set_mass_rows: Callable | None = None
     #: Optional ``(q, n) -> pi``: ``P(token y is drafted)`` in closed form (None where there is none).
     _inclusion: Callable | None = None
+    #: Another scheme with the same law of draft *sets* (for the n this one is defined for), hence the
+    #: same bound: hub drafts (n = 2) are greedy drafts in another order (docs/math.md#greedy-and-hub).
+    same_sets_as: str | None = None
+    #: The registry verifier built for this scheme (``mdsd_ot.audit``'s default reference).
+    reference_verifier: str | None = None
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, q: np.ndarray, n: int) -> None:
@@ -587,6 +592,7 @@ SCHEMES: dict[str, DraftScheme] = {
             kernel_code=_WITH,
             _sample_rows=_with_sample_rows,
             _inclusion=_with_inclusion,
+            reference_verifier="rrs",
         ),
         DraftScheme(
             "without_replacement",
@@ -602,6 +608,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _structure=_distinct_structure,
             _inclusion=_without_inclusion,
             _set_mass_rows=_without_set_mass_rows,
+            reference_verifier="rrs_without_replacement",
         ),
         DraftScheme(
             "greedy",
@@ -616,6 +623,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _sample_rows=_greedy_sample_rows,
             _structure=_greedy_structure,
             _inclusion=_greedy_inclusion,
+            reference_verifier="greedy",
         ),
         DraftScheme(
             "hub",
@@ -631,6 +639,8 @@ SCHEMES: dict[str, DraftScheme] = {
             _sample_rows=_hub_sample_rows,
             _structure=_hub_structure,
             _inclusion=_greedy_inclusion,
+            same_sets_as="greedy",
+            reference_verifier="spechub",
         ),
         DraftScheme(
             "conditional_poisson",

@@ -56,7 +56,6 @@ from .collection import (
 from .config import (
     DEFAULT_VERIFIERS,
     SCHEMES,
-    VERIFIER_SCHEME,
     StudyConfig,
     StudyWarning,
     _skip,
@@ -104,7 +103,6 @@ __all__ = [
     "StudyWarning",
     "SCHEMES",
     "DEFAULT_VERIFIERS",
-    "VERIFIER_SCHEME",
     "load_prompts",
     "load_models",
     "teacher_forcing_logits",

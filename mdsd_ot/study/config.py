@@ -19,18 +19,6 @@ SCHEMES = ("with_replacement", "without_replacement", "greedy")
 DEFAULT_VERIFIERS = ("naive", "rrs", "spectr", "rrs_without_replacement", "greedy", "spechub")
 
 
-#: Fallback: the draft scheme each verifier is built for (its bound is the one to compare with).
-#: SpecHub's hub draft law equals the greedy law for n = 2 (docs/math.md#greedy-and-hub).
-VERIFIER_SCHEME = {
-    "naive": "with_replacement",
-    "rrs": "with_replacement",
-    "spectr": "with_replacement",
-    "rrs_without_replacement": "without_replacement",
-    "greedy": "greedy",
-    "spechub": "greedy",
-}
-
-
 @dataclass
 class StudyConfig:
     """Parameters of a study (saved to ``config.json``).
@@ -144,32 +132,21 @@ class StudyConfig:
 
 
 def verifier_scheme(name: str) -> str:
-    """The bound (a member of :data:`SCHEMES`) that verifier ``name`` should be compared with.
+    """The bound (a member of :data:`SCHEMES`) that verifier ``name`` should be compared with: the
+    scheme it is built for (``mdsd_ot.VERIFIERS[name].scheme``), or the scheme with the same draft-set
+    law (``DraftScheme.same_sets_as``: SpecHub's hub drafts are greedy drafts for n = 2)."""
+    from ..drafts import get_scheme
+    from ..verifiers import VERIFIERS
 
-    Read from the registry (``mdsd_ot.VERIFIERS[name].scheme``) when available; the hub scheme of
-    SpecHub (n = 2) has the same draft-set law as greedy drafts, so it maps to ``"greedy"``.
-    """
-    scheme = None
-    try:
-        from ..verifiers import VERIFIERS
-
-        scheme = getattr(VERIFIERS.get(name), "scheme", None)
-    except ImportError:  # registry not available: use the table
-        pass
-    if scheme == "hub":
-        scheme = "greedy"
-    if isinstance(scheme, str) and scheme in SCHEMES:
-        return scheme
-    return VERIFIER_SCHEME.get(name, "with_replacement")
+    scheme = get_scheme(VERIFIERS[name].scheme)
+    return scheme.same_sets_as or scheme.name
 
 
 def check_verifier_names(names) -> list:
     """Reject unknown verifier names up front (``ValueError`` listing the registry)."""
+    from ..verifiers import VERIFIERS
+
     names = list(names)
-    try:
-        from ..verifiers import VERIFIERS
-    except ImportError:  # registry not available: names are checked when first used
-        return names
     bad = [n for n in names if not isinstance(n, str) or n not in VERIFIERS]
     if bad:
         raise ValueError(f"unknown verifier {bad[0]!r}; choose among {sorted(VERIFIERS)}")
@@ -177,13 +154,9 @@ def check_verifier_names(names) -> list:
 
 
 def _verifier_applies(name: str, n: int) -> bool:
-    fixed = None
-    try:
-        from ..verifiers import VERIFIERS
+    from ..verifiers import VERIFIERS
 
-        fixed = getattr(VERIFIERS.get(name), "fixed_n", None)
-    except ImportError:
-        fixed = 2 if name == "spechub" else None
+    fixed = VERIFIERS[name].fixed_n
     return fixed is None or fixed == n
 
 
