@@ -7,6 +7,10 @@
   distinct values, by a DP over how many tokens of each value have been drawn (no quadrature).
 * :func:`uniform_sequential_alpha`: the closed form for a uniform draft, where the drafted set is a
   uniform n-subset: ``W_n(H) = C(|H|, n) / C(V, n)``.
+* 50-digit :mod:`mpmath` references (``mp_*``): alpha* without replacement (n = 2, 3), greedy and
+  conditional Poisson along every sorted prefix, for near-one-hot inputs at V ~ 10^3;
+* :func:`brute_sequential_mass`: ``W_n(H)`` by enumerating every ordered draw sequence;
+  :func:`slow_excess`: the dual's best prefix with ``Q`` evaluated subset by subset;
 * slow twins of the verifier kernels (suffix ``_slow``: the docs/math.md recursions verbatim, in
   numpy) and the draft-tuple RSD Monte Carlo kernel they are compared with.
 """
@@ -388,3 +392,135 @@ def cp_inclusion_slow(x, n):
 
     e_n = e(x, n)
     return np.minimum(np.array([x[y] * e(np.delete(x, y), n - 1) / e_n for y in range(x.size)]), 1.0)
+
+
+def _mp(x):
+    v = [mpmath.mpf(float(t)) for t in x]
+    s = mpmath.fsum(v)
+    return [t / s for t in v]
+
+
+def mp_without_replacement_2(p, q):
+    """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p.
+
+    docs/math.md#without-replacement."""
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        V = len(P)
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
+        order = sorted(range(V), key=lambda i: -key[i])
+        total = mpmath.fsum(Q)
+        best = mpmath.mpf(0)
+        pH = qH = S = mpmath.mpf(0)
+        for i in order:
+            pH += P[i]
+            qH += Q[i]
+            S += Q[i] / (total - Q[i])
+            R = total - qH  # exact enough at 50 digits
+            best = max(best, qH - R * S - pH)
+        return 1 - best
+
+
+def mp_greedy(p, q, n):
+    """alpha*_greedy = p(Top) + sum_{x not in Top} min(p(x), q(x) / q(rest)) (docs/math.md#greedy-and-hub)."""
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        top = top_indices([float(v) for v in q], n - 1)
+        rest = [i for i in range(len(P)) if i not in top]
+        mass = mpmath.fsum(Q[i] for i in rest)
+        return mpmath.fsum(P[i] for i in top) + mpmath.fsum(min(P[i], Q[i] / mass) for i in rest)
+
+
+def mp_without_replacement_3(p, q):
+    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (docs/math.md#without-replacement)
+    at every prefix
+    sorted by q/p, with the pair sums updated incrementally (O(V^2) in all).
+
+    W_3(H) = 1 - R [1 + sum_i (1/(1-q_i) - 1) + sum_{i<j} (1 - 1/(1-q_i) - 1/(1-q_j) + 1/(1-q_i-q_j))],
+    R = q(outside H). Inclusion-exclusion cancels ~|H|^2 in float64, harmless at 50 digits.
+    """
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        V = len(P)
+        total = mpmath.fsum(Q)
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
+        order = sorted(range(V), key=lambda i: -key[i])
+        best = mpmath.mpf(0)
+        pH = qH = single = pair = mpmath.mpf(0)
+        H = []
+        for k in order:
+            ak = 1 / (total - Q[k])
+            for i in H:
+                pair += 1 - 1 / (total - Q[i]) - ak + 1 / (total - Q[i] - Q[k])
+            single += ak - 1
+            H.append(k)
+            pH += P[k]
+            qH += Q[k]
+            R = total - qH
+            if R > 0:
+                W = 1 - R * (1 + single + pair)
+            else:
+                W = mpmath.mpf(1) if sum(1 for i in H if Q[i] > 0) >= 3 else mpmath.mpf(0)
+            best = max(best, W - pH)
+        return 1 - best
+
+
+def mp_conditional_poisson(p, q, n):
+    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (docs/math.md#draft-schemes)
+    at every
+    prefix sorted by q/p, e_n by the DP e_j(S + x) = e_j(S) + x e_{j-1}(S)."""
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        V = len(P)
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
+        order = sorted(range(V), key=lambda i: -key[i])
+        e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
+        for x in Q:
+            for j in range(n, 0, -1):
+                e[j] += x * e[j - 1]
+        h = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
+        best = pH = mpmath.mpf(0)
+        for k in order:
+            for j in range(n, 0, -1):
+                h[j] += Q[k] * h[j - 1]
+            pH += P[k]
+            best = max(best, h[n] / e[n] - pH)
+        return 1 - best
+
+
+def brute_sequential_mass(q, n, mask):
+    """W_n(H) from the textbook definition: every ordered draw, rest mass recomputed each step."""
+    total = 0.0
+    support = [i for i in range(q.size) if q[i] > 0]
+    for t in itertools.permutations(support, n):
+        pr, left = 1.0, list(range(q.size))
+        for x in t:
+            pr *= q[x] / sum(q[j] for j in left)
+            left.remove(x)
+        if all(mask[x] for x in t):
+            total += pr
+    return total
+
+
+def slow_excess(ps, qs, n, scheme):
+    """max_k Q(H_k) - p(H_k) with Q from the scheme's subset-at-a-time ``mass`` (no prefix code)."""
+    from mdsd_ot import get_scheme
+
+    V = ps.size
+    best = 0.0
+    for k in range(1, V + 1):
+        mask = np.zeros(V, dtype=bool)
+        mask[:k] = True
+        d = get_scheme(scheme).mass(qs, n, mask) - ps[:k].sum()
+        if d > best + 1e-15:
+            best = d
+    return best

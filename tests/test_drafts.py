@@ -1,27 +1,12 @@
 """Draft-sampling schemes: exact laws, Q(H), sampling, and cancellation-free masses."""
 
-import itertools
-
 import numpy as np
 import pytest
 from conftest import random_pair
+from oracles import brute_sequential_mass
 from scipy import stats
 
 from mdsd_ot.drafts import SCHEMES, complement_masses, get_scheme
-
-
-def brute_sequential_mass(q, n, mask):
-    """W_n(H) from the textbook definition: every ordered draw, rest mass recomputed each step."""
-    total = 0.0
-    support = [i for i in range(q.size) if q[i] > 0]
-    for t in itertools.permutations(support, n):
-        pr, left = 1.0, list(range(q.size))
-        for x in t:
-            pr *= q[x] / sum(q[j] for j in left)
-            left.remove(x)
-        if all(mask[x] for x in t):
-            total += pr
-    return total
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMES))

@@ -18,10 +18,17 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import pytest
-from oracles import exact_alpha, fr, top_indices
+from oracles import (
+    exact_alpha,
+    fr,
+    mp_conditional_poisson,
+    mp_greedy,
+    mp_without_replacement_2,
+    mp_without_replacement_3,
+    top_indices,
+)
 
 from mdsd_ot import get_scheme, optimal_acceptance, optimal_acceptance_batch
 from mdsd_ot._config import SUM_TOL
@@ -482,46 +489,6 @@ def _near_one_hot(V, seed, eps=1e-12):
     return p / p.sum(), q / q.sum()
 
 
-def _mp(x):
-    v = [mpmath.mpf(float(t)) for t in x]
-    s = mpmath.fsum(v)
-    return [t / s for t in v]
-
-
-def mp_without_replacement_2(p, q):
-    """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p.
-
-    docs/math.md#without-replacement."""
-    with mpmath.workdps(50):
-        P, Q = _mp(p), _mp(q)
-        V = len(P)
-        key = [
-            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
-            for i in range(V)
-        ]
-        order = sorted(range(V), key=lambda i: -key[i])
-        total = mpmath.fsum(Q)
-        best = mpmath.mpf(0)
-        pH = qH = S = mpmath.mpf(0)
-        for i in order:
-            pH += P[i]
-            qH += Q[i]
-            S += Q[i] / (total - Q[i])
-            R = total - qH  # exact enough at 50 digits
-            best = max(best, qH - R * S - pH)
-        return 1 - best
-
-
-def mp_greedy(p, q, n):
-    """alpha*_greedy = p(Top) + sum_{x not in Top} min(p(x), q(x) / q(rest)) (docs/math.md#greedy-and-hub)."""
-    with mpmath.workdps(50):
-        P, Q = _mp(p), _mp(q)
-        top = _top([float(v) for v in q], n - 1)
-        rest = [i for i in range(len(P)) if i not in top]
-        mass = mpmath.fsum(Q[i] for i in rest)
-        return mpmath.fsum(P[i] for i in top) + mpmath.fsum(min(P[i], Q[i] / mass) for i in rest)
-
-
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("V", [8, 1000])
 def test_near_one_hot_draft_without_replacement_2(V, seed):
@@ -562,43 +529,6 @@ def test_near_one_hot_draft_without_replacement_3_exact(seed):
     assert r.success and abs(r.value - float(exact_alpha(p, q, 3, "without_replacement"))) <= TOL
 
 
-def mp_without_replacement_3(p, q):
-    """alpha*_without (n = 3) at 50 digits: W_3 by inclusion-exclusion (docs/math.md#without-replacement)
-    at every prefix
-    sorted by q/p, with the pair sums updated incrementally (O(V^2) in all).
-
-    W_3(H) = 1 - R [1 + sum_i (1/(1-q_i) - 1) + sum_{i<j} (1 - 1/(1-q_i) - 1/(1-q_j) + 1/(1-q_i-q_j))],
-    R = q(outside H). Inclusion-exclusion cancels ~|H|^2 in float64, harmless at 50 digits.
-    """
-    with mpmath.workdps(50):
-        P, Q = _mp(p), _mp(q)
-        V = len(P)
-        total = mpmath.fsum(Q)
-        key = [
-            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
-            for i in range(V)
-        ]
-        order = sorted(range(V), key=lambda i: -key[i])
-        best = mpmath.mpf(0)
-        pH = qH = single = pair = mpmath.mpf(0)
-        H = []
-        for k in order:
-            ak = 1 / (total - Q[k])
-            for i in H:
-                pair += 1 - 1 / (total - Q[i]) - ak + 1 / (total - Q[i] - Q[k])
-            single += ak - 1
-            H.append(k)
-            pH += P[k]
-            qH += Q[k]
-            R = total - qH
-            if R > 0:
-                W = 1 - R * (1 + single + pair)
-            else:
-                W = mpmath.mpf(1) if sum(1 for i in H if Q[i] > 0) >= 3 else mpmath.mpf(0)
-            best = max(best, W - pH)
-        return 1 - best
-
-
 @pytest.mark.parametrize(
     "kind, V, seed",
     [
@@ -623,32 +553,6 @@ def test_without_replacement_3_against_50_digit_inclusion_exclusion(kind, V, see
         q /= q.sum()
     r = optimal_acceptance(p, q, 3, sampling="without_replacement")
     assert r.success and abs(r.value - float(mp_without_replacement_3(p, q))) <= TOL
-
-
-def mp_conditional_poisson(p, q, n):
-    """alpha* for conditional Poisson at 50 digits: Q(H) = e_n(q_H) / e_n(q) (docs/math.md#draft-schemes)
-    at every
-    prefix sorted by q/p, e_n by the DP e_j(S + x) = e_j(S) + x e_{j-1}(S)."""
-    with mpmath.workdps(50):
-        P, Q = _mp(p), _mp(q)
-        V = len(P)
-        key = [
-            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
-            for i in range(V)
-        ]
-        order = sorted(range(V), key=lambda i: -key[i])
-        e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
-        for x in Q:
-            for j in range(n, 0, -1):
-                e[j] += x * e[j - 1]
-        h = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
-        best = pH = mpmath.mpf(0)
-        for k in order:
-            for j in range(n, 0, -1):
-                h[j] += Q[k] * h[j - 1]
-            pH += P[k]
-            best = max(best, h[n] / e[n] - pH)
-        return 1 - best
 
 
 @pytest.mark.parametrize("kind", ["near_one_hot", "dirichlet-0.05", "dirichlet-1"])

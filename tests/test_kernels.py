@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 from conftest import random_pair
+from oracles import slow_excess
 
 from mdsd_ot import _kernels as K
 from mdsd_ot._config import PRUNE_SLACK
-from mdsd_ot.drafts import complement_masses, get_scheme
+from mdsd_ot.drafts import complement_masses
 from mdsd_ot.dual import sorted_order
 
 
@@ -21,19 +22,6 @@ def llm_like(V, rng, temperature):
 def sorted_pair(p, q):
     o = sorted_order(p, q)
     return np.ascontiguousarray(p[o]), np.ascontiguousarray(q[o])
-
-
-def slow_excess(ps, qs, n, scheme):
-    """max_k Q(H_k) - p(H_k) with Q from the scheme's subset-at-a-time ``mass`` (no prefix code)."""
-    V = ps.size
-    best = 0.0
-    for k in range(1, V + 1):
-        mask = np.zeros(V, dtype=bool)
-        mask[:k] = True
-        d = get_scheme(scheme).mass(qs, n, mask) - ps[:k].sum()
-        if d > best + 1e-15:
-            best = d
-    return best
 
 
 @pytest.mark.parametrize(
