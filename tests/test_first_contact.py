@@ -129,17 +129,20 @@ def test_compare_large_v_skip_message_matches_what_asking_does(tmp_path, capsys)
     mid, big = tmp_path / "mid.npz", tmp_path / "big.npz"
     np.savez(mid, p=rng.dirichlet(np.ones(150)), q=rng.dirichlet(np.ones(150)))  # 22,500 tuples
     np.savez(big, p=rng.dirichlet(np.ones(3000)), q=rng.dirichlet(np.ones(3000)))  # 9,000,000
-    assert main(["compare", str(mid), "--verifiers", "rrs", "--json"]) == 0
+    # i.i.d. drafts (the default): the full-vocabulary optimal verifier runs at any size
+    assert main(["compare", str(big), "--verifiers", "rrs,optimal", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["records"][1]
+    assert rec["verifier"] == "optimal" and rec["method"] == "exact" and abs(rec["gap"]) < 1e-9
+    # a scheme only the LP covers: skipped by default with a message that matches what asking does
+    wo = ["--sampling", "without_replacement", "--json"]
+    assert main(["compare", str(mid), "--verifiers", "rrs_without_replacement", *wo]) == 0
     capsys.readouterr()
-    assert main(["compare", str(mid), "--json"]) == 0
+    assert main(["compare", str(mid), *wo]) == 0
     why = {s["verifier"]: s["reason"] for s in json.loads(capsys.readouterr().out)["skipped"]}
     assert "request it explicitly" in why["optimal"]
-    assert main(["compare", str(mid), "--verifiers", "optimal", "--json"]) == 0  # ... and it works
-    rec = json.loads(capsys.readouterr().out)["records"][0]
-    assert rec["verifier"] == "optimal" and abs(rec["gap"]) < 1e-8
-    assert main(["compare", str(big), "--verifiers", "rrs,optimal", "--json"]) == 2  # cannot build it
+    assert main(["compare", str(big), "--verifiers", "optimal", *wo]) == 2  # cannot build it
     assert "exact enumeration" in capsys.readouterr().err
-    assert main(["compare", str(big), "--json"]) == 0
+    assert main(["compare", str(big), *wo]) == 0
     why = {s["verifier"]: s["reason"] for s in json.loads(capsys.readouterr().out)["skipped"]}
     assert "beyond the enumeration limit" in why["optimal"] and "request" not in why["optimal"]
 

@@ -35,7 +35,7 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--verifiers",
-        default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub",
+        default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub,optimal",
         help="comma-separated verifier names ('' for none)",
     )
     parser.add_argument("--no-plot", action="store_true", help="print the tables only")

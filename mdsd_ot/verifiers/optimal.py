@@ -1,4 +1,14 @@
-"""The optimal verifier: the transport plan of the primal LP (any draft scheme, small V).
+"""The optimal verifier: a full-vocabulary construction where one is known, the LP plan elsewhere.
+
+* i.i.d. drafts (``with_replacement``), any V: select one draft by a randomised interval-class rule
+  built from the lower convex hull of the sorted prefix points, then one step of speculative
+  sampling against the exact law of the selected token (docs/math.md#optimal-verifier-full-v).
+  Exact closed forms throughout; ``prepare`` is one sort plus O(V log V) heap work.
+* ``greedy`` and ``hub`` drafts: the verifiers of Hu et al. and SpecHub, which attain those
+  schemes' ``alpha*`` (docs/math.md#greedy-verifier, docs/math.md#spechub).
+* every other scheme (``without_replacement``, ``conditional_poisson``): the LP plan below, small V.
+
+LP plan:
 
 Reference: the optimal-transport formulation of SpecTr (Sun et al., NeurIPS 2023,
 arXiv:2310.15141) and its membership-cost LP / max-flow form (Hu et al., ICLR 2025,
@@ -21,9 +31,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ANY_SCHEME, PreparedVerifier, Verifier, residual, sample_drafts_batch, sample_index
+from .base import (
+    ANY_SCHEME,
+    PreparedVerifier,
+    Verdict,
+    Verifier,
+    accept_fraction,
+    accept_ratio,
+    residual,
+    sample_drafts_batch,
+    sample_index,
+    top_k,
+)
 
-__all__ = ["OptimalVerifier", "feasible_flow"]
+__all__ = ["OptimalVerifier", "feasible_flow", "FULL_V_SCHEMES", "CONSTRUCTIONS"]
+
+#: Draft schemes for which the optimal verifier has a construction at any vocabulary size.
+FULL_V_SCHEMES = ("with_replacement", "greedy", "hub")
+
+#: ``OptimalVerifier(construction=...)``: ``"auto"`` (full-V construction where there is one, else
+#: the LP) or ``"lp"`` (the LP plan for every scheme: the small-V reference).
+CONSTRUCTIONS = ("auto", "lp")
 
 
 def feasible_flow(flow: np.ndarray, set_mass: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -95,8 +123,127 @@ class _PreparedOptimal(PreparedVerifier):
         return self.value
 
 
+class _PreparedChain(PreparedVerifier):
+    """i.i.d. drafts at any V: interval-class selection, then speculative sampling against its law.
+
+    docs/math.md#optimal-verifier-full-v. ``prepare``: tokens with ``q > 0`` sorted by ``q/p``
+    ascending, the lower convex hull of ``(p(first k), 1 - q(rest)^n)``, its chain decomposition
+    into interval-class rules (a death level per kink between neighbouring tokens), the exact law
+    ``r`` of the selected token, and a segment tree of the death levels. ``verify``: a uniform level
+    ``t``, the class of the lowest draft at that level (range maxima), its first draft in draw order,
+    accepted with ``min(1, p/r)``, else a draw from ``(p - r)_+``.
+    """
+
+    def __init__(self, verifier, p, q, n, scheme):
+        super().__init__(verifier, p, q, n, scheme)
+        from .. import _kernels
+        from .._kernels.optimal import chain_plan, max_tree
+        from ..dual import sorted_order
+
+        order = sorted_order(p, q)[::-1]  # q/p ascending; q = 0 first, p = 0 < q last
+        m = int(np.count_nonzero(q > 0))
+        tok = np.ascontiguousarray(order[p.size - m :])
+        ps = np.ascontiguousarray(p[tok])
+        qs = np.ascontiguousarray(q[tok])
+        R = _kernels.suffix_sums(qs)
+        P0 = float(p[q <= 0].sum())
+        tau, ratio, lam = chain_plan(ps, qs, R, P0, n)
+        r = np.zeros(p.size)
+        r[tok] = qs * ratio
+        self.r = r  # the exact law of the selected token
+        self.pos = np.full(p.size, -1, dtype=np.int64)
+        self.pos[tok] = np.arange(m)
+        self.tokens = tok
+        self.tau = tau
+        self.lam = np.zeros(p.size)
+        self.lam[tok] = lam
+        self.tree, self.size = max_tree(tau)
+        d = np.maximum(p - r, 0.0)
+        self.reject_mass = float(d.sum())
+        self._cdf = np.cumsum(d)
+        self._accept = accept_fraction(float(np.minimum(p, r).sum()), self.reject_mass)
+
+    def _residual_draw(self, rng):
+        """Inverse-CDF draw from ``(p - r)_+`` on the precomputed CDF (as ``base.sample_index``)."""
+        if self.reject_mass <= 0.0:
+            return sample_index(self.p, rng.random())  # rejection has probability zero here
+        idx = int(np.searchsorted(self._cdf, rng.random() * self._cdf[-1], side="right"))
+        if idx >= self.p.size:  # only rounding can push it past the end: the last positive weight
+            idx = int(np.flatnonzero(self._cdf < self._cdf[-1]).size)
+        return idx
+
+    def _selection(self, drafts):
+        from .._kernels.optimal import selection_law
+
+        return selection_law(self.pos[drafts], self.tree, self.size)
+
+    def verify(self, drafts, rng):
+        """As :meth:`PreparedVerifier.verify`, with a compiled fast path for an int64 array of n
+        drafts (anything else, or a draft that fails a check, goes through the general validation)."""
+        if (
+            type(drafts) is np.ndarray
+            and drafts.dtype == np.int64
+            and drafts.shape == (self.n,)
+            and isinstance(rng, np.random.Generator)
+        ):
+            y = self._step(drafts, rng)
+            if y != -2:
+                token = int(y) if y >= 0 else self._residual_draw(rng)
+                return Verdict(token, y >= 0 or bool(np.any(drafts == token)))
+        return super().verify(drafts, rng)
+
+    def _step(self, drafts, rng):
+        """The selected draft if accepted, -1 if rejected, -2 for a draft that fails a check."""
+        from .._kernels.optimal import verify_draft_set
+
+        t, u = rng.random(), rng.random()
+        return verify_draft_set(drafts, self.pos, self.tree, self.size, self.p, self.r, t, u)
+
+    def _verify(self, drafts, rng):
+        y = self._step(drafts, rng)
+        return int(y) if y >= 0 else self._residual_draw(rng)
+
+    def _law(self, drafts):
+        sel = self._selection(drafts)
+        law = np.zeros(self.p.size)
+        stay = 0.0
+        for i, y in enumerate(drafts):
+            a = accept_ratio(self.p[y], self.r[y])
+            law[y] += sel[i] * a
+            stay += sel[i] * (1.0 - a)
+        if stay > 0.0:
+            law += stay * (
+                np.maximum(self.p - self.r, 0.0) / self.reject_mass if self.reject_mass > 0 else self.p
+            )
+        return law
+
+    def accept_probability(self, drafts):
+        """P(output is a draft | drafts) in O(n log V): the accepted selection plus the residual's
+        mass on the draft set."""
+        x = self.check_drafts(drafts)
+        sel = self._selection(x)
+        acc = 0.0
+        stay = 0.0
+        for i, y in enumerate(x):
+            a = accept_ratio(self.p[y], self.r[y])
+            acc += sel[i] * a
+            stay += sel[i] * (1.0 - a)
+        if stay > 0.0 and self.reject_mass > 0.0:
+            u = np.unique(x)
+            acc += stay * float(np.maximum(self.p[u] - self.r[u], 0.0).sum()) / self.reject_mass
+        return min(acc, 1.0)
+
+    def acceptance(self):
+        """``sum_y min(p(y), r(y))`` for the law ``r`` the rule induces (``alpha*`` to rounding)."""
+        return self._accept
+
+
 class OptimalVerifier(Verifier):
-    """The LP-optimal verifier for any draft scheme (small vocabularies).
+    """The optimal verifier: attains ``alpha*`` of its draft scheme.
+
+    i.i.d., greedy and hub drafts at any vocabulary size (docs/math.md#optimal-verifier-full-v);
+    other schemes through the LP plan (small vocabularies). ``construction="lp"`` uses the LP plan
+    for every scheme (the small-V reference).
 
     Examples
     --------
@@ -109,5 +256,25 @@ class OptimalVerifier(Verifier):
     schemes = ANY_SCHEME
     reference = "optimal transport plan (SpecTr, arXiv:2310.15141; Hu et al., arXiv:2502.18779)"
 
+    def __init__(self, construction: str = "auto"):
+        from .._validate import check_choice
+
+        self.construction = check_choice(construction, "construction", CONSTRUCTIONS)
+
+    def covers(self, sampling) -> bool:
+        """True when ``sampling`` has a construction at any vocabulary size (no LP)."""
+        return self.construction == "auto" and self.resolve_scheme(sampling).name in FULL_V_SCHEMES
+
     def _prepare(self, p, q, n, scheme):
+        if self.construction == "auto":
+            if scheme.name == "with_replacement":
+                return _PreparedChain(self, p, q, n, scheme)
+            if scheme.name == "greedy":
+                from .greedy import _PreparedGreedy
+
+                return _PreparedGreedy(self, p, q, n, scheme, top_k(q, n - 1))
+            if scheme.name == "hub":
+                from .spechub import _PreparedHub
+
+                return _PreparedHub(self, p, q, n, scheme)
         return _PreparedOptimal(self, p, q, n, scheme)
