@@ -16,6 +16,7 @@ from .common import logaddexp, neumaier_add
 
 __all__ = [
     "rsd2_rejection",
+    "rsd2_rejection_ordered",
     "rsd_path_tables",
     "rsd_path_mc",
     "sequential_draft_mass",
@@ -46,6 +47,28 @@ def rsd2_rejection(p, q, rest):
     rest : float64 array, shape (V,)
         ``1 - q_x`` for each token, computed as a direct sum over the complement.
     """
+    m = 0
+    for i in range(p.size):
+        if p[i] > q[i]:
+            m += 1
+    idx = np.empty(m, dtype=np.int64)
+    key = np.empty(m, dtype=np.float64)
+    j = 0
+    for i in range(p.size):
+        if p[i] > q[i]:
+            idx[j] = i
+            key[j] = math.log(p[i] - q[i]) - math.log(q[i]) if q[i] > 0.0 else np.inf  # log(r'/q) + c
+            j += 1
+    return rsd2_rejection_ordered(p, q, rest, idx[np.argsort(key)])
+
+
+@njit(cache=True)
+def rsd2_rejection_ordered(p, q, rest, idx):
+    """:func:`rsd2_rejection` given ``idx``, the tokens with ``p > q`` in ascending order of ``p/q``
+    (an evaluation plan has it from its one sort). Order only matters up to rounding: the keys
+    ``log r' - log q`` are computed here and any pair that rounding left out of order is swapped by an
+    insertion pass (O(m) on a sorted input), so the binary searches below always see sorted keys.
+    """
     V = p.size
     tv = 0.0
     for i in range(V):
@@ -54,22 +77,30 @@ def rsd2_rejection(p, q, rest):
             tv += d
     if tv <= 0.0:
         return 0.0
-    # tokens with r' > 0, keyed by log(r'/q) (inf where q = 0)
-    m = 0
-    for i in range(V):
-        if p[i] > q[i]:
-            m += 1
-    idx = np.empty(m, dtype=np.int64)
-    key = np.empty(m, dtype=np.float64)
-    j = 0
-    for i in range(V):
-        if p[i] > q[i]:
-            idx[j] = i
-            r = (p[i] - q[i]) / tv
-            key[j] = math.log(r) - math.log(q[i]) if q[i] > 0.0 else np.inf
-            j += 1
-    order = np.argsort(key)  # ascending; prefix sums are taken from the top
-    skey = np.empty(m, dtype=np.float64)
+    m = idx.size
+    key = np.empty(m, dtype=np.float64)  # log(r'/q) in the given order (inf where q = 0)
+    for j in range(m):
+        i = idx[j]
+        key[j] = math.log((p[i] - q[i]) / tv) - math.log(q[i]) if q[i] > 0.0 else np.inf
+    skey = key.copy()
+    sidx = idx.copy()
+    moves = 0
+    for j in range(1, m):  # stable insertion: equal keys keep their order
+        kj = skey[j]
+        i = sidx[j]
+        t = j
+        while t > 0 and skey[t - 1] > kj:
+            skey[t] = skey[t - 1]
+            sidx[t] = sidx[t - 1]
+            t -= 1
+        skey[t] = kj
+        sidx[t] = i
+        moves += j - t
+        if moves > 8 * m + 64:  # far from sorted (not an order of p/q): sort outright
+            perm = np.argsort(key, kind="mergesort")
+            skey = key[perm]
+            sidx = idx[perm]
+            break
     R = np.zeros(m + 1, dtype=np.float64)  # R[k]: r' over the k largest keys
     Q = np.zeros(m + 1, dtype=np.float64)
     sr = 0.0
@@ -77,9 +108,7 @@ def rsd2_rejection(p, q, rest):
     sq = 0.0
     cq = 0.0
     for k in range(m):
-        o = order[m - 1 - k]
-        skey[m - 1 - k] = key[o]
-        i = idx[o]
+        i = sidx[m - 1 - k]
         sr, cr = neumaier_add(sr, cr, (p[i] - q[i]) / tv)
         sq, cq = neumaier_add(sq, cq, q[i])
         R[k + 1] = sr + cr
