@@ -279,7 +279,9 @@ def _v_spectr(plan: _Plan, ns):
     out = []
     for n in ns:
         rho = kseq_rho_sorted(t, Q_up, P_up, Q_hi, n, t_max)
-        beta, reject = _kernels.plan.spectr_sums(plan.p, plan.q, rho)
+        k = int(np.searchsorted(t, rho, side="left"))  # tokens with p / rho < q: the first k
+        beta = Q_hi[k] + P_up[k] / rho  # sum min(q, p / rho)
+        reject = max(Q_up[k] - P_up[k] / rho, 0.0)  # sum (q - p / rho)_+
         out.append(accept_any(beta / total, reject / total, n))
     return out
 
@@ -306,9 +308,12 @@ def _v_rsd2(plan: _Plan, ns):
     out = []
     for n in ns:
         if n == 2:
-            o = plan.order
-            idx = np.ascontiguousarray(o[plan.p[o] > plan.q[o]])  # p > q in increasing p/q
-            rej = _verifier_kernels.rsd2_rejection_ordered(plan.p, plan.q, plan.complement, idx)
+            p, q, o = plan.p, plan.q, plan.order
+            idx = np.ascontiguousarray(o[p[o] > q[o]])  # the tokens with p > q in increasing p/q
+            tv = float(np.maximum(p - q, 0.0).sum())
+            with np.errstate(divide="ignore"):  # q = 0: key +inf
+                key = np.log((p[idx] - q[idx]) / tv) - np.log(q[idx]) if tv > 0 else np.zeros(idx.size)
+            rej = _verifier_kernels.rsd2_rejection_keyed(p, q, plan.complement, idx, key, tv)
         else:  # n = 1: one speculative-sampling step
             rej = rsd_rejection(plan.p, plan.q, 1)
         out.append(1.0 - float(rej))

@@ -70,41 +70,44 @@ def ratio_order(p, q):
         shift += 1
     top = hi >> shift
     nb_ = top - (lo >> shift) + 1
-    start = np.zeros(nb_ + 1, dtype=np.int64)
+    start = np.zeros(nb_ + 1, dtype=np.int32)
     for i in range(V):
         if bits[i] >= 0:
             start[top - (bits[i] >> shift) + 1] += 1  # high ratios first
     for j in range(nb_):
         start[j + 1] += start[j]
     fill = start[:-1].copy()
-    out = order[n_first : n_first + m]
+    sb = np.empty(m, dtype=np.int64)  # (bits, token) scattered to their bins, side by side
+    si = np.empty(m, dtype=np.int64)
     for i in range(V):
-        if bits[i] >= 0:
-            j = top - (bits[i] >> shift)
-            out[fill[j]] = i
-            fill[j] += 1
+        b = bits[i]
+        if b >= 0:
+            j = top - (b >> shift)
+            f = fill[j]
+            sb[f] = b
+            si[f] = i
+            fill[j] = f + 1
     for j in range(nb_):
         a = start[j]
-        b = start[j + 1]
-        if b - a <= 1:
+        e = start[j + 1]
+        if e - a <= 1:
             continue
-        if b - a > INSERTION_MAX:
-            seg = out[a:b].copy()
-            keys = np.empty(b - a, dtype=np.int64)
-            for t in range(b - a):
-                keys[t] = -bits[seg[t]]
-            perm = np.argsort(keys, kind="mergesort")  # stable: equal ratios stay in index order
-            for t in range(b - a):
-                out[a + t] = seg[perm[t]]
+        if e - a > INSERTION_MAX:
+            perm = np.argsort(-sb[a:e], kind="mergesort")  # stable: equal ratios stay in index order
+            sb[a:e] = sb[a:e][perm]
+            si[a:e] = si[a:e][perm]
             continue
-        for t in range(a + 1, b):  # stable insertion by descending ratio
-            i = out[t]
-            bi = bits[i]
+        for t in range(a + 1, e):  # stable insertion by descending ratio
+            b = sb[t]
+            i = si[t]
             u = t
-            while u > a and bits[out[u - 1]] < bi:
-                out[u] = out[u - 1]
+            while u > a and sb[u - 1] < b:
+                sb[u] = sb[u - 1]
+                si[u] = si[u - 1]
                 u -= 1
-            out[u] = i
+            sb[u] = b
+            si[u] = i
+    order[n_first : n_first + m] = si
     return order
 
 
@@ -347,21 +350,6 @@ def ratio_tables(ps, qs):
             Q_down[r + 1] = u + d
             r += 1
     return t_up, P_up, Q_up, Qhi, t_down, P_down, Q_down
-
-
-@nb.njit(cache=True)
-def spectr_sums(p, q, rho):
-    """``(beta, reject)`` of SpecTr at ``rho``: ``beta = sum min(q, p/rho)`` and ``reject =
-    sum (q - p/rho)_+`` (non-negative terms only), as :class:`mdsd_ot.verifiers.spectr` forms them."""
-    b, bc, r, rc = 0.0, 0.0, 0.0, 0.0
-    for j in range(p.size):
-        s = p[j] / rho
-        if s < q[j]:
-            b, bc = neumaier_add(b, bc, s)
-            r, rc = neumaier_add(r, rc, q[j] - s)
-        else:
-            b, bc = neumaier_add(b, bc, q[j])
-    return b + bc, r + rc
 
 
 # ------------------------------------------------------------------ certificates (re-checks)

@@ -16,7 +16,7 @@ from .common import logaddexp, neumaier_add
 
 __all__ = [
     "rsd2_rejection",
-    "rsd2_rejection_ordered",
+    "rsd2_rejection_keyed",
     "rsd_path_tables",
     "rsd_path_mc",
     "sequential_draft_mass",
@@ -47,41 +47,84 @@ def rsd2_rejection(p, q, rest):
     rest : float64 array, shape (V,)
         ``1 - q_x`` for each token, computed as a direct sum over the complement.
     """
-    m = 0
-    for i in range(p.size):
-        if p[i] > q[i]:
-            m += 1
-    idx = np.empty(m, dtype=np.int64)
-    key = np.empty(m, dtype=np.float64)
-    j = 0
-    for i in range(p.size):
-        if p[i] > q[i]:
-            idx[j] = i
-            key[j] = math.log(p[i] - q[i]) - math.log(q[i]) if q[i] > 0.0 else np.inf  # log(r'/q) + c
-            j += 1
-    return rsd2_rejection_ordered(p, q, rest, idx[np.argsort(key)])
-
-
-@njit(cache=True)
-def rsd2_rejection_ordered(p, q, rest, idx):
-    """:func:`rsd2_rejection` given ``idx``, the tokens with ``p > q`` in ascending order of ``p/q``
-    (an evaluation plan has it from its one sort). Order only matters up to rounding: the keys
-    ``log r' - log q`` are computed here and any pair that rounding left out of order is swapped by an
-    insertion pass (O(m) on a sorted input), so the binary searches below always see sorted keys.
-    """
     V = p.size
     tv = 0.0
     for i in range(V):
         d = p[i] - q[i]
         if d > 0.0:
             tv += d
+    m = 0
+    for i in range(V):
+        if p[i] > q[i]:
+            m += 1
+    idx = np.empty(m, dtype=np.int64)
+    key = np.empty(m, dtype=np.float64)
+    j = 0
+    for i in range(V):
+        if p[i] > q[i]:
+            idx[j] = i
+            key[j] = math.log((p[i] - q[i]) / tv) - math.log(q[i]) if q[i] > 0.0 else np.inf  # log(r'/q)
+            j += 1
+    order = np.argsort(key)
+    return rsd2_rejection_keyed(p, q, rest, idx[order], key[order], tv)
+
+
+@njit(cache=True)
+def _count_above(skey, tau, start):
+    """``#{j : skey[j] > tau}`` for ascending ``skey``, by galloping from index ``start``: O(log d) for
+    a threshold ``d`` keys away from ``skey[start]`` (most thresholds of :func:`rsd2_rejection_keyed`
+    lie just above 0)."""
+    m = skey.size
+    lo = start  # invariant: the first key above tau lies in [lo, hi]
+    hi = m
+    if start < m and skey[start] > tau:  # go down
+        step = 1
+        hi = start
+        lo = start
+        while True:
+            j = start - step
+            if j < 0:
+                lo = 0
+                break
+            if skey[j] <= tau:
+                lo = j + 1
+                break
+            hi = j
+            step *= 2
+    else:
+        step = 1
+        lo = start + 1 if start < m else m
+        while True:
+            j = start + step
+            if j >= m:
+                hi = m
+                break
+            if skey[j] > tau:
+                hi = j
+                break
+            lo = j + 1
+            step *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if skey[mid] > tau:
+            hi = mid
+        else:
+            lo = mid + 1
+    return m - lo
+
+
+@njit(cache=True)
+def rsd2_rejection_keyed(p, q, rest, idx, key, tv):
+    """:func:`rsd2_rejection` from the tokens ``idx`` with ``p > q``, their keys ``log(r'/q)`` (``inf``
+    where ``q = 0``) in ascending order up to rounding, and ``tv = sum (p - q)_+``. An evaluation plan
+    passes them in its one order (keys computed vectorised); any pair that rounding left out of order is
+    swapped by an insertion pass (O(m) on a sorted input; a merge sort when far from sorted), so the
+    searches below always see sorted keys.
+    """
+    V = p.size
     if tv <= 0.0:
         return 0.0
     m = idx.size
-    key = np.empty(m, dtype=np.float64)  # log(r'/q) in the given order (inf where q = 0)
-    for j in range(m):
-        i = idx[j]
-        key[j] = math.log((p[i] - q[i]) / tv) - math.log(q[i]) if q[i] > 0.0 else np.inf
     skey = key.copy()
     sidx = idx.copy()
     moves = 0
@@ -96,7 +139,7 @@ def rsd2_rejection_ordered(p, q, rest, idx):
         skey[t] = kj
         sidx[t] = i
         moves += j - t
-        if moves > 8 * m + 64:  # far from sorted (not an order of p/q): sort outright
+        if moves > 8 * m + 64:  # far from sorted: sort outright
             perm = np.argsort(key, kind="mergesort")
             skey = key[perm]
             sidx = idx[perm]
@@ -113,12 +156,13 @@ def rsd2_rejection_ordered(p, q, rest, idx):
         sq, cq = neumaier_add(sq, cq, q[i])
         R[k + 1] = sr + cr
         Q[k + 1] = sq + cq
+    start = np.searchsorted(skey, 0.0, side="right")  # thresholds -log(1 - q_x) are >= 0, mostly ~q_x
     total = 0.0
     for x in range(V):
         w = q[x] - p[x]
         if w <= 0.0 or rest[x] <= 0.0:  # rest = 0: q one-hot at x, no second draft to reject
             continue
-        k = m - np.searchsorted(skey, -math.log(rest[x]), side="right")  # keys above log(1/(1-q_x))
+        k = _count_above(skey, -math.log(rest[x]), start)  # keys above log(1/(1-q_x))
         g = R[k] - Q[k] / rest[x]
         if g > 0.0:
             total += w * g
