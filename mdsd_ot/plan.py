@@ -50,6 +50,7 @@ __all__ = [
     "PositionEvaluation",
     "evaluate_position",
     "evaluate_positions",
+    "evaluate_checked",
     "PLAN_VERIFIERS",
     "DEFAULT_SCHEMES",
     "DEFAULT_VERIFIERS",
@@ -486,6 +487,22 @@ def evaluate_position(
     bounds = [(s, n) for s in schemes for n in ns if not (s == "hub" and n != 2)]
     pairs = [(v, n) for v in names for n in ns if not (get_verifier(v).fixed_n not in (None, n))]
     return _evaluate(p, q, bounds, pairs, seed=seed, mc_samples=mc_samples)
+
+
+def evaluate_checked(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> dict:
+    """The study's row (:meth:`PositionEvaluation.row`) for explicit lists of ``(scheme, n)`` and
+    ``(verifier, n)``; input the one-at-a-time API would reject gives ``None`` values with its message."""
+    try:
+        p, q = check_pair(p, q)
+    except ValueError as exc:
+        keys = [_bound_key(s, n) for s, n in bounds] + [_verifier_key(v, n) for v, n in verifiers]
+        row = {k: None for k in keys}
+        if keys:
+            row["errors"] = {k: str(exc) for k in keys}
+        return row
+    p /= p.sum()
+    q /= q.sum()
+    return _evaluate(p, q, bounds, verifiers, seed=seed, mc_samples=mc_samples).row()
 
 
 def evaluate_positions(P, Q, ns, **kwargs) -> list:
