@@ -37,7 +37,8 @@ def evaluate_rows(
     ns, schemes, verifiers : lists
         See :class:`StudyConfig`.
     backend : {"numpy", "torch", "auto"}
-        See :attr:`StudyConfig.bound_backend` (torch needs tensor input).
+        ``"torch"``: the batched torch plan for the tensors (any device); ``"auto"``: that on a
+        non-CPU device, the numpy plan on CPU (faster there); ``"numpy"``: the numpy plan.
     seed : int
         Seed of Monte Carlo verifiers (``seed + row``), when they take an ``rng``.
     check : bool
@@ -64,7 +65,9 @@ def evaluate_rows(
     positions = list(range(m)) if positions is None else [int(x) for x in positions]
     rows = [dict() for _ in range(m)]
     fast = {}  # key -> (m,) values of the batched torch plan (bounds re-checked on the device)
-    if backend in ("torch", "auto") and hasattr(P, "detach"):
+    on_device = hasattr(P, "detach") and getattr(P.device, "type", "cpu") != "cpu"
+    # "auto": the batched torch plan on an accelerator; on CPU the numpy plan is faster (bench_plan.py)
+    if hasattr(P, "detach") and (backend == "torch" or (backend == "auto" and on_device)):
         from ..backends import torch as tb
 
         try:
