@@ -331,8 +331,11 @@ def _with_mass_rows(Q, n, masks):
 
 
 def _with_mass(q, n, mask):
-    inside = (q * mask).sum()
-    outside = (q * ~mask).sum()  # a direct sum: accurate where 1 - q(H) would not be
+    return with_mass_from_sums((q * mask).sum(), (q * ~mask).sum(), n)
+
+
+def with_mass_from_sums(inside, outside, n):
+    """``q(H)^n`` from ``inside = q(H)`` and ``outside``, the mass outside H summed directly."""
     if n > 1 and outside < 0.5:  # x^n multiplies x's relative error by n: use log1p of the outside
         return min(math.exp(n * math.log1p(-outside)), inside)
     return inside**n

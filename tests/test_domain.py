@@ -368,14 +368,20 @@ def test_study_stores_only_checked_values(monkeypatch):
             r.value, r.subset, r.method, r.sampling, n, False, "certificate check failed: test"
         )
 
-    monkeypatch.setattr(mdsd_ot, "optimal_acceptance", failing)
+    from mdsd_ot import api, plan
+
+    # the plan's own re-check fails, then the one-at-a-time API it falls back to fails too
+    monkeypatch.setattr(plan, "_recheck_prefixes", lambda pl, solved: {key: 1.0 for key in solved})
+    monkeypatch.setattr(api, "optimal_acceptance", failing)
     rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=[])
     assert all(r["bound:with_replacement@2"] is None for r in rows)
     assert all("certificate check failed" in r["errors"]["bound:with_replacement@2"] for r in rows)
-    monkeypatch.setattr(mdsd_ot, "optimal_acceptance", real)
-    from mdsd_ot.verifiers.specinfer import _PreparedRRS
+    monkeypatch.setattr(api, "optimal_acceptance", real)
+    rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=[])
+    assert all(r["bound:with_replacement@2"] is not None for r in rows)  # the API recovered the value
+    monkeypatch.undo()
 
-    monkeypatch.setattr(_PreparedRRS, "acceptance", lambda self: 1.0)
+    monkeypatch.setitem(plan.PLAN_VERIFIERS, "rrs", (lambda n: True, lambda pl, ns: [1.0 for _ in ns]))
     rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=["rrs"])
     for r in rows:
         assert r["verifier:rrs@2"] is None

@@ -6,6 +6,8 @@
 * :mod:`.sequential` -- sequential sampling with any n: the exponential-clock quadrature, its fast
   path, the pruned scan over prefixes, and the independent evaluation used for re-checks;
 * :mod:`.verifiers` -- the verifiers' kernels (RSD, naive inclusion probabilities);
+* :mod:`.plan` -- the per-position evaluation plan: the token order by a bucket sort, greedy/hub and
+  naive sums for every n in one pass, ratio tables of the verifiers, certificate sums;
 * :mod:`.dispatch` -- which kernel runs (by scheme code, in Python), row-parallel batches, and the
   Python bodies used for small inputs.
 
@@ -27,12 +29,16 @@ from .scans import (
     bucketed_scan,
     complement_masses_kernel,
     log_esp_prefix,
+    log_esp_prefix_many,
     log_esp_suffix_table,
     order_keys,
     power_of_mass,
     scan_conditional_poisson,
+    scan_conditional_poisson_sums,
     scan_with_replacement,
+    scan_with_replacement_sums,
     scan_without_replacement_2,
+    scan_without_replacement_2_sums,
 )
 from .sequential import (
     candidate_prefixes,
@@ -53,6 +59,7 @@ __all__ = [
     "compile_notice",
     "complement_masses_kernel",
     "log_esp_prefix",
+    "log_esp_prefix_many",
     "log_esp_suffix_table",
     "logaddexp",
     "masked_row_sums",
@@ -62,9 +69,12 @@ __all__ = [
     "prefix_sums",
     "quad_grid",
     "scan_conditional_poisson",
+    "scan_conditional_poisson_sums",
     "scan_with_replacement",
+    "scan_with_replacement_sums",
     "scan_without_replacement",
     "scan_without_replacement_2",
+    "scan_without_replacement_2_sums",
     "sequential_mass_check",
     "sequential_masses",
     "sequential_masses_fast",

@@ -42,9 +42,16 @@ def scan_with_replacement(ps, qs, n):
     P = prefix_sums(ps)
     Q = prefix_sums(qs)
     R = suffix_sums(qs) if n > POWER_FROM_REST_N else Q  # R only read above that n
+    return scan_with_replacement_sums(P, Q, R, n)
+
+
+@nb.njit(cache=True)
+def scan_with_replacement_sums(P, Q, R, n):
+    """The scan of :func:`scan_with_replacement` from its prefix sums ``P``, ``Q`` and suffix sums ``R``
+    of ``q`` (read above ``POWER_FROM_REST_N`` only): shared by every ``n`` of an evaluation plan."""
     best = 0.0
     best_k = 0
-    for k in range(1, ps.size + 1):
+    for k in range(1, P.size):
         d = power_of_mass(Q[k], R[k], n) - P[k]
         if d > best:
             best = d
@@ -64,22 +71,26 @@ def scan_without_replacement_2(ps, qs, rest_s):
     ``R_k <= 1 - q_i`` once it is inside): ``q_i / (1 - q_i)`` alone overflows when 1 - q_i is
     denormal. Returns ``(D, k)``.
     """
-    P = prefix_sums(ps)
-    Q = prefix_sums(qs)
-    R = suffix_sums(qs)
-    half = 0.5 * Q[ps.size]
+    return scan_without_replacement_2_sums(prefix_sums(ps), prefix_sums(qs), suffix_sums(qs), qs, rest_s)
+
+
+@nb.njit(cache=True)
+def scan_without_replacement_2_sums(P, Q, R, qs, rest_s):
+    """The scan of :func:`scan_without_replacement_2` from prefix sums ``P``, ``Q`` and suffix sums
+    ``R`` (shared with the other scans of an evaluation plan)."""
+    half = 0.5 * Q[qs.size]
     best = 0.0
     best_k = 0
     s = 0.0
     c = 0.0
     big_q = 0.0
     big_rest = 1.0
-    for k in range(ps.size + 1):
+    for k in range(qs.size + 1):
         d = (Q[k] - P[k]) - R[k] * (s + c) - big_q * (R[k] / big_rest)
         if d > best:
             best = d
             best_k = k
-        if k < ps.size:
+        if k < qs.size:
             if qs[k] > half:
                 big_q, big_rest = qs[k], rest_s[k]
             else:
@@ -97,16 +108,28 @@ def scan_without_replacement_2(ps, qs, rest_s):
 @nb.njit(cache=True)
 def log_esp_prefix(xs, n):
     """``L[k] = log e_n(xs[:k])`` for k = 0..V (``-inf`` while fewer than n positive entries)."""
+    return log_esp_prefix_many(xs, np.array([n], dtype=np.int64))[0]
+
+
+@nb.njit(cache=True)
+def log_esp_prefix_many(xs, ns):
+    """``L[j, k] = log e_{ns[j]}(xs[:k])`` for every requested degree at once (one pass, the DP up to
+    ``max(ns)``): the conditional-Poisson tables of an evaluation plan for all its ``n``."""
+    n = 0
+    for j in range(ns.size):
+        n = max(n, ns[j])
     le = np.full(n + 1, -np.inf)
     le[0] = 0.0
-    out = np.empty(xs.size + 1)
-    out[0] = le[n]
+    out = np.empty((ns.size, xs.size + 1))
+    for j in range(ns.size):
+        out[j, 0] = le[ns[j]]
     for i in range(xs.size):
         if xs[i] > 0.0:
             lx = math.log(xs[i])
             for j in range(n, 0, -1):
                 le[j] = logaddexp(le[j], lx + le[j - 1])
-        out[i + 1] = le[n]
+        for j in range(ns.size):
+            out[j, i + 1] = le[ns[j]]
     return out
 
 
@@ -127,10 +150,14 @@ def log_esp_suffix_table(xs, n):
 @nb.njit(cache=True)
 def scan_conditional_poisson(ps, xs, n):
     """Q(H_k) = e_n(q on H_k) / e_n(q), from log elementary symmetric polynomials."""
-    V = xs.size
-    L = log_esp_prefix(xs, n)
-    P = prefix_sums(ps)
-    X = prefix_sums(xs)
+    return scan_conditional_poisson_sums(log_esp_prefix(xs, n), prefix_sums(ps), prefix_sums(xs))
+
+
+@nb.njit(cache=True)
+def scan_conditional_poisson_sums(L, P, X):
+    """The scan of :func:`scan_conditional_poisson` from ``L[k] = log e_n(q on H_k)`` and the prefix
+    sums ``P``, ``X`` (shared by every ``n`` of an evaluation plan)."""
+    V = X.size - 1
     best = 0.0
     best_k = 0
     for k in range(1, V + 1):

@@ -16,6 +16,7 @@ from .common import logaddexp, neumaier_add
 
 __all__ = [
     "rsd2_rejection",
+    "rsd2_rejection_keyed",
     "rsd_path_tables",
     "rsd_path_mc",
     "sequential_draft_mass",
@@ -52,9 +53,6 @@ def rsd2_rejection(p, q, rest):
         d = p[i] - q[i]
         if d > 0.0:
             tv += d
-    if tv <= 0.0:
-        return 0.0
-    # tokens with r' > 0, keyed by log(r'/q) (inf where q = 0)
     m = 0
     for i in range(V):
         if p[i] > q[i]:
@@ -65,11 +63,87 @@ def rsd2_rejection(p, q, rest):
     for i in range(V):
         if p[i] > q[i]:
             idx[j] = i
-            r = (p[i] - q[i]) / tv
-            key[j] = math.log(r) - math.log(q[i]) if q[i] > 0.0 else np.inf
+            key[j] = math.log((p[i] - q[i]) / tv) - math.log(q[i]) if q[i] > 0.0 else np.inf  # log(r'/q)
             j += 1
-    order = np.argsort(key)  # ascending; prefix sums are taken from the top
-    skey = np.empty(m, dtype=np.float64)
+    order = np.argsort(key)
+    return rsd2_rejection_keyed(p, q, rest, idx[order], key[order], tv)
+
+
+@njit(cache=True)
+def _count_above(skey, tau, start):
+    """``#{j : skey[j] > tau}`` for ascending ``skey``, by galloping from index ``start``: O(log d) for
+    a threshold ``d`` keys away from ``skey[start]`` (most thresholds of :func:`rsd2_rejection_keyed`
+    lie just above 0)."""
+    m = skey.size
+    lo = start  # invariant: the first key above tau lies in [lo, hi]
+    hi = m
+    if start < m and skey[start] > tau:  # go down
+        step = 1
+        hi = start
+        lo = start
+        while True:
+            j = start - step
+            if j < 0:
+                lo = 0
+                break
+            if skey[j] <= tau:
+                lo = j + 1
+                break
+            hi = j
+            step *= 2
+    else:
+        step = 1
+        lo = start + 1 if start < m else m
+        while True:
+            j = start + step
+            if j >= m:
+                hi = m
+                break
+            if skey[j] > tau:
+                hi = j
+                break
+            lo = j + 1
+            step *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if skey[mid] > tau:
+            hi = mid
+        else:
+            lo = mid + 1
+    return m - lo
+
+
+@njit(cache=True)
+def rsd2_rejection_keyed(p, q, rest, idx, key, tv):
+    """:func:`rsd2_rejection` from the tokens ``idx`` with ``p > q``, their keys ``log(r'/q)`` (``inf``
+    where ``q = 0``) in ascending order up to rounding, and ``tv = sum (p - q)_+``. An evaluation plan
+    passes them in its one order (keys computed vectorised); any pair that rounding left out of order is
+    swapped by an insertion pass (O(m) on a sorted input; a merge sort when far from sorted), so the
+    searches below always see sorted keys.
+    """
+    V = p.size
+    if tv <= 0.0:
+        return 0.0
+    m = idx.size
+    skey = key.copy()
+    sidx = idx.copy()
+    moves = 0
+    for j in range(1, m):  # stable insertion: equal keys keep their order
+        kj = skey[j]
+        i = sidx[j]
+        t = j
+        while t > 0 and skey[t - 1] > kj:
+            skey[t] = skey[t - 1]
+            sidx[t] = sidx[t - 1]
+            t -= 1
+        skey[t] = kj
+        sidx[t] = i
+        moves += j - t
+        if moves > 8 * m + 64:  # far from sorted: sort outright
+            perm = np.argsort(key, kind="mergesort")
+            skey = key[perm]
+            sidx = idx[perm]
+            break
     R = np.zeros(m + 1, dtype=np.float64)  # R[k]: r' over the k largest keys
     Q = np.zeros(m + 1, dtype=np.float64)
     sr = 0.0
@@ -77,19 +151,18 @@ def rsd2_rejection(p, q, rest):
     sq = 0.0
     cq = 0.0
     for k in range(m):
-        o = order[m - 1 - k]
-        skey[m - 1 - k] = key[o]
-        i = idx[o]
+        i = sidx[m - 1 - k]
         sr, cr = neumaier_add(sr, cr, (p[i] - q[i]) / tv)
         sq, cq = neumaier_add(sq, cq, q[i])
         R[k + 1] = sr + cr
         Q[k + 1] = sq + cq
+    start = np.searchsorted(skey, 0.0, side="right")  # thresholds -log(1 - q_x) are >= 0, mostly ~q_x
     total = 0.0
     for x in range(V):
         w = q[x] - p[x]
         if w <= 0.0 or rest[x] <= 0.0:  # rest = 0: q one-hot at x, no second draft to reject
             continue
-        k = m - np.searchsorted(skey, -math.log(rest[x]), side="right")  # keys above log(1/(1-q_x))
+        k = _count_above(skey, -math.log(rest[x]), start)  # keys above log(1/(1-q_x))
         g = R[k] - Q[k] / rest[x]
         if g > 0.0:
             total += w * g

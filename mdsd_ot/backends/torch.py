@@ -523,3 +523,260 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
         val = torch.where(same, torch.ones_like(val), val)
         out[n] = val[0] if squeeze else val
     return out
+
+
+# ------------------------------------------------------------------ the evaluation plan, batched
+#: Verifiers :func:`evaluate_batch` evaluates on the tensors' device (each under its own scheme).
+BATCH_VERIFIERS = ("naive", "rrs", "spectr", "greedy", "spechub", "rrs_without_replacement")
+
+
+def _complement(qt):
+    """``1 - q_i`` per token as ``total - q_i``, the largest token's as the direct sum of the others."""
+    torch = require_torch()
+    total = qt.sum(-1, keepdim=True)
+    rest = total - qt
+    top = torch.argmax(qt, -1, keepdim=True)
+    others = torch.where(torch.arange(qt.shape[-1], device=qt.device).unsqueeze(0) == top, 0.0, qt).sum(-1)
+    return rest.scatter(-1, top, others.unsqueeze(-1))
+
+
+def _fraction(accept, reject):
+    """``accept / (accept + reject)`` (``verifiers.base.accept_fraction``), elementwise."""
+    torch = require_torch()
+    total = accept + reject
+    return torch.where(total > 0, accept / torch.where(total > 0, total, 1.0), 0.0)
+
+
+def _accept_any(beta, reject, n):
+    """``1 - (1 - beta)^n`` with ``reject = 1 - beta`` summed directly (``spectr.accept_any``)."""
+    torch = require_torch()
+    log_reject = torch.where(
+        beta < 0.5, torch.log1p(-beta.clamp(max=0.5)), torch.log(reject.clamp(min=1e-300))
+    )
+    return torch.where(reject <= 0, 1.0, -torch.expm1(n * log_reject))
+
+
+def _greedy_family(pt, qt, ns):
+    """``{n: (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+, p(argmax q))}`` per row."""
+    torch = require_torch()
+    qs, order = torch.sort(qt, dim=-1, descending=True, stable=True)
+    ps = torch.gather(pt, -1, order)
+    out = {}
+    for n in ns:
+        top = n - 1
+        rest = qs[:, top:].sum(-1, keepdim=True)  # direct sum over the complement of Top
+        qp = qs[:, top:] / rest
+        pr = ps[:, top:]
+        out[n] = (
+            ps[:, :top].sum(-1),
+            torch.minimum(pr, qp).sum(-1),
+            (pr - qp).clamp(min=0.0).sum(-1),
+            (qp - pr).clamp(min=0.0).sum(-1),
+            ps[:, 0],
+        )
+    return out
+
+
+def _plan_tables(pt, qt, order):
+    """Ratio tables of the plan's order (``q/p`` descending): ``t = p/q`` ascending (``inf`` where
+    ``q = 0``; monotone by a running maximum), p and q in that order, their prefix sums."""
+    torch = require_torch()
+    ps = torch.gather(pt, -1, order)
+    qs = torch.gather(qt, -1, order)
+    t = torch.where(qs > 0, ps / torch.where(qs > 0, qs, 1.0), math.inf)
+    t = torch.cummax(t, -1).values
+    return ps, qs, t, _prefix_sums(ps), _prefix_sums(qs)
+
+
+def _rrs_batch(ps, qs, t, P, Q, ns):
+    """RRS rejection for every n (docs/math.md#rrs): ``theta += E(theta)`` step by step, with
+    ``E(theta) = p(t > theta) - theta q(t > theta)`` from suffix sums (a batched search per step)."""
+    torch = require_torch()
+    total_p, total_q = P[:, -1:], Q[:, -1:]
+    theta = torch.zeros_like(total_p)
+    E = total_p.clone()
+    out = {}
+    for k in range(1, max(ns) + 1):
+        theta = theta + E
+        j = torch.searchsorted(t, theta, right=True)  # tokens with t <= theta
+        pj = total_p - torch.gather(P, -1, j)
+        qj = total_q - torch.gather(Q, -1, j)
+        E = torch.where(E > 0, (pj - theta * qj).clamp(min=0.0), E)
+        if k in ns:
+            out[k] = (E / total_p).clamp(max=1.0).squeeze(-1)
+    return out
+
+
+def _spectr_batch(ps, qs, t, P, Q, n):
+    """SpecTr acceptance ``1 - (1 - beta(rho*))^n`` with ``rho*`` bisected on the ratio tables."""
+    torch = require_torch()
+    total_q = Q[:, -1:]
+    finite = torch.where(torch.isfinite(t), t, 0.0).max(-1, keepdim=True).values
+    never = ((qs == 0) & (ps > 0)).any(-1, keepdim=True)
+    t_max = torch.where(never, math.inf, finite)
+
+    def parts(rho):
+        k = torch.searchsorted(t, rho, right=False)  # t < rho: min(q, p/rho) = p/rho
+        pk, qk = torch.gather(P, -1, k), torch.gather(Q, -1, k)
+        beta = (total_q - qk) + pk / rho
+        return beta, (qk - pk / rho).clamp(min=0.0)
+
+    def gap(rho):
+        beta, rej = parts(rho)
+        return rho * beta - _accept_any(beta, rej, n)
+
+    lo = torch.ones_like(total_q)
+    hi = torch.minimum(torch.full_like(lo, float(n)), t_max)
+    done = (hi <= 1.0) | (gap(lo) >= 0.0) if n > 1 else torch.ones_like(lo, dtype=torch.bool)
+    hi = torch.where(done, lo, hi)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        live = ~done & (mid > lo) & (mid < hi)
+        if not bool(live.any()):
+            break
+        up = gap(mid) >= 0.0
+        hi = torch.where(live & up, mid, hi)
+        lo = torch.where(live & ~up, mid, lo)
+        done = done | ~live
+    beta, rej = parts(hi)
+    return _accept_any(beta / total_q, rej / total_q, n).squeeze(-1)
+
+
+def _rsd2_batch(pt, qt, ps, qs, rest):
+    """RSD acceptance with two sequential drafts (docs/math.md#rsd): ``1 - sum_x (q_x - p_x)_+ G_x``,
+    ``G_x = R_k - Q_k / (1 - q_x)`` over the tokens with ``log(r'/q) > -log(1 - q_x)``, batched."""
+    torch = require_torch()
+    diff = (ps - qs).clamp(min=0.0)
+    tv = diff.sum(-1, keepdim=True)
+    safe_tv = torch.where(tv > 0, tv, 1.0)
+    up = ps > qs
+    r = diff / safe_tv
+    key = torch.where(
+        up & (qs > 0),
+        torch.log(torch.where(up, r, 1.0)) - torch.log(torch.where(qs > 0, qs, 1.0)),
+        torch.where(up | (ps == 0) & (qs == 0), math.inf, -math.inf),
+    )
+    key = torch.cummax(key, -1).values  # the plan's order sorts these keys up to rounding
+    Rr = _prefix_sums(torch.where(up, r, 0.0))
+    Qr = _prefix_sums(torch.where(up, qs, 0.0))
+    w = (qt - pt).clamp(min=0.0)
+    ok = (w > 0) & (rest > 0)
+    tau = -torch.log(torch.where(ok, rest, 1.0))
+    j = torch.searchsorted(key, tau, right=True)  # keys <= tau: the k largest keys lie beyond j
+    g = (Rr[:, -1:] - torch.gather(Rr, -1, j)) - (Qr[:, -1:] - torch.gather(Qr, -1, j)) / torch.where(
+        ok, rest, 1.0
+    )
+    rej = torch.where(ok, w * g.clamp(min=0.0), 0.0).sum(-1, keepdim=True)
+    return torch.where(tv > 0, 1.0 - rej, 1.0).squeeze(-1)
+
+
+def evaluate_batch(
+    p, q, ns, *, schemes=("with_replacement", "without_replacement", "greedy"), verifiers=BATCH_VERIFIERS
+):
+    """The evaluation plan (:mod:`mdsd_ot.plan`) for ``(B, V)`` tensors on their own device.
+
+    One sort by ``q/p`` per row serves the with-replacement bounds (any n), sequential n <= 2 and
+    the verifiers ``rrs``, ``spectr`` and ``rrs_without_replacement`` (n = 2); one sort by ``q``
+    serves the greedy and hub bounds and the ``greedy``, ``spechub`` verifiers; ``naive`` is
+    elementwise. float64 throughout; the numpy plan is the reference (equal to 1e-12, tested). Every
+    bound's certificate is re-checked on the device by plain masked sums before it is returned
+    (``RuntimeError`` naming the rows otherwise).
+
+    Parameters
+    ----------
+    p, q : torch.Tensor, shape (B, V) or (V,)
+    ns : iterable of int
+    schemes : iterable of str
+        Among ``with_replacement``, ``without_replacement`` (n <= 2 here), ``greedy``, ``hub``.
+    verifiers : iterable of str
+        Among :data:`BATCH_VERIFIERS` (``rrs_without_replacement`` and ``spechub`` for n = 2 only).
+
+    Returns
+    -------
+    dict
+        ``{"bound:<scheme>@<n>" or "verifier:<name>@<n>": float64 tensor (B,)}`` for every quantity
+        this function covers; the caller evaluates the others with :func:`mdsd_ot.plan.evaluate_position`.
+    """
+    torch = require_torch()
+    ns = sorted({check_n(n) for n in ns})
+    pt, qt, _, _ = _prepare(p, q, ns, "with_replacement", False)
+    support = (qt > 0).sum(-1)
+    out = {}
+    need_order = "with_replacement" in schemes or "without_replacement" in schemes
+    need_order = need_order or any(v in verifiers for v in ("rrs", "spectr", "rrs_without_replacement"))
+    order = sorted_prefix_order(pt, qt) if need_order else None
+    if "with_replacement" in schemes:
+        for n, (v, _) in _scan(pt, qt, order, ns, "with_replacement").items():
+            out[f"bound:with_replacement@{n}"] = v
+    small = [n for n in ns if n <= 2 and bool((support >= n).all())]
+    if "without_replacement" in schemes and small:
+        for n, (v, _) in _scan(pt, qt, order, small, "without_replacement").items():
+            out[f"bound:without_replacement@{n}"] = v
+    fam = [n for n in ns if bool((support >= n).all())]
+    want_greedy = [n for n in fam if "greedy" in schemes or "greedy" in verifiers]
+    want_hub = 2 in fam and ("hub" in schemes or "spechub" in verifiers)
+    gns = sorted(set(want_greedy) | ({2} if want_hub else set()))
+    if gns:
+        same = (pt == qt).all(-1)
+        sums = _greedy_family(pt, qt, gns)
+        for n in gns:
+            p_top, s_min, s_p, s_q, p_a = sums[n]
+            excess = s_q - p_top
+            bound = torch.where(same | (excess <= 0), 1.0, (1.0 - excess).clamp(0.0, 1.0))
+            _recheck_greedy(pt, qt, n, bound)
+            if "greedy" in schemes and n in want_greedy:
+                out[f"bound:greedy@{n}"] = bound
+            if "hub" in schemes and n == 2 and want_hub:
+                out["bound:hub@2"] = bound
+            if "greedy" in verifiers and n in want_greedy:
+                out[f"verifier:greedy@{n}"] = _fraction(p_top + s_min, s_p)
+            if "spechub" in verifiers and n == 2 and want_hub:
+                hub = torch.minimum(p_a, s_q)
+                out["verifier:spechub@2"] = _fraction(s_min + hub, s_p + (p_a - hub))
+    if "naive" in verifiers:
+        miss = _complement(qt)
+        log_miss = torch.where(qt < 0.5, torch.log1p(-qt.clamp(max=0.5)), torch.log(miss))
+        for n in ns:
+            pi = (-torch.expm1(n * log_miss)).clamp(0.0, 1.0)
+            out[f"verifier:naive@{n}"] = _fraction((pt * pi).sum(-1), (pt * (1.0 - pi)).sum(-1))
+    if order is not None and any(v in verifiers for v in ("rrs", "spectr", "rrs_without_replacement")):
+        ps, qs, t, P, Q = _plan_tables(pt, qt, order)
+        if "rrs" in verifiers:
+            for n, rej in _rrs_batch(ps, qs, t, P, Q, ns).items():
+                out[f"verifier:rrs@{n}"] = 1.0 - rej
+        if "spectr" in verifiers:
+            for n in ns:
+                out[f"verifier:spectr@{n}"] = _spectr_batch(ps, qs, t, P, Q, n)
+        if "rrs_without_replacement" in verifiers and 2 in ns and bool((support >= 2).all()):
+            out["verifier:rrs_without_replacement@2"] = _rsd2_batch(pt, qt, ps, qs, _complement(qt))
+    return out
+
+
+def _recheck_greedy(pt, qt, n, value):
+    """Re-evaluate ``p(H) + 1 - Q(H)`` for the greedy certificate ``H = Top + {q' > p}`` in token-index
+    order (``Top`` found again by ``torch.topk``-free ranking: mass above the (n-1)-th largest, ties by
+    index) and raise ``RuntimeError`` where it differs from ``value`` by more than ``RECHECK_TOL``."""
+    torch = require_torch()
+    V = qt.shape[-1]
+    idx = torch.arange(V, device=qt.device).unsqueeze(0)
+    if n > 1:
+        # rank of every token by (q descending, index ascending): Top = rank < n - 1
+        order = torch.sort(qt, dim=-1, descending=True, stable=True).indices
+        rank = torch.empty_like(order).scatter_(-1, order, idx.expand_as(order))
+        top = rank < n - 1
+    else:
+        top = torch.zeros_like(qt, dtype=torch.bool)
+    zero = torch.zeros_like(qt)
+    rest = torch.where(top, zero, qt).sum(-1, keepdim=True)
+    gain = ~top & (qt / rest > pt)
+    in_h = top | gain
+    check = torch.where(in_h, pt, zero).sum(-1) + 1.0 - torch.where(gain, qt, zero).sum(-1) / rest.squeeze(-1)
+    check = torch.where(gain.any(-1) | (n > 1), check, torch.ones_like(check))
+    trivial = value >= 1.0  # the empty set certifies 1
+    bad = torch.nonzero(~trivial & ((check - value).abs() > RECHECK_TOL)).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise RuntimeError(
+            f"internal error: the torch greedy bound of row {i} (n={n}) is {float(value[i])!r} but its "
+            f"certificate re-evaluates to {float(check[i])!r}; please report this input"
+        )

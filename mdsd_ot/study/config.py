@@ -47,11 +47,13 @@ class StudyConfig:
     seed : int
         Seed of the sampled continuations and of Monte Carlo verifiers.
     bound_backend : {"auto", "numpy", "torch"}
-        ``numpy``: every bound through ``mdsd_ot.optimal_acceptance``. ``torch``/``auto``: the
-        with-replacement bounds (all n) and without-replacement n <= 2 by the batched torch scan
-        (one sort per prompt and temperature), the rest through numpy; ``auto`` re-checks the first
-        position of each prompt against ``mdsd_ot.optimal_acceptance`` (to ``VALUE_TOL``).
-        Greedy bounds use the batched closed form of the torch backend in the same way.
+        Every row comes from the evaluation plan (:mod:`mdsd_ot.plan`: one sort per position, every
+        certificate re-checked). ``numpy``: the numpy plan per position. ``torch``: the batched torch
+        plan (:func:`mdsd_ot.backends.torch.evaluate_batch`, one pass per prompt and temperature on the
+        tensors' device) for the bounds with replacement, without replacement n <= 2, greedy, and
+        the closed-form verifiers; the rest by the numpy plan. ``auto``: ``torch`` when the tensors
+        are on an accelerator, ``numpy`` on CPU (faster there), and the first position of each
+        prompt re-checked against the numpy plan (to ``VALUE_TOL``).
     every : dict
         ``{method-key prefix: K}``: evaluate expensive methods at every K-th position only
         (see :func:`parse_every`), e.g. ``{"bound:without_replacement@3": 8}``.

@@ -9,15 +9,6 @@ from .._validate import fingerprint
 from .config import _skip, _verifier_applies, parse_every, verifier_scheme
 
 
-def _core():
-    import mdsd_ot
-
-    missing = [f for f in ("optimal_acceptance",) if not hasattr(mdsd_ot, f)]
-    if missing:
-        raise ImportError(f"mdsd_ot.{missing[0]} is not available in this installation")
-    return mdsd_ot
-
-
 def evaluate_rows(
     P,
     Q,
@@ -32,7 +23,12 @@ def evaluate_rows(
     positions=None,
     mc_samples: int | None = None,
 ) -> list[dict]:
-    """Bounds and verifier acceptances for each row of (P, Q).
+    """Bounds and verifier acceptances for each row of (P, Q), by the evaluation plan.
+
+    Each row is one :func:`mdsd_ot.plan.evaluate_position` (one sort, shared tables, every
+    certificate re-checked independently); with torch tensors and ``backend`` ``"torch"``/``"auto"``
+    the quantities of :func:`mdsd_ot.backends.torch.evaluate_batch` come from one batched pass on the
+    tensors' device, and the rest (sequential n >= 3, RSD n >= 3) from the numpy plan.
 
     Parameters
     ----------
@@ -41,11 +37,13 @@ def evaluate_rows(
     ns, schemes, verifiers : lists
         See :class:`StudyConfig`.
     backend : {"numpy", "torch", "auto"}
-        See :attr:`StudyConfig.bound_backend` (torch needs tensor input).
+        ``"torch"``: the batched torch plan for the tensors (any device); ``"auto"``: that on a
+        non-CPU device, the numpy plan on CPU (faster there); ``"numpy"``: the numpy plan.
     seed : int
         Seed of Monte Carlo verifiers (``seed + row``), when they take an ``rng``.
     check : bool
-        Re-check the torch bounds of the first row against ``mdsd_ot.optimal_acceptance``.
+        Re-check the torch values of the first row against the numpy evaluation plan (which equals
+        ``mdsd_ot.optimal_acceptance`` and ``verifier_acceptance`` to 1e-12), to ``VALUE_TOL``.
     every : dict or str or None
         Subsampling of expensive methods (:func:`parse_every`): a method whose key starts with a
         pattern is evaluated only at positions ``pos % K == 0`` (absent from the other rows);
@@ -66,97 +64,86 @@ def evaluate_rows(
     m = int(P.shape[0])
     positions = list(range(m)) if positions is None else [int(x) for x in positions]
     rows = [dict() for _ in range(m)]
-    fast = {}
-    if backend in ("torch", "auto") and hasattr(P, "detach"):
+    fast = {}  # key -> (m,) values of the batched torch plan (bounds re-checked on the device)
+    on_device = hasattr(P, "detach") and getattr(P.device, "type", "cpu") != "cpu"
+    # "auto": the batched torch plan on an accelerator; on CPU the numpy plan is faster (bench_plan.py)
+    if hasattr(P, "detach") and (backend == "torch" or (backend == "auto" and on_device)):
         from ..backends import torch as tb
 
-        def batched(scheme, fn, *args):  # a failed certificate re-check: those rows go to numpy
-            try:
-                for n, v in fn(*args).items():
-                    fast[(scheme, n)] = v.cpu().numpy()
-            except RuntimeError:
-                pass
-
-        if "with_replacement" in schemes:
-            batched("with_replacement", tb.sorted_prefix_bounds, P, Q, ns, "with_replacement")
-        support = (Q > 0).sum(-1)
-        small = [n for n in ns if n <= 2]
-        if "without_replacement" in schemes and small and bool((support >= 2).all()):
-            batched("without_replacement", tb.sorted_prefix_bounds, P, Q, small, "without_replacement")
-        if "greedy" in schemes and bool((support >= max(ns)).all()):
-            batched("greedy", tb.greedy_bounds, P, Q, ns)
+        try:
+            fast = {
+                k: v.cpu().numpy()
+                for k, v in tb.evaluate_batch(P, Q, ns, schemes=schemes, verifiers=verifiers).items()
+            }
+        except (RuntimeError, ValueError):  # a failed re-check or an unusual row: every row by the numpy plan
+            fast = {}
     Pn = P.cpu().numpy() if hasattr(P, "detach") else np.asarray(P, dtype=np.float64)
     Qn = Q.cpu().numpy() if hasattr(Q, "detach") else np.asarray(Q, dtype=np.float64)
-    core = None
-    need_core = any((s, n) not in fast for s in schemes for n in ns) or bool(verifiers) or check
-    if need_core:
-        core = _core()
+    from ..plan import evaluate_checked
+
+    bound_keys = [(s, n, f"bound:{s}@{n}") for s in schemes for n in ns]
+    verifier_keys = [(v, n, f"verifier:{v}@{n}") for v in verifiers for n in ns if _verifier_applies(v, n)]
     for i in range(m):
         p, q = Pn[i], Qn[i]
         row = rows[i]
-        errors = {}
-        for s in schemes:
-            for n in ns:
-                key = f"bound:{s}@{n}"
-                if _skip(key, every, positions[i]):
-                    continue
-                if (s, n) in fast:
-                    row[key] = float(fast[(s, n)][i])
-                    if check and i == 0:
-                        ref = float(core.optimal_acceptance(p, q, n, sampling=s).value)
-                        if abs(ref - row[key]) > VALUE_TOL:
-                            raise RuntimeError(
-                                f"torch and numpy bounds disagree for {key}: {row[key]!r} vs "
-                                f"{ref!r} (tolerance {VALUE_TOL:g})"
-                            )
-                    continue
-                try:
-                    res = core.optimal_acceptance(p, q, n, sampling=s)
-                except ValueError as exc:
-                    row[key] = None
-                    errors[key] = str(exc)
-                    continue
-                if getattr(res, "success", True):
-                    row[key] = float(res.value)
-                else:  # stored only when its certificate re-check passed
-                    row[key] = None
-                    errors[key] = res.message
-        for name in verifiers:
-            for n in ns:
-                key = f"verifier:{name}@{n}"
-                if not _verifier_applies(name, n) or _skip(key, every, positions[i]):
-                    continue
-                try:
-                    res = _call_verifier(core, name, p, q, n, seed + positions[i], mc_samples)
-                except ValueError as exc:
-                    row[key] = None
-                    errors[key] = str(exc)
-                    continue
-                se = float(getattr(res, "stderr", 0.0) or 0.0)
-                bound = row.get(f"bound:{verifier_scheme(name)}@{n}")
-                if bound is not None and float(res.value) - bound > RECHECK_TOL + 4.0 * se:
-                    row[key] = None  # no valid verifier beats its bound: an internal error, recorded
-                    errors[key] = (
-                        f"internal error: acceptance {float(res.value):.15g} above the bound {bound:.15g}; "
-                        f"please report this input (fingerprint {fingerprint(p, q, n=n, verifier=name)})"
-                    )
-                    continue
-                row[key] = float(res.value)
-                if se > 0:
-                    row[key + ":se"] = se
+        bounds = [(s, n) for s, n, k in bound_keys if not _skip(k, every, positions[i])]
+        pairs = [(v, n) for v, n, k in verifier_keys if not _skip(k, every, positions[i])]
+        todo_b = [(s, n) for s, n in bounds if f"bound:{s}@{n}" not in fast or (check and i == 0)]
+        todo_v = [(v, n) for v, n in pairs if f"verifier:{v}@{n}" not in fast or (check and i == 0)]
+        res = evaluate_checked(p, q, todo_b, todo_v, seed=seed + positions[i], mc_samples=mc_samples)
+        errors = dict(res.get("errors", {}))
+        for s, n in bounds:
+            key = f"bound:{s}@{n}"
+            if key in fast:
+                row[key] = float(fast[key][i])
+                if check and i == 0 and res.get(key) is not None:
+                    _agree(key, row[key], res[key])
+            else:
+                row[key] = res[key]
+        for name, n in pairs:
+            key = f"verifier:{name}@{n}"
+            if key in fast:
+                value, se = float(fast[key][i]), 0.0
+                if check and i == 0 and res.get(key) is not None:
+                    _agree(key, value, res[key])
+            else:
+                value, se = res[key], res.get(key + ":se", 0.0)
+            row[key] = value
+            if value is None:
+                continue
+            bound = row.get(f"bound:{verifier_scheme(name)}@{n}")
+            if bound is not None and value - bound > RECHECK_TOL + 4.0 * se:
+                row[key] = None  # no valid verifier beats its bound: an internal error, recorded
+                errors[key] = (
+                    f"internal error: acceptance {value:.15g} above the bound {bound:.15g}; "
+                    f"please report this input (fingerprint {fingerprint(p, q, n=n, verifier=name)})"
+                )
+                continue
+            if se > 0:
+                row[key + ":se"] = se
         if errors:
             row["errors"] = errors
     return rows
 
 
+def _agree(key, fast_value, ref):
+    """The batched torch value of the first row against the numpy plan (the re-check of ``check``)."""
+    if abs(ref - fast_value) > VALUE_TOL:
+        raise RuntimeError(
+            f"torch and numpy values disagree for {key}: {fast_value!r} vs {ref!r} (tolerance {VALUE_TOL:g})"
+        )
+
+
+def _core():
+    """The package namespace (kept for ``mdsd_ot.study._core``; the rows now come from the plan)."""
+    import mdsd_ot
+
+    return mdsd_ot
+
+
 def _call_verifier(core, name, p, q, n, seed, samples=None):
-    fn = getattr(core, "verifier_acceptance", None)
-    if fn is None:
-        try:
-            from ..verifiers import verifier_acceptance as fn
-        except ImportError:
-            raise ImportError("mdsd_ot.verifier_acceptance is not available in this installation") from None
+    """One verifier acceptance the one-at-a-time way (the plan's fallback does the same)."""
     kw = {"rng": np.random.default_rng(seed)}
     if samples:
         kw["samples"] = int(samples)
-    return fn(name, p, q, n, **kw)
+    return core.verifier_acceptance(name, p, q, n, **kw)

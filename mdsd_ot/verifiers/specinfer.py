@@ -30,7 +30,7 @@ import numpy as np
 from .._config import RRS_MAX_CHAIN_ENTRIES
 from .base import PreparedVerifier, Verifier, accept_ratio, residual, sample_drafts_batch, sample_index
 
-__all__ = ["SpecInferVerifier", "rrs_rejection"]
+__all__ = ["SpecInferVerifier", "rrs_rejection", "rrs_chain"]
 
 
 def rrs_rejection(p: np.ndarray, q: np.ndarray, n: int) -> float:
@@ -58,35 +58,55 @@ def rrs_rejection(p: np.ndarray, q: np.ndarray, n: int) -> float:
     t, pp, qq = t[order], pp[order], qq[order]
     P = np.concatenate([[0.0], np.cumsum(pp)])
     Q = np.concatenate([[0.0], np.cumsum(qq)])
+    return rrs_chain(t, P, Q, [n])[0]
+
+
+def rrs_chain(t: np.ndarray, P: np.ndarray, Q: np.ndarray, ns) -> list:
+    """P(all ``n`` RRS steps reject) for every ``n`` of ``ns``, along one run of the chain.
+
+    ``t`` holds the ratios ``p/q`` of the tokens with ``p > 0`` in decreasing order (``+inf`` where
+    ``q = 0``), ``P`` and ``Q`` the prefix sums of ``p`` and ``q`` in that order (length ``t.size + 1``);
+    :func:`rrs_rejection` builds them, and an evaluation plan (:mod:`mdsd_ot.plan`) reads them off its
+    one sort. The steps and jumps are those described in :func:`rrs_rejection`; a jump never passes
+    a requested ``n``, so every one of them is read off the same run.
+    """
+    targets = sorted({int(n) for n in ns})
+    found = {}
     neg_t = -t  # increasing: #{t > theta} = searchsorted(-t, -theta, 'left')
     total = float(P[-1])  # E(theta_1) = E(0) = sum(p)
     theta, E, j, k = 0.0, total, t.size, 0
-    while k < n:
-        theta = theta + E  # one explicit step
-        j_new = int(np.searchsorted(neg_t, -theta, side="left"))
-        E = max(float(P[j_new] - theta * Q[j_new]), 0.0)
-        k += 1
-        if E <= 0.0 or k >= n:
-            break
-        if j_new == j:  # the support did not change in this step: jump while it stays the same
-            Qj = float(Q[j])
-            if Qj <= 0.0:
-                break  # only q = 0 tokens left: every later step rejects with probability 1
-            log_keep = np.log1p(-Qj) if Qj < 1.0 else -np.inf  # log(1 - Q_j) per step
-            # theta after s more steps: theta + E (1 - (1 - Q)^s) / Q; it reaches t_j when
-            # (1 - Q)^s <= g = 1 - (t_j - theta) Q / E (g <= 0: never, all ratios in A equal)
-            g = 1.0 - (float(t[j - 1]) - theta) * Qj / E
-            if g <= 0.0 or log_keep == -np.inf:
-                s = n - k
-            else:
-                s = min(n - k, max(int(np.log(g) / log_keep) - 1, 0))  # one short of the crossing
-            if s > 0:
-                decay = s * log_keep  # log((1 - Q)^s)
-                theta = theta + E * float(-np.expm1(decay)) / Qj
-                E = E * float(np.exp(decay))
-                k += s
-        j = j_new
-    return min(E / total, 1.0) if total > 0.0 else 0.0
+    for n in targets:
+        while k < n:
+            theta = theta + E  # one explicit step
+            j_new = int(np.searchsorted(neg_t, -theta, side="left"))
+            E = max(float(P[j_new] - theta * Q[j_new]), 0.0)
+            k += 1
+            if E <= 0.0 or k >= n:
+                j = j_new
+                break
+            if j_new == j:  # the support did not change in this step: jump while it stays the same
+                Qj = float(Q[j])
+                if Qj <= 0.0:
+                    k = n  # only q = 0 tokens left: every later step rejects with probability 1
+                    break
+                log_keep = np.log1p(-Qj) if Qj < 1.0 else -np.inf  # log(1 - Q_j) per step
+                # theta after s more steps: theta + E (1 - (1 - Q)^s) / Q; it reaches t_j when
+                # (1 - Q)^s <= g = 1 - (t_j - theta) Q / E (g <= 0: never, all ratios in A equal)
+                g = 1.0 - (float(t[j - 1]) - theta) * Qj / E
+                if g <= 0.0 or log_keep == -np.inf:
+                    s = n - k
+                else:
+                    s = min(n - k, max(int(np.log(g) / log_keep) - 1, 0))  # one short of the crossing
+                if s > 0:
+                    decay = s * log_keep  # log((1 - Q)^s)
+                    theta = theta + E * float(-np.expm1(decay)) / Qj
+                    E = E * float(np.exp(decay))
+                    k += s
+            j = j_new
+        if E <= 0.0:
+            k = max(k, n)  # every later step accepts: the rejection stays 0
+        found[n] = min(E / total, 1.0) if total > 0.0 else 0.0
+    return [found[int(n)] for n in ns]
 
 
 class _PreparedRRS(PreparedVerifier):

@@ -28,7 +28,7 @@ import numpy as np
 
 from .base import PreparedVerifier, Verifier, accept_ratio, residual, sample_drafts_batch, sample_index
 
-__all__ = ["SpecTrVerifier", "kseq_rho"]
+__all__ = ["SpecTrVerifier", "kseq_rho", "kseq_rho_sorted", "accept_any"]
 
 
 def accept_any(beta: float, reject: float, n: int) -> float:
@@ -66,6 +66,19 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
     q_lo = q_low + np.concatenate([[0.0], np.cumsum(qq)])  # q over the ratios below rho
     p_lo = p_low + np.concatenate([[0.0], np.cumsum(pp)])
     q_hi = q_high + np.concatenate([np.cumsum(qq[::-1])[::-1], [0.0]])  # the rest, summed directly
+    return kseq_rho_sorted(t, q_lo, p_lo, q_hi, n, t_max)
+
+
+def kseq_rho_sorted(t, q_lo, p_lo, q_hi, n: int, t_max: float) -> float:
+    """The bisection of :func:`kseq_rho` on sorted tables.
+
+    ``t`` holds ratios ``p/q`` in increasing order (at least those in ``[1, n)``), and for
+    ``k = 0..t.size``: ``q_lo[k]``, ``p_lo[k]`` the q and p mass of every token with ratio below
+    ``t[k]`` (the first ``k`` entries and any token with a smaller ratio left out of ``t``), and
+    ``q_hi[k]`` the q mass of the others, summed directly. ``t_max`` is the largest ratio (``inf``
+    when some token has ``q = 0 < p``). :func:`kseq_rho` builds the tables from ``(p, q)``; an
+    evaluation plan (:mod:`mdsd_ot.plan`) reads them off its one sort.
+    """
 
     def gap(rho):
         k = int(np.searchsorted(t, rho, side="left"))  # ratios t < rho: min(q, p/rho) = p/rho

@@ -1,0 +1,266 @@
+"""The evaluation plan (mdsd_ot.plan) against the one-at-a-time API, and the torch batch against it.
+
+The oracle of every value is :func:`mdsd_ot.optimal_acceptance` / :func:`mdsd_ot.verifier_acceptance`
+(themselves tested against exact rationals, 50-digit arithmetic, enumeration and the LP elsewhere),
+on random, near-one-hot, tied, zero-laden, top-k-truncated and tiny-mass inputs; agreement to 1e-12.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mdsd_ot import _kernels, optimal_acceptance, plan, verifier_acceptance
+from mdsd_ot._kernels import plan as kplan
+from mdsd_ot.drafts import top_tokens
+from mdsd_ot.plan import PLAN_VERIFIERS, evaluate_position
+
+TOL = 1e-12
+SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
+VERIFIERS = ("naive", "rrs", "rrs_without_replacement", "spectr", "spechub", "greedy")
+NS = (1, 2, 3, 4)
+
+
+def _norm(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x / x.sum()
+
+
+def _cases():
+    """(label, p, q): the domain the plan promises to cover."""
+    rng = np.random.default_rng(20261130)
+    out = []
+    for V in (5, 12, 60, 300):
+        out.append((f"dirichlet V={V}", rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))))
+        out.append((f"peaked V={V}", rng.dirichlet(np.full(V, 0.1)), rng.dirichlet(np.full(V, 0.1))))
+    V = 40
+    q = np.full(V, 1e-12 / (V - 1))
+    q[7] = 1.0 - 1e-12
+    out.append(("near one-hot q", _norm(rng.random(V)), q))
+    p = np.full(V, 1e-13 / (V - 1))
+    p[3] = 1.0 - 1e-13
+    out.append(("near one-hot p and q", p, q))
+    p = _norm(rng.random(V))
+    p[rng.random(V) < 0.4] = 0.0
+    qz = _norm(rng.random(V))
+    qz[rng.random(V) < 0.4] = 0.0
+    out.append(("zeros in p and q", _norm(p), _norm(qz)))
+    out.append(("ties", _norm(np.ones(V)), _norm(np.repeat([1.0, 2.0, 3.0, 4.0], V // 4))))
+    out.append(
+        ("ties in q/p", _norm(np.tile([1.0, 2.0], V // 2)), _norm(np.tile([2.0, 4.0, 1.0, 2.0], V // 4)))
+    )
+    logits = rng.standard_normal(V) * 2.0
+    pk = np.exp(logits)
+    pk[np.argsort(-pk)[8:]] = 0.0  # top-8 truncated target
+    qk = np.exp(logits + rng.standard_normal(V))
+    qk[np.argsort(-qk)[12:]] = 0.0  # top-12 truncated draft
+    out.append(("top-k truncated", _norm(pk), _norm(qk)))
+    tiny = _norm(rng.random(V))
+    tiny[::3] = 1e-300
+    tiny[1::5] = 5e-324
+    out.append(("tiny masses", _norm(tiny), _norm(rng.random(V) ** 8)))
+    same = _norm(rng.random(V))
+    out.append(("p == q", same, same.copy()))
+    out.append(("uniform q", _norm(rng.random(V)), _norm(np.ones(V))))
+    return out
+
+
+CASES = _cases()
+
+
+def _reference_bound(p, q, n, s):
+    try:
+        r = optimal_acceptance(p, q, n, sampling=s)
+    except ValueError as exc:
+        return None, str(exc)
+    assert r.success, r.message
+    return r.value, None
+
+
+def _reference_verifier(name, p, q, n, seed):
+    try:
+        return verifier_acceptance(name, p, q, n, rng=np.random.default_rng(seed)).value, None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+@pytest.mark.parametrize("label,p,q", CASES, ids=[c[0] for c in CASES])
+def test_plan_equals_one_at_a_time_api(label, p, q):
+    res = evaluate_position(p, q, NS, schemes=SCHEMES, verifiers=VERIFIERS, seed=5)
+    assert set(res.bounds) == {(s, n) for s in SCHEMES for n in NS if s != "hub" or n == 2}
+    for (s, n), value in res.bounds.items():
+        ref, err = _reference_bound(p, q, n, s)
+        if err is not None:
+            assert value is None and res.errors[f"bound:{s}@{n}"] == err, (label, s, n)
+        else:
+            assert abs(value - ref) <= TOL, (label, s, n, value, ref)
+    for (name, n), r in res.verifiers.items():
+        ref, err = _reference_verifier(name, p, q, n, 5)
+        if err is not None:
+            assert r is None and res.errors[f"verifier:{name}@{n}"] == err, (label, name, n)
+        else:
+            assert abs(r.value - ref) <= TOL, (label, name, n, r.value, ref)
+
+
+def test_plan_at_large_vocabulary():
+    """V = 20,000 (the API's binned scans, the plan's bucket sort with real bins), LLM-like pair."""
+    rng = np.random.default_rng(7)
+    V = 20_000
+    z = rng.standard_normal(V) * 2.5 - 1.1 * np.log(np.arange(1, V + 1))
+    p = _norm(np.exp(z - z.max()))
+    q = _norm(np.exp((z + rng.standard_normal(V)) - (z + 0).max()))
+    schemes = ("with_replacement", "without_replacement", "greedy", "hub")
+    res = evaluate_position(p, q, (2, 4), schemes=schemes, verifiers=VERIFIERS)
+    for (s, n), value in res.bounds.items():
+        assert abs(value - optimal_acceptance(p, q, n, sampling=s).value) <= TOL, (s, n)
+    for (name, n), r in res.verifiers.items():
+        ref = verifier_acceptance(name, p, q, n, rng=np.random.default_rng(0)).value
+        assert abs(r.value - ref) <= TOL, (name, n)
+
+
+def test_row_format_and_monte_carlo_fallback():
+    """Study row keys; RSD with n >= 3 beyond enumeration is the API's Monte Carlo, seeded alike."""
+    rng = np.random.default_rng(3)
+    V = 3000
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+    res = evaluate_position(
+        p, q, [3], schemes=["with_replacement"], verifiers=["rrs_without_replacement"], seed=9
+    )
+    row = res.row()
+    ref = verifier_acceptance(
+        "rrs_without_replacement", p, q, 3, rng=np.random.default_rng(9), samples=20_000
+    )
+    assert ref.method == "monte_carlo"
+    assert row["verifier:rrs_without_replacement@3"] == ref.value
+    assert row["verifier:rrs_without_replacement@3:se"] == pytest.approx(ref.stderr, rel=1e-9)
+    assert set(row) == {
+        "bound:with_replacement@3",
+        "verifier:rrs_without_replacement@3",
+        "verifier:rrs_without_replacement@3:se",
+    }
+
+
+def test_ratio_order_is_the_sorting_theorem_order():
+    """The bucket sort equals a stable sort of ``order_keys`` (q/p descending, p = 0 < q first,
+    q = 0 last, ties and infinite runs in index order), including one bucket of every token."""
+    rng = np.random.default_rng(11)
+    for V in (1, 2, 7, 100, 5000):
+        for kind in ("random", "ties", "zeros", "equal"):
+            p, q = rng.random(V), rng.random(V)
+            if kind == "ties":
+                p, q = rng.integers(1, 4, V).astype(float), rng.integers(1, 4, V).astype(float)
+            elif kind == "zeros":
+                p[rng.random(V) < 0.3] = 0.0
+                q[rng.random(V) < 0.3] = 0.0
+            elif kind == "equal":
+                q = p.copy()
+            expected = np.argsort(_kernels.order_keys(p, q), kind="stable")
+            assert np.array_equal(kplan.ratio_order(p, q), expected), (V, kind)
+
+
+def test_top_of_q_and_greedy_certificate():
+    rng = np.random.default_rng(12)
+    q = rng.integers(0, 5, 50).astype(float)
+    for k in (1, 3, 10):
+        assert np.array_equal(kplan.top_of_q(q, k), top_tokens(q, k))
+    p, qn = _norm(rng.random(50)), _norm(q)
+    good = kplan.top_of_q(qn, 4)
+    assert np.isfinite(kplan.greedy_certificate(p, qn, good, 5))
+    wrong = good.copy()
+    wrong[-1] = np.argsort(qn)[0]  # the least likely token instead of the fourth most likely
+    assert np.isnan(kplan.greedy_certificate(p, qn, wrong, 5))
+
+
+def test_failed_recheck_falls_back_to_the_api(monkeypatch):
+    """A scan that returns a wrong value is caught by the independent re-check, and the value is
+    recomputed by the one-at-a-time API (so the plan never returns an unchecked bound)."""
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    real = _kernels.scan_with_replacement_sums
+
+    def wrong(P, Q, R, n):
+        d, k = real(P, Q, R, n)
+        return d + 1e-3, k
+
+    monkeypatch.setattr(_kernels, "scan_with_replacement_sums", wrong)
+    calls = []
+    from mdsd_ot import api
+
+    real_api = api.optimal_acceptance
+    monkeypatch.setattr(api, "optimal_acceptance", lambda *a, **k: calls.append(a[2]) or real_api(*a, **k))
+    res = evaluate_position(p, q, [2, 3], schemes=["with_replacement"], verifiers=[])
+    assert sorted(calls) == [2, 3]
+    for n in (2, 3):
+        assert abs(res.bounds[("with_replacement", n)] - real_api(p, q, n).value) <= TOL
+
+
+def test_rrs_chain_many_n_equals_one_at_a_time():
+    from mdsd_ot.verifiers.specinfer import rrs_chain, rrs_rejection
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        p, q = rng.dirichlet(np.full(30, 0.3)), rng.dirichlet(np.full(30, 0.3))
+        pos = p > 0
+        t = np.where(q[pos] > 0, p[pos] / np.where(q[pos] > 0, q[pos], 1.0), np.inf)
+        o = np.argsort(-t, kind="stable")
+        P = np.concatenate([[0.0], np.cumsum(p[pos][o])])
+        Q = np.concatenate([[0.0], np.cumsum(q[pos][o])])
+        ns = [1, 2, 3, 5, 8, 40, 1000]
+        assert np.allclose(
+            rrs_chain(t[o], P, Q, ns), [rrs_rejection(p, q, n) for n in ns], rtol=0, atol=1e-14
+        )
+
+
+def test_hook_for_plan_verifiers(monkeypatch):
+    """A verifier registered in PLAN_VERIFIERS is evaluated from the plan's tables."""
+    seen = []
+
+    def optimal_from_plan(pl, ns):
+        seen.append((pl.sorted[0].size, tuple(ns)))
+        return [0.5 for _ in ns]
+
+    monkeypatch.setitem(PLAN_VERIFIERS, "optimal", (lambda n: True, optimal_from_plan))
+    res = evaluate_position([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [2], schemes=[], verifiers=["optimal"])
+    assert res.verifiers[("optimal", 2)].value == 0.5 and seen == [(3, (2,))]
+
+
+def test_bad_input_is_rejected():
+    with pytest.raises(ValueError):
+        evaluate_position([0.5, np.nan], [0.5, 0.5], [2])
+    with pytest.raises(TypeError):
+        evaluate_position([0.5, 0.5], [0.5, 0.5], [2.5])
+    with pytest.raises(ValueError):
+        evaluate_position([0.5, 0.5], [0.5, 0.5], [2], schemes=["nope"])
+    with pytest.raises(ValueError):
+        plan.evaluate_positions(np.ones((2, 3)) / 3, np.ones((3, 3)) / 3, [2])
+
+
+def test_torch_batch_equals_numpy_plan():
+    torch = pytest.importorskip("torch")
+    from mdsd_ot.backends.torch import evaluate_batch
+
+    rows = [(p, q) for label, p, q in CASES if p.size == 40]
+    P = np.array([p for p, _ in rows])
+    Q = np.array([q for _, q in rows])
+    schemes = ("with_replacement", "without_replacement", "greedy", "hub")
+    out = evaluate_batch(torch.tensor(P), torch.tensor(Q), NS, schemes=schemes)
+    assert out, "nothing evaluated"
+    for b in range(P.shape[0]):
+        ref = evaluate_position(P[b], Q[b], NS, schemes=schemes, verifiers=VERIFIERS).row()
+        for key, values in out.items():
+            assert ref[key] is not None, key
+            assert abs(float(values[b]) - ref[key]) <= TOL, (b, key, float(values[b]), ref[key])
+    # an LLM-like batch at V = 2,000, every key present
+    rng = np.random.default_rng(8)
+    z = rng.standard_normal((3, 2000)) * 2.5
+    P = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    zq = z + rng.standard_normal(z.shape)
+    Q = np.exp(zq) / np.exp(zq).sum(-1, keepdims=True)
+    out = evaluate_batch(torch.tensor(P), torch.tensor(Q), [2, 3])
+    for b in range(3):
+        ref = evaluate_position(
+            P[b], Q[b], [2, 3], schemes=("with_replacement", "greedy"), verifiers=VERIFIERS
+        ).row()
+        ref.update(evaluate_position(P[b], Q[b], [2], schemes=("without_replacement",), verifiers=()).row())
+        for key, values in out.items():
+            assert abs(float(values[b]) - ref[key]) <= TOL, (b, key)
