@@ -145,6 +145,8 @@ class _Plan:
 
     def top(self, k: int):
         """The ``k`` most likely tokens of q in rank order (ties by index); grows on demand."""
+        if k > self.V:  # the kernel writes k entries: never ask it for more tokens than there are
+            raise ValueError(f"asked for the top {k} tokens of a vocabulary of {self.V}")
         have = self._cache.get("top")
         if have is None or have.size < k:
             have = _kernels.plan.top_of_q(self.q, max(k, 1))
@@ -157,7 +159,10 @@ class _Plan:
         have = self._cache.setdefault("greedy", {})
         missing = [n for n in ns if n not in have]
         if missing:
-            want = sorted(set(missing) | set(self._cache.get("greedy_ns", ())))
+            support = int(np.count_nonzero(self.q > 0))  # greedy drafts need n tokens with q > 0
+            want = sorted(n for n in set(missing) | set(self._cache.get("greedy_ns", ())) if n <= support)
+            if any(n > support for n in missing):
+                raise ValueError(f"greedy drafts need at least max(n) tokens with q > 0, q has {support}")
             top = self.top(max(want) - 1)
             sums = _kernels.plan.greedy_sums(self.p, self.q, top, np.array(want, dtype=np.int64))
             have.update(zip(want, sums))

@@ -264,3 +264,22 @@ def test_torch_batch_equals_numpy_plan():
         ref.update(evaluate_position(P[b], Q[b], [2], schemes=("without_replacement",), verifiers=()).row())
         for key, values in out.items():
             assert abs(float(values[b]) - ref[key]) <= TOL, (b, key)
+
+
+def test_n_beyond_the_support_is_an_error_not_a_crash():
+    """Greedy needs n tokens with q > 0: n = 99 on a 43-token pair is reported per key (the plan once
+    asked its top-k kernel for more tokens than the vocabulary holds and crashed the process)."""
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(43)), rng.dirichlet(np.ones(43))
+    res = evaluate_position(
+        p, q, [2, 99], schemes=["with_replacement", "greedy"], verifiers=["greedy", "rrs"]
+    )
+    assert res.bounds[("greedy", 99)] is None
+    assert "needs at least 99 tokens" in res.errors["bound:greedy@99"]
+    assert "verifier:greedy@99" in res.errors
+    assert res.bounds[("greedy", 2)] == pytest.approx(
+        optimal_acceptance(p, q, 2, sampling="greedy").value, abs=1e-12
+    )
+    assert res.bounds[("with_replacement", 99)] == pytest.approx(
+        optimal_acceptance(p, q, 99).value, abs=1e-12
+    )
