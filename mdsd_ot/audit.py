@@ -97,6 +97,7 @@ DEFAULT_REFERENCE = {
     "without_replacement": "rrs_without_replacement",
     "greedy": "greedy",
     "hub": "spechub",
+    "top_n": "naive",  # naive attains alpha* = p(Top_n) for deterministic drafts
 }
 
 
