@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._validate import check_pair
+from .._validate import check_probabilities
 from ..drafts import get_scheme
 from ..verifiers import get_verifier
 from ..verifiers.base import PreparedVerifier, sample_index
@@ -80,9 +80,16 @@ class DraftTree:
         breadth-first order).
     p : ndarray (N + 1, V) float64 or None
         Target law at every node (after :meth:`set_target`).
+
+    Parameters
+    ----------
+    memo : dict or None
+        Shared by trees drafted from the same models at the same context (e.g. every tree of an
+        enumeration): prepared verifiers and node bounds are then cached by the node's path instead
+        of per tree. Only valid when equal paths carry equal laws.
     """
 
-    def __init__(self, shape, scheme, tokens, parent, q, p=None):
+    def __init__(self, shape, scheme, tokens, parent, q, p=None, *, memo: dict | None = None):
         self.shape = parse_shape(shape)
         self.scheme = get_scheme(scheme)
         self.tokens = np.asarray(tokens, dtype=np.int64)
@@ -110,13 +117,15 @@ class DraftTree:
                     f"node {v} at depth {d} has {self.children[v].size} children; the shape says {want}"
                 )
         self.n_internal = int(np.count_nonzero(self.depth < self.shape.depth))
-        self.q = np.asarray(q, dtype=np.float64)
-        if self.q.ndim != 2 or self.q.shape[0] != self.n_internal:
+        self.q = check_probabilities(q, "q (draft laws, one row per internal node)", ndim=2)
+        self.q /= self.q.sum(axis=1, keepdims=True)
+        if self.q.shape[0] != self.n_internal:
             raise ValueError(
                 f"q must have one row per internal node ({self.n_internal}), got shape {self.q.shape}"
             )
         self.p = None
         self._prepared: dict = {}
+        self._memo = memo
         if p is not None:
             self.set_target(p)
 
@@ -127,15 +136,10 @@ class DraftTree:
     def set_target(self, p) -> DraftTree:
         """Attach the target law at every node: ``p`` of shape ``(N + 1, V)``, row ``v`` the law of the
         token after node ``v`` (validated and normalised like every verifier input)."""
-        p = np.asarray(p, dtype=np.float64)
+        p = check_probabilities(p, "p (target laws, one row per node)", ndim=2)
         if p.shape != (self.tokens.size, self.vocab):
             raise ValueError(f"p must have shape ({self.tokens.size}, {self.vocab}), got {p.shape}")
-        rows = []
-        for v in range(p.shape[0]):
-            qv = self.q[v] if v < self.n_internal else p[v]
-            pv, _ = check_pair(p[v], qv)
-            rows.append(pv / pv.sum())
-        self.p = np.stack(rows)
+        self.p = p / p.sum(axis=1, keepdims=True)
         self._prepared.clear()
         return self
 
@@ -162,11 +166,16 @@ class DraftTree:
         if self.p is None:
             raise ValueError("the tree has no target laws yet: call set_target(p) first")
         verifier = get_verifier(verifier)
-        key = (verifier.name, v)
-        if key not in self._prepared:
+        cache, key = self._cache_key(verifier.name, v)
+        if key not in cache:
             b = int(self.children[v].size)
-            self._prepared[key] = verifier.prepare(self.p[v], self.q[v], b, sampling=self.scheme.name)
-        return self._prepared[key]
+            cache[key] = verifier.prepare(self.p[v], self.q[v], b, sampling=self.scheme.name)
+        return cache[key]
+
+    def _cache_key(self, what: str, v: int):
+        if self._memo is None:
+            return self._prepared, (what, v)
+        return self._memo, (what, self.scheme.name, int(self.children[v].size), self.path(v))
 
     def child_laws(self, verifier, v: int) -> np.ndarray:
         """``P(output = token of child c | children)`` for each distinct child token, first child per token
@@ -231,9 +240,9 @@ def draft_tree(
                 f"draft(paths) must return one row per path ({len(level)}), got shape {rows.shape}"
             )
         nxt = []
-        for v, row in zip(level, rows):
-            _, qv = check_pair(row, row)
-            qv = qv / qv.sum()
+        rows = check_probabilities(rows, "draft(paths)", ndim=2)
+        rows /= rows.sum(axis=1, keepdims=True)
+        for v, qv in zip(level, rows):
             q_rows.append(qv)
             for x in scheme.sample(qv, b, rng).tolist():
                 tokens.append(int(x))
@@ -265,14 +274,14 @@ def node_bound(tree: DraftTree, v: int) -> float:
     cached on the tree."""
     from ..api import optimal_acceptance
 
-    key = ("alpha*", v)
-    if key not in tree._prepared:
+    cache, key = tree._cache_key("alpha*", v)
+    if key not in cache:
         b = int(tree.children[v].size)
         r = optimal_acceptance(tree.p[v], tree.q[v], b, sampling=tree.scheme.name)
         if not r.success:
             raise RuntimeError(f"alpha* at node {v} failed its re-check: {r.message}")
-        tree._prepared[key] = r.value
-    return tree._prepared[key]
+        cache[key] = r.value
+    return cache[key]
 
 
 def bound_estimate(tree: DraftTree) -> float:
