@@ -172,3 +172,31 @@ def test_resume_and_shards_reproduce_one_run(tmp_path):
 def test_config_errors_are_actionable(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
         DecodeConfig(**kw).validate()
+
+
+def test_command_line_decode_and_resume(tmp_path, capsys):
+    """``mdsd-ot decode`` on two tiny models saved to disk: rows, summary, a second run resumes (nothing
+    left), a changed parameter is refused in one line with exit status 2."""
+    from mdsd_ot.cli import main
+
+    for name, seed in (("target", 7), ("draft", 8)):
+        tiny("qwen2", seed).save_pretrained(tmp_path / name)
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [json.dumps({"id": f"q{i}", "prompt_ids": [i + 1, 4, 2]}) for i in range(2)]
+    prompts.write_text("\n".join(lines) + "\n")
+    args = [
+        "decode", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+        "--prompts", str(prompts), "--trees", "2x2 1,2", "--temperatures", "0.7",
+        "--max-new-tokens", "4", "--threads", "1", "--no-progress", "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "exact:rrs" in out and "Speedup model" in out
+    rows = _store.read_rows(tmp_path / "out")
+    assert {r["tree"] for r in rows} == {"2x2", "1,2"} and {r["record"] for r in rows} == {"q0", "q1"}
+    assert main(args) == 0  # resumes: every prompt already finished
+    assert _store.read_rows(tmp_path / "out") == rows
+    capsys.readouterr()
+    assert main(args[:-2] + ["--seed", "1", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "seed" in err
