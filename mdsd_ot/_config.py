@@ -111,3 +111,13 @@ PYTHON_MAX_V = 256
 #: RSD path Monte Carlo: below this undrafted mass (above its inverse for theta) the theta form is left
 #: for explicit residual arrays (theta + E / M would overflow).
 THETA_SAFE = 1e290
+
+# -- draft trees (mdsd_ot.trees, mdsd_ot.decode) -----------------------------------------------------
+
+#: Largest number of draft tokens (nodes below the root) a draft tree may hold: every node is one
+#: position of the target's forward pass, so a larger tree is almost certainly a typo ("8,8,8,8,8").
+MAX_TREE_NODES = 4096
+
+#: The decoder evaluates the LP-based ``optimal`` verifier (one LP per tree node) only up to this
+#: vocabulary size; beyond it the node-bound estimate stands in for it.
+DECODE_OPTIMAL_MAX_V = 64

@@ -105,9 +105,9 @@ def optimal_acceptance(
     method = check_choice(method, "method", METHODS)
     scheme.check(q, n)
     extra = {}
-    if np.array_equal(p, q) and method in ("auto", "dual"):
+    if scheme.q_dominates and np.array_equal(p, q) and method in ("auto", "dual"):
         # identical distributions: outputting the draft law unchanged is valid, so alpha* = 1
-        # exactly for every scheme (Q(H) <= p(H) for all H); certificate: the empty set
+        # exactly for every scheme with Q(H) <= q(H) = p(H) for all H; certificate: the empty set
         value, subset = 1.0, np.empty(0, dtype=np.int64)
         method = "dual"
     elif method in ("auto", "dual"):
@@ -177,7 +177,7 @@ def optimal_acceptance_batch(
             masks[b, subset] = True
     else:
         out, masks = _kernels.solve_batch(P, Q, n, scheme.kernel_code)
-    same = (P == Q).all(axis=1)
+    same = (P == Q).all(axis=1) & scheme.q_dominates
     out[same] = 1.0  # identical rows: exactly 1, as in optimal_acceptance
     p_h = (P * masks).sum(axis=1) if P.size < PARALLEL_MIN_ENTRIES else _kernels.masked_row_sums(P, masks)[0]
     check = p_h + 1.0 - scheme.masses(Q, n, masks)

@@ -18,6 +18,7 @@ COMMANDS = {
     "study": "study",
     "merge": "merge",
     "audit": "audit",
+    "decode": "decode",
 }
 
 

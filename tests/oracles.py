@@ -77,6 +77,8 @@ def exact_set_law(q, n, scheme):
             if i != a:
                 add((i, a), q[i])
                 add((a, i), q[a] * q[i] / rest)
+    elif scheme == "top_n":
+        add(top_indices(q, n), Fraction(1))
     else:
         raise ValueError(scheme)
     return law

@@ -21,7 +21,7 @@ from oracles import (
 from mdsd_ot import optimal_acceptance, optimal_acceptance_batch
 
 TOL = 1e-12
-SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
+SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson", "top_n")
 
 
 def mixed_magnitudes(rng, V, *, zeros=True):

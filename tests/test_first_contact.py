@@ -53,6 +53,7 @@ def test_bound_all_skips_hub_for_n3_with_a_note(pq_files, capsys):
         "without_replacement",
         "greedy",
         "conditional_poisson",
+        "top_n",
     ]
     assert data["skipped"][0]["sampling"] == "hub" and "n = 2" in data["skipped"][0]["reason"]
     # a scheme named explicitly must run: still one line and exit 2

@@ -708,7 +708,7 @@ def test_property_every_verifier_is_valid(wp, wq, n):
 
 
 # ---------------------------------------------------------------- naive under every scheme
-SCHEME_NAMES = ["with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson"]
+SCHEME_NAMES = ["with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson", "top_n"]
 
 
 def test_naive_inclusion_probabilities_match_enumeration():

@@ -1,0 +1,80 @@
+"""``mdsd-ot decode``: multi-step speculative decoding with draft trees on a real target/draft pair."""
+
+from __future__ import annotations
+
+import time
+
+HELP = "tree decoding on a target/draft pair: tokens per target call of every verifier (exact), resumable"
+
+
+def add_arguments(parser):
+    parser.add_argument("--target", required=True, help="target model: local folder or hub name")
+    parser.add_argument("--draft", required=True, help="draft model: local folder or hub name")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer source (default: --target)")
+    parser.add_argument("--prompts", default="humaneval", help="'humaneval', a .jsonl or a text file")
+    parser.add_argument("--out", default="decode_out", help="results folder")
+    parser.add_argument(
+        "--trees",
+        default="1x4 2x4 4x4 4x3 4,2,2,1",
+        help="tree shapes separated by spaces: KxL (K chains of length L) or b1,b2,... per depth",
+    )
+    parser.add_argument("--schemes", default="with_replacement", help="draft schemes, comma-separated")
+    parser.add_argument("--temperatures", default="0.3,0.7,1.0", help="comma-separated")
+    parser.add_argument("--verifiers", default=None, help="comma-separated (default: every valid one)")
+    parser.add_argument("--driver", default=None, help="verifier whose sample continues decoding")
+    parser.add_argument("--no-bound", action="store_true", help="skip the node-bound estimate")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-records", type=int, default=None, help="first K prompts only")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
+    parser.add_argument("--shard", default=None, help="i/N: decode every N-th prompt from i")
+    parser.add_argument(
+        "--cost-ratio",
+        type=float,
+        default=None,
+        help="draft/target forward cost for the speedup model (default: measured)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args) -> int:
+    from .. import _store
+    from ..decode import DecodeConfig, run_shard, write_report
+    from .study import _floats
+
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    config = DecodeConfig(
+        target=args.target,
+        draft=args.draft,
+        tokenizer=args.tokenizer,
+        prompts=args.prompts,
+        trees=args.trees.split(),
+        schemes=split(args.schemes),
+        temperatures=_floats(args.temperatures),
+        verifiers=None if args.verifiers is None else split(args.verifiers),
+        driver=args.driver,
+        bound=not args.no_bound,
+        max_new_tokens=args.max_new_tokens,
+        max_records=args.max_records,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+    ).validate()
+    t0 = time.time()
+    with _store.one_line_warnings("mdsd-ot decode"):
+        run_shard(config, args.shard, args.out, progress=not args.no_progress)
+        if args.shard is None and args.cost_ratio is not None:
+            write_report(args.out, cost_ratio=args.cost_ratio)
+    print(f"decode written to {args.out} in {time.time() - t0:.1f} s")
+    if args.shard is None:
+        from pathlib import Path
+
+        print((Path(args.out) / "summary.md").read_text())
+    return 0

@@ -1,0 +1,170 @@
+"""What a decoding run computes (:class:`DecodeConfig`): trees, schemes, temperatures, verifiers."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass, field
+
+from .._validate import check_choice
+from ..drafts import SCHEMES
+from ..trees import parse_shape, valid_verifiers
+
+__all__ = ["DecodeConfig", "DEFAULT_DRIVER", "driver_for"]
+
+#: The verifier whose sample continues the decoding, per draft scheme (the library's own verifier
+#: for the scheme; ``naive`` attains alpha* for deterministic ``top_n`` drafts). Every other valid
+#: verifier is evaluated exactly on the same trees.
+DEFAULT_DRIVER = {
+    "with_replacement": "rrs",
+    "without_replacement": "rrs_without_replacement",
+    "greedy": "greedy",
+    "hub": "spechub",
+    "conditional_poisson": "naive",
+    "top_n": "naive",
+}
+
+
+def driver_for(scheme: str, driver: str | None) -> str:
+    """The driving verifier for ``scheme`` (``driver`` when given, which must be valid for it)."""
+    name = DEFAULT_DRIVER[scheme] if driver is None else driver
+    if name not in valid_verifiers(scheme):
+        raise ValueError(
+            f"driver verifier {name!r} is not valid for {scheme!r} drafts; "
+            f"choose among {valid_verifiers(scheme)}"
+        )
+    return name
+
+
+@dataclass
+class DecodeConfig:
+    """Parameters of a tree-decoding run (recorded in ``config.json``; see :func:`mdsd_ot.decode.run_shard`).
+
+    Attributes
+    ----------
+    target, draft : str or None
+        Model folders or hub names (``run_shard`` loads them; ``run_decode`` takes models instead).
+    tokenizer : str or None
+        Tokenizer source (default: the target's folder).
+    prompts : str or list
+        ``"humaneval"``, a ``.jsonl`` / text file, or records (see :func:`mdsd_ot.study.load_prompts`).
+    trees : list of str
+        Tree shapes (``"4x4"``, ``"4,2,2,1"``; :func:`mdsd_ot.trees.parse_shape`).
+    schemes : list of str
+        Draft schemes (every tree is drafted with each).
+    temperatures : list of float
+        Applied to both models' logits (then ``top_k`` / ``top_p``).
+    verifiers : list of str or None
+        Verifiers evaluated exactly at every call (those valid for each scheme); None: all valid ones.
+        ``optimal`` (an LP per node) only runs on small vocabularies.
+    driver : str or None
+        The verifier whose sample continues decoding (default :data:`DEFAULT_DRIVER` per scheme).
+    bound : bool
+        Also record the node-bound estimate (:func:`mdsd_ot.trees.bound_estimate`).
+    max_new_tokens : int
+        Tokens to generate per prompt and cell (the last call may pass it; EOS stops earlier).
+    max_records : int or None
+        The first prompts only (before sharding).
+    top_k, top_p, seed, device, dtype, threads
+        As in the study; ``device``, ``threads`` and ``max_records`` are not part of the identity.
+    """
+
+    target: str | None = None
+    draft: str | None = None
+    tokenizer: str | None = None
+    prompts: object = "humaneval"
+    trees: list = field(default_factory=lambda: ["1x4", "2x4", "4x4", "4x3", "4,2,2,1"])
+    schemes: list = field(default_factory=lambda: ["with_replacement"])
+    temperatures: list = field(default_factory=lambda: [0.3, 0.7, 1.0])
+    verifiers: list | None = None
+    driver: str | None = None
+    bound: bool = True
+    max_new_tokens: int = 64
+    max_records: int | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: int | None = None
+
+    def validate(self) -> DecodeConfig:
+        """Check and normalise every field (``ValueError`` / ``TypeError`` naming the field)."""
+        if isinstance(self.trees, str):
+            self.trees = [self.trees]
+        if not self.trees:
+            raise ValueError("trees: give at least one tree shape, e.g. ['4x4']")
+        self.trees = [parse_shape(t).label for t in self.trees]
+        self.trees = sorted(set(self.trees), key=self.trees.index)
+        if isinstance(self.schemes, str):
+            self.schemes = [self.schemes]
+        if not self.schemes:
+            raise ValueError("schemes: give at least one draft scheme")
+        self.schemes = [check_choice(s, "scheme", SCHEMES) for s in self.schemes]
+        self.schemes = sorted(set(self.schemes), key=self.schemes.index)
+        for s in self.schemes:
+            if s == "hub":
+                bad = [t for t in self.trees if set(parse_shape(t).branching) != {2}]
+                if bad:
+                    raise ValueError(
+                        f"the 'hub' scheme drafts exactly 2 children per node; trees {bad} do not"
+                    )
+            driver_for(s, self.driver)
+        temps = (
+            [self.temperatures] if isinstance(self.temperatures, numbers.Real) else list(self.temperatures)
+        )
+        if not temps:
+            raise ValueError("temperatures: give at least one")
+        for T in temps:
+            if isinstance(T, bool) or not isinstance(T, numbers.Real) or not (math.isfinite(T) and T > 0):
+                raise ValueError(f"temperatures must be finite numbers > 0, got {T!r}")
+        self.temperatures = sorted({float(T) for T in temps})
+        if self.verifiers is not None:
+            from ..verifiers import get_verifier
+
+            self.verifiers = sorted({get_verifier(v).name for v in self.verifiers})
+        for name, lo in (("max_new_tokens", 1), ("seed", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+        if self.max_records is not None and (
+            isinstance(self.max_records, bool)
+            or not isinstance(self.max_records, numbers.Integral)
+            or self.max_records < 1
+        ):
+            raise ValueError(f"max_records must be an int >= 1 or None, got {self.max_records!r}")
+        if self.top_k is not None and (
+            isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral) or self.top_k < 1
+        ):
+            raise ValueError(f"top_k must be an int >= 1 or None, got {self.top_k!r}")
+        if self.top_p is not None and not (isinstance(self.top_p, numbers.Real) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must lie in (0, 1] or be None, got {self.top_p!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.top_k is not None:
+            widest = max(max(parse_shape(t).branching) for t in self.trees)
+            if self.top_k < widest:
+                raise ValueError(
+                    f"top_k = {self.top_k} keeps fewer tokens than the widest node drafts ({widest}); "
+                    f"raise top_k or narrow the trees"
+                )
+        if not isinstance(self.bound, bool):
+            raise TypeError(f"bound must be True or False, got {self.bound!r}")
+        return self
+
+    def cells(self) -> list[tuple]:
+        """Every (temperature, tree, scheme) decoded for each prompt, in a fixed order."""
+        return [(T, t, s) for T in self.temperatures for t in self.trees for s in self.schemes]
+
+    def verifiers_for(self, scheme: str) -> list[str]:
+        """The verifiers evaluated under ``scheme``: the configured ones valid for it, driver included."""
+        names = valid_verifiers(scheme, self.verifiers)
+        driver = driver_for(scheme, self.driver)
+        return names if driver in names else [driver, *names]
+
+    def key(self) -> dict:
+        """The parameters that determine a row (part of the folder's identity)."""
+        d = asdict(self)
+        for k in ("target", "draft", "tokenizer", "prompts", "max_records", "device", "threads"):
+            d.pop(k)
+        return d

@@ -1,0 +1,211 @@
+"""Summary of a decode folder: block efficiency per cell and verifier with clustered 95% intervals,
+the SpecTr speedup model, and two plots (vs temperature, vs tree size)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+from .. import _store
+from ..study.statistics import _cluster_mean_ci as cluster_mean_ci
+from ..trees import parse_shape, speedup
+
+__all__ = ["summarize", "write_report", "measured_cost_ratio"]
+
+
+def _methods(rows) -> list[str]:
+    keys = {k for r in rows for k in r if k.startswith("exact:")}
+    out = sorted(keys)
+    if any("bound" in r for r in rows):
+        out.append("bound")
+    out.append("sampled")
+    return out
+
+
+def measured_cost_ratio(rows) -> float | None:
+    """Cost of one draft forward relative to one target forward, from the rows' timings:
+    ``sum(t_draft) / sum(draft_forwards)`` over ``sum(t_target) / calls`` (drafting includes the
+    scheme's sampling; the target time includes converting logits to float64 laws)."""
+    rows = [r for r in rows if "t_draft" in r and r.get("draft_forwards")]
+    if not rows:
+        return None
+    per_draft = math.fsum(r["t_draft"] for r in rows) / sum(r["draft_forwards"] for r in rows)
+    per_target = math.fsum(r["t_target"] for r in rows) / len(rows)
+    return per_draft / per_target if per_target > 0 else None
+
+
+def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
+    """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
+
+    Methods: ``exact:<verifier>`` (the exact recursion on every call's tree), ``bound`` (the
+    node-bound estimate) and ``sampled`` (tokens the driving verifier actually emitted). ``speedup``
+    is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio`` (default: :func:`measured_cost_ratio`).
+    """
+    c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["T"], r["tree"], r["scheme"]), []).append(r)
+    table = []
+    for (T, tree, scheme), rs in sorted(
+        cells.items(), key=lambda kv: (kv[0][0], parse_shape(kv[0][1]).size, kv[0][1], kv[0][2])
+    ):
+        depth = parse_shape(tree).depth
+        for method in _methods(rs):
+            key = "emitted" if method == "sampled" else method
+            vals = [(r[key], r["record"]) for r in rs if r.get(key) is not None]
+            failed = sum(1 for r in rs if key in r and r[key] is None)
+            if not vals:
+                continue
+            mean, ci = cluster_mean_ci([v for v, _ in vals], [g for _, g in vals])
+            table.append(
+                {
+                    "T": T,
+                    "tree": tree,
+                    "tree_size": parse_shape(tree).size,
+                    "scheme": scheme,
+                    "method": method if method != "sampled" else f"sampled:{rs[0]['driver']}",
+                    "mean": mean,
+                    "ci95": ci,
+                    "calls": len(vals),
+                    "records": len({g for _, g in vals}),
+                    "failed": failed,
+                    "cost_ratio": c,
+                    "speedup": speedup(mean, depth, c) if c is not None else None,
+                }
+            )
+    return table
+
+
+def _fmt(t) -> str:
+    return f"{t['mean']:.3f} ± {t['ci95']:.3f}" if math.isfinite(t["ci95"]) else f"{t['mean']:.3f}"
+
+
+def format_table(table) -> str:
+    """Markdown: one line per (tree, scheme, method), one column per temperature."""
+    temps = sorted({t["T"] for t in table})
+    lines = [
+        "| tree | scheme | method | " + " | ".join(f"T={T:g}" for T in temps) + " | calls |",
+        "|---|---|---|" + "---|" * len(temps) + "---|",
+    ]
+    index = {(t["tree"], t["scheme"], t["method"], t["T"]): t for t in table}
+    order = []
+    for t in table:
+        k = (t["tree"], t["scheme"], t["method"])
+        if k not in order:
+            order.append(k)
+    order.sort(key=lambda k: (parse_shape(k[0]).size, k[0], k[1], k[2] == "bound", k[2]))
+    for tree, scheme, method in order:
+        cells = [index.get((tree, scheme, method, T)) for T in temps]
+        calls = "/".join(str(c["calls"]) for c in cells if c)
+        lines.append(
+            f"| {tree} | {scheme} | {method} | "
+            + " | ".join(_fmt(c) if c else "" for c in cells)
+            + f" | {calls} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, plots: bool = True) -> dict:
+    """Write ``summary.md/.csv/.json`` and the plots of a decode folder; return the paths written."""
+    out = Path(out)
+    rows = _store.read_rows(out)
+    if not rows:
+        raise ValueError(f"{out} holds no finished prompts yet")
+    table = summarize(rows, cost_ratio=cost_ratio)
+    written = {}
+    buf = io.StringIO()
+    fields = list(table[0])
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for t in table:
+        w.writerow(t)
+    _store.atomic_write(out / "summary.csv", buf.getvalue(), step="summary.csv")
+    _store.atomic_write(out / "summary.json", json.dumps(table, indent=1), step="summary.json")
+    c = table[0]["cost_ratio"]
+    md = [
+        f"# {title}",
+        "",
+        f"{len(rows)} target calls, {len({r['record'] for r in rows})} prompts. Tokens per target call "
+        "(block efficiency): `exact:<verifier>` is the exact expectation on every drafted tree (all "
+        "verifiers on the same trees), `bound` the node-bound estimate (each node at alpha* of its "
+        "scheme; an estimate, not a proven bound), `sampled:<driver>` what decoding actually emitted. "
+        "95% intervals clustered by prompt.",
+        "",
+        format_table(table),
+        "",
+    ]
+    if c is not None:
+        md.append(
+            f"Speedup model (SpecTr): tokens per call / (1 + depth x c) with c = {c:.3f} "
+            + ("(measured: draft forward / target forward time)" if cost_ratio is None else "(given)")
+        )
+        md.append("")
+        md.append(
+            format_table(
+                [dict(t, mean=t["speedup"], ci95=float("nan")) for t in table if t["speedup"] is not None]
+            )
+        )
+        md.append("")
+    _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
+    written.update(md=out / "summary.md", csv=out / "summary.csv", json=out / "summary.json")
+    if plots:
+        written.update(plot_summary(table, out))
+    return written
+
+
+def plot_summary(table, out) -> dict:
+    """``block_efficiency_vs_temperature.png`` (one panel per tree and scheme, a line per verifier)
+    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme); {} without
+    matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    out = Path(out)
+    written = {}
+    exact = [t for t in table if t["method"].startswith("exact:") or t["method"] == "bound"]
+    if not exact:
+        return {}
+
+    def panel(ax, rows, xkey, title):
+        for method in sorted({t["method"] for t in rows}):
+            pts = sorted((t[xkey], t["mean"], t["ci95"]) for t in rows if t["method"] == method)
+            xs, ys, es = zip(*pts)
+            es = [e if math.isfinite(e) else 0.0 for e in es]
+            style = dict(linestyle="--", color="grey") if method == "bound" else dict(marker="o")
+            ax.errorbar(xs, ys, yerr=es, label=method.replace("exact:", ""), capsize=2, **style)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+
+    for name, xkey, group, xlabel in (
+        ("block_efficiency_vs_temperature.png", "T", ("tree", "scheme"), "temperature"),
+        ("block_efficiency_vs_tree_size.png", "tree_size", ("T", "scheme"), "draft tokens per tree"),
+    ):
+        groups = sorted({tuple(t[g] for g in group) for t in exact}, key=str)
+        k = len(groups)
+        cols = min(k, 3)
+        fig, axes = plt.subplots(
+            (k + cols - 1) // cols, cols, figsize=(4.5 * cols, 3.4 * ((k + cols - 1) // cols)), squeeze=False
+        )
+        for ax, key in zip(axes.flat, groups):
+            rows = [t for t in exact if tuple(t[g] for g in group) == key]
+            label = ", ".join(f"{g}={v:g}" if isinstance(v, float) else f"{v}" for g, v in zip(group, key))
+            panel(ax, rows, xkey, label)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("tokens per target call")
+        for ax in list(axes.flat)[k:]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=7)
+        fig.tight_layout()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
+        plt.close(fig)
+        _store.atomic_write(out / name, png.getvalue(), step=name)
+        written[name] = out / name
+    return written

@@ -1,0 +1,315 @@
+"""Tree decoding over a target/draft pair: one call at a time, rows streamed per prompt, resume, shards.
+
+For each prompt and each cell (temperature, tree, scheme) the decoder generates ``max_new_tokens``
+tokens by multi-step speculative decoding with draft trees (docs/math.md#draft-trees):
+
+1. draft the tree level by level (one batched draft forward per depth, :class:`.models.TreeLM`);
+2. one target forward over the tree (tree attention mask) gives ``p`` at every node;
+3. every configured verifier's exact expected tokens for this tree (:func:`mdsd_ot.trees.expected_tokens`)
+   and the node-bound estimate are recorded;
+4. decoding continues along the driving verifier's actual sample (:func:`mdsd_ot.trees.verify_tree`).
+
+One JSON row per target call goes to ``positions.jsonl`` of a results folder (:mod:`mdsd_ot._store`:
+one writer, identity, checksummed rows, resume, shards, merge), all of a prompt's rows at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .. import _store
+from .._config import DECODE_OPTIMAL_MAX_V
+from ..trees import bound_estimate, draft_tree, expected_tokens, parse_shape, verify_tree
+from .config import DecodeConfig, driver_for
+
+__all__ = ["decode_prompt", "run_decode", "run_shard", "decode_identity", "open_decode", "merge"]
+
+KIND = "decode"
+
+
+def _np(t):
+    return t.detach().to("cpu").numpy()
+
+
+def decode_prompt(
+    target_lm, draft_lm, prompt_ids, config: DecodeConfig, cell, rng, *, eos=None, record="", on_call=None
+) -> list[dict]:
+    """Decode one prompt in one cell ``(T, tree, scheme)``; one row per target call.
+
+    ``target_lm`` / ``draft_lm`` are :class:`.models.TreeLM`; ``rng`` a numpy Generator (all the
+    randomness: drafts and verification).
+    """
+    from ..backends.torch import require_torch, to_distribution
+
+    torch = require_torch()
+    T, tree_label, scheme = cell
+    shape = parse_shape(tree_label)
+    driver = driver_for(scheme, config.driver)
+    names = config.verifiers_for(scheme)
+    dist = dict(temperature=T, top_k=config.top_k, top_p=config.top_p)
+    target_lm.reset(prompt_ids)
+    draft_lm.reset(prompt_ids)
+    rows, made, call = [], 0, 0
+    while made < config.max_new_tokens:
+        t0 = time.perf_counter()
+
+        def draft(paths):
+            if list(paths) == [()]:
+                root, _ = draft_lm.forward([])
+                logits = root[None]
+            else:
+                _, logits = draft_lm.forward(paths)
+            return _np(to_distribution(logits, **dist))
+
+        tree = draft_tree(shape, scheme, draft, rng)
+        t1 = time.perf_counter()
+        paths = [tree.path(v) for v in range(1, tree.tokens.size)]
+        root, logits = target_lm.forward(paths)
+        if tree.vocab != root.shape[-1]:
+            raise ValueError(
+                f"target and draft have different vocabularies ({root.shape[-1]} vs {tree.vocab} logits); "
+                f"a speculative pair must share one tokenizer"
+            )
+        p = _np(to_distribution(torch.cat([root[None], logits], dim=0), **dist))
+        tree.set_target(p)
+        t2 = time.perf_counter()
+        row = {"record": record, "T": T, "tree": tree_label, "scheme": scheme, "call": call, "driver": driver}
+        for name in names:
+            if name == "optimal" and tree.vocab > DECODE_OPTIMAL_MAX_V:
+                continue
+            try:
+                row[f"exact:{name}"] = expected_tokens(tree, name)
+            except (ValueError, RuntimeError) as exc:  # recorded, never silent
+                row[f"exact:{name}"] = None
+                row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
+        if config.bound:
+            try:
+                row["bound"] = bound_estimate(tree)
+            except (ValueError, RuntimeError) as exc:
+                row["bound"] = None
+                row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
+        t3 = time.perf_counter()
+        emitted = verify_tree(tree, driver, rng)
+        if eos is not None and eos in emitted:
+            emitted = emitted[: emitted.index(eos) + 1]
+        row.update(
+            emitted=len(emitted),
+            tokens=emitted,
+            draft_forwards=shape.depth,
+            t_draft=t1 - t0,
+            t_target=t2 - t1,
+            t_exact=t3 - t2,
+        )
+        rows.append(row)
+        if on_call is not None:
+            on_call(row)
+        made += len(emitted)
+        call += 1
+        if eos is not None and emitted[-1] == eos:
+            break
+        target_lm.commit(emitted)
+        draft_lm.commit(emitted)
+    return rows
+
+
+# ------------------------------------------------------------------------------ folders, identity
+def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=None, previous=None) -> dict:
+    """Everything that determines a row: models (file contents, or in-memory weights), tokenizer,
+    prompts (sha256 of the records) and :meth:`DecodeConfig.key`."""
+    from ..study.runner import _identify
+
+    prev = previous or {}
+    records = list(records)
+    digest = _store.digest_of(records)
+    ident = {
+        "target": _identify(target, "target", prev.get("target")),
+        "draft": _identify(draft, "draft", prev.get("draft")),
+        "tokenizer": _identify(tokenizer, "tokenizer", prev.get("tokenizer")),
+        "prompts": {
+            "digest": digest,
+            "count": len(records),
+            "describe": f"{len(records)} prompts (sha256 {digest[:12]})",
+        },
+    }
+    ident.update(config.key())
+    return ident
+
+
+def _shard(shard):
+    from ..study.runner import _parse_shard
+
+    return _parse_shard(shard)
+
+
+def _mine(records, config, i, n):
+    records = records[: config.max_records] if config.max_records else records
+    return [(k, r) for k, r in enumerate(records) if k % n == i]
+
+
+def open_decode(out, config: DecodeConfig, records, *, identity: dict, shard=None, meta=None):
+    """Open (create or resume) a decode folder for writing: lock, identity check, verified rows."""
+    i, n = _shard(shard)
+    info = {
+        "config": {k: v for k, v in asdict(config).items() if k != "prompts"},
+        "provenance": dict(meta or {}),
+    }
+    folder = _store.ResultsFolder(
+        out,
+        kind=KIND,
+        identity=identity,
+        shard=f"{i}/{n}",
+        expected=len(_mine(records, config, i, n)),
+        info=info,
+    )
+    return folder.open()
+
+
+def _progress(total, initial, desc):
+    from ..study.runner import _progress as bar
+
+    return bar(total, desc, initial)
+
+
+def run_decode(
+    target_model,
+    draft_model,
+    records,
+    out,
+    config: DecodeConfig | None = None,
+    *,
+    tokenizer=None,
+    shard=None,
+    progress: bool = True,
+    identity: dict | None = None,
+    meta: dict | None = None,
+) -> Path:
+    """Decode every prompt of this shard (resuming a folder that holds the same run) and write the report.
+
+    Parameters
+    ----------
+    target_model, draft_model : transformers causal LMs sharing a tokenizer (None when nothing is left)
+    records : list of dict
+        Prompt records (:func:`mdsd_ot.study.load_prompts`; ``prompt_ids`` or text with a tokenizer).
+    out : path or open ResultsFolder
+    config : DecodeConfig
+    shard : "i/N" or None
+    identity : dict or None
+        Default: :func:`decode_identity` of the in-memory models.
+    """
+    from ..study.collection import _check_record_ids, _record_ids
+
+    config = (config or DecodeConfig()).validate()
+    records = list(records)
+    _check_record_ids(records)
+    own = not isinstance(out, _store.ResultsFolder)
+    if own:
+        if identity is None:
+            identity = decode_identity(
+                config, records, target=target_model, draft=draft_model, tokenizer=tokenizer
+            )
+        folder = open_decode(out, config, records, identity=identity, shard=shard, meta=meta)
+    else:
+        folder = out
+    try:
+        i, n = _shard(folder.shard)
+        mine = _mine(records, config, i, n)
+        todo = [(k, r) for k, r in mine if r["id"] not in folder.done]
+        if todo:
+            if target_model is None or draft_model is None:
+                raise TypeError(f"{len(todo)} prompts are left to decode: pass the models")
+            from .models import TreeLM
+
+            tlm, dlm = TreeLM(target_model), TreeLM(draft_model)
+            eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+            bar = _progress(len(mine), len(mine) - len(todo), f"decode {i}/{n}") if progress else None
+            cells = config.cells()
+            calls = tokens = 0
+            t_start = time.time()
+            try:
+                for k, rec in todo:
+                    prompt, _ = _record_ids(rec, tokenizer)
+                    lines = []
+                    for c, cell in enumerate(cells):
+                        rng = np.random.default_rng([config.seed, k, c])
+                        for row in decode_prompt(
+                            tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
+                        ):
+                            lines.append(json.dumps(row))
+                            calls += 1
+                            tokens += row["emitted"]
+                    folder.append(rec["id"], lines)
+                    if bar is not None:
+                        bar.update(1)
+                        dt = max(time.time() - t_start, 1e-9)
+                        bar.set_postfix(
+                            calls=calls,
+                            tokens_per_call=f"{tokens / max(calls, 1):.2f}",
+                            calls_per_s=f"{calls / dt:.2f}",
+                        )
+            finally:
+                if bar is not None:
+                    bar.close()
+        if n == 1:
+            from .report import write_report
+
+            write_report(folder.path)
+    finally:
+        if own:
+            folder.close()
+    return folder.path
+
+
+def run_shard(config: DecodeConfig, shard, out_dir, *, progress: bool = True) -> None:
+    """Decode one shard ``"i/N"`` of ``config``'s prompts into ``out_dir``: a plain function for
+    schedulers (Ray, Slurm, a shell loop). It loads the models itself, and resumes from the rows
+    already in ``out_dir`` (same identity, else refused); merge the shards with :func:`merge`."""
+    import sys
+
+    from ..study.collection import load_models, load_prompts
+
+    config = (
+        DecodeConfig(**asdict(config)).validate()
+        if isinstance(config, DecodeConfig)
+        else DecodeConfig(**config).validate()
+    )
+    if config.target is None or config.draft is None:
+        raise ValueError("run_shard needs config.target and config.draft (model folders or hub names)")
+    records = load_prompts(config.prompts)
+    previous = (_store.peek_config(out_dir) or {}).get("identity")
+    identity = decode_identity(
+        config,
+        records,
+        target=config.target,
+        draft=config.draft,
+        tokenizer=config.tokenizer,
+        previous=previous,
+    )
+    meta = {"target": config.target, "draft": config.draft, "prompts": str(config.prompts), "argv": sys.argv}
+    with open_decode(out_dir, config, records, identity=identity, shard=shard, meta=meta) as folder:
+        i, n = _shard(folder.shard)
+        left = [r for _, r in _mine(records, config, i, n) if r["id"] not in folder.done]
+        target = draft = tok = None
+        if left:
+            target, draft, tok = load_models(
+                config.target,
+                config.draft,
+                device=config.device,
+                tokenizer=config.tokenizer,
+                dtype=config.dtype,
+                threads=config.threads,
+            )
+        run_decode(target, draft, records, folder, config, tokenizer=tok, progress=progress)
+
+
+def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)") -> Path:
+    """Combine decode folders (shards) of one identity into ``dest`` and write its report."""
+    from .report import write_report
+
+    dest = Path(dest)
+    _store.merge_folders(sources, dest, kind=KIND, finalize=lambda d: write_report(d, title=title))
+    return dest

@@ -1,0 +1,35 @@
+"""Multi-step speculative decoding with draft trees (docs/math.md#draft-trees).
+
+* :mod:`.shape` -- tree shapes by branching per depth (``"4x4"`` chains, ``"4,2,2,1"``);
+* :mod:`.tree` -- drafting a tree with any draft scheme, verifying it with any registered verifier,
+  and the exact expected tokens per target call of every verifier from one drafted tree.
+
+The real decoder over Hugging Face models is :mod:`mdsd_ot.decode`.
+"""
+
+from .shape import TreeShape, parse_shape
+from .tree import (
+    DraftTree,
+    bound_estimate,
+    draft_tree,
+    expected_tokens,
+    node_bound,
+    outcome_law,
+    speedup,
+    valid_verifiers,
+    verify_tree,
+)
+
+__all__ = [
+    "TreeShape",
+    "parse_shape",
+    "DraftTree",
+    "draft_tree",
+    "expected_tokens",
+    "bound_estimate",
+    "node_bound",
+    "outcome_law",
+    "verify_tree",
+    "speedup",
+    "valid_verifiers",
+]

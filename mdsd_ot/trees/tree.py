@@ -1,0 +1,371 @@
+"""Draft trees: drafting, tree verification, and the exact expected tokens per target call.
+
+docs/math.md#draft-trees. A drafted tree holds, for every node ``v`` (the root is the context so far,
+every other node one drafted token), the target's next-token law ``p_v`` at the context ending in
+``v`` and, for every internal node, the draft's law ``q_v`` from which its children were drawn by a
+draft scheme (:data:`mdsd_ot.SCHEMES`).
+
+Tree verification with a registered verifier (:data:`mdsd_ot.verifiers.VERIFIERS`): at node ``v``
+the verifier, prepared on ``(p_v, q_v, b)`` with the node's ``b`` children as drafts, outputs one
+token ``y``. If ``y`` is a child's token the call continues in that child's subtree (the first child
+carrying ``y`` when drafts repeat), otherwise ``y`` is the corrected token and the call ends; at a
+leaf one bonus token is drawn from ``p_v``. Every step emits exactly one token.
+
+Exact expected tokens per target call, given the drafted tree (docs/math.md#tree-recursion):
+
+.. math:: T(\\text{leaf}) = 1, \\qquad
+          T(v) = 1 + \\sum_{y \\in \\text{children}(v)} P(\\text{output} = y \\mid \\text{children})\\, T(c_y)
+
+with the verifier's exact output law at ``v`` (:meth:`PreparedVerifier.output_law`). One set of
+model calls thus gives the exact block efficiency of every verifier at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .._validate import check_probabilities
+from ..drafts import get_scheme
+from ..verifiers import get_verifier
+from ..verifiers.base import PreparedVerifier, sample_index
+from .shape import parse_shape
+
+__all__ = [
+    "DraftTree",
+    "draft_tree",
+    "node_bound",
+    "expected_tokens",
+    "bound_estimate",
+    "outcome_law",
+    "verify_tree",
+    "speedup",
+    "valid_verifiers",
+]
+
+
+def valid_verifiers(scheme, names=None) -> list[str]:
+    """Registry names of the verifiers valid for draft scheme ``scheme`` (all of them, or among ``names``).
+
+    >>> valid_verifiers("top_n")
+    ['naive', 'optimal']
+    """
+    from ..verifiers import VERIFIERS
+
+    scheme = get_scheme(scheme).name
+    pool = list(VERIFIERS) if names is None else [get_verifier(n).name for n in names]
+    return [n for n in pool if scheme in VERIFIERS[n].schemes]
+
+
+class DraftTree:
+    """A drafted tree with the target and draft laws at its nodes.
+
+    Nodes are numbered in breadth-first order: ``0`` is the root, the children of a node are
+    consecutive and in draft order (the order the scheme drew them).
+
+    Attributes
+    ----------
+    shape : TreeShape
+    scheme : DraftScheme
+    tokens : ndarray (N + 1,) int64
+        ``tokens[v]`` the drafted token of node ``v`` (``-1`` for the root).
+    parent : ndarray (N + 1,) int64
+        Parent node (``-1`` for the root).
+    depth : ndarray (N + 1,) int64
+    children : list of ndarray
+        ``children[v]`` the child nodes of ``v`` (empty for leaves).
+    q : ndarray (I, V) float64
+        Draft law at each internal node, row ``v`` for node ``v`` (internal nodes come first in
+        breadth-first order).
+    p : ndarray (N + 1, V) float64 or None
+        Target law at every node (after :meth:`set_target`).
+
+    Parameters
+    ----------
+    memo : dict or None
+        Shared by trees drafted from the same models at the same context (e.g. every tree of an
+        enumeration): prepared verifiers and node bounds are then cached by the node's path instead
+        of per tree. Only valid when equal paths carry equal laws.
+    """
+
+    def __init__(self, shape, scheme, tokens, parent, q, p=None, *, memo: dict | None = None):
+        self.shape = parse_shape(shape)
+        self.scheme = get_scheme(scheme)
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.parent = np.asarray(parent, dtype=np.int64)
+        N1 = self.tokens.size
+        if self.parent.shape != (N1,) or N1 != self.shape.size + 1:
+            raise ValueError(
+                f"a tree of shape {self.shape.label} has {self.shape.size + 1} nodes with the root; "
+                f"got {N1} tokens and {self.parent.size} parents"
+            )
+        self.depth = np.zeros(N1, dtype=np.int64)
+        self.children = [[] for _ in range(N1)]
+        for v in range(1, N1):
+            a = int(self.parent[v])
+            if not 0 <= a < v:
+                raise ValueError(f"node {v}: parent {a} must come before it in breadth-first order")
+            self.children[a].append(v)
+            self.depth[v] = self.depth[a] + 1
+        self.children = [np.array(c, dtype=np.int64) for c in self.children]
+        for v in range(N1):
+            d = int(self.depth[v])
+            want = self.shape.branching[d] if d < self.shape.depth else 0
+            if self.children[v].size != want:
+                raise ValueError(
+                    f"node {v} at depth {d} has {self.children[v].size} children; the shape says {want}"
+                )
+        self.n_internal = int(np.count_nonzero(self.depth < self.shape.depth))
+        self.q = check_probabilities(q, "q (draft laws, one row per internal node)", ndim=2)
+        self.q /= self.q.sum(axis=1, keepdims=True)
+        if self.q.shape[0] != self.n_internal:
+            raise ValueError(
+                f"q must have one row per internal node ({self.n_internal}), got shape {self.q.shape}"
+            )
+        self.p = None
+        self._prepared: dict = {}
+        self._memo = memo
+        if p is not None:
+            self.set_target(p)
+
+    @property
+    def vocab(self) -> int:
+        return int(self.q.shape[1])
+
+    def set_target(self, p) -> DraftTree:
+        """Attach the target law at every node: ``p`` of shape ``(N + 1, V)``, row ``v`` the law of the
+        token after node ``v`` (validated and normalised like every verifier input)."""
+        p = check_probabilities(p, "p (target laws, one row per node)", ndim=2)
+        if p.shape != (self.tokens.size, self.vocab):
+            raise ValueError(f"p must have shape ({self.tokens.size}, {self.vocab}), got {p.shape}")
+        self.p = p / p.sum(axis=1, keepdims=True)
+        self._prepared.clear()
+        return self
+
+    def path(self, v: int) -> tuple:
+        """Drafted tokens from the root to node ``v`` (empty for the root)."""
+        out = []
+        while v > 0:
+            out.append(int(self.tokens[v]))
+            v = int(self.parent[v])
+        return tuple(reversed(out))
+
+    def drafts(self, v: int) -> np.ndarray:
+        """The drafted tokens of ``v``'s children, in draft order."""
+        return self.tokens[self.children[v]]
+
+    def child_of(self, v: int, token: int) -> int:
+        """The first child of ``v`` carrying ``token`` (-1 if none)."""
+        kids = self.children[v]
+        hit = np.flatnonzero(self.tokens[kids] == token)
+        return int(kids[hit[0]]) if hit.size else -1
+
+    def prepared(self, verifier, v: int) -> PreparedVerifier:
+        """The verifier bound to node ``v`` (cached): ``prepare(p_v, q_v, b, sampling=scheme)``."""
+        if self.p is None:
+            raise ValueError("the tree has no target laws yet: call set_target(p) first")
+        verifier = get_verifier(verifier)
+        cache, key = self._cache_key(verifier.name, v)
+        if key not in cache:
+            b = int(self.children[v].size)
+            cache[key] = verifier.prepare(self.p[v], self.q[v], b, sampling=self.scheme.name)
+        return cache[key]
+
+    def _cache_key(self, what: str, v: int):
+        if self._memo is None:
+            return self._prepared, (what, v)
+        return self._memo, (what, self.scheme.name, int(self.children[v].size), self.path(v))
+
+    def child_laws(self, verifier, v: int) -> np.ndarray:
+        """``P(output = token of child c | children)`` for each distinct child token, first child per token
+        (0 for a later child repeating a token): one value per child of ``v``."""
+        law, _ = self.prepared(verifier, v).output_law(self.drafts(v))
+        kids = self.children[v]
+        toks = self.tokens[kids]
+        out = np.zeros(kids.size)
+        seen = set()
+        for i, t in enumerate(toks.tolist()):
+            if t not in seen:
+                seen.add(t)
+                out[i] = law[t]
+        return out
+
+    def __repr__(self) -> str:
+        return f"<DraftTree {self.shape.label}, {self.scheme.name}, V={self.vocab}>"
+
+
+def draft_tree(
+    shape,
+    scheme,
+    draft: Callable[[list], np.ndarray],
+    rng: np.random.Generator,
+    target: Callable[[list], np.ndarray] | None = None,
+) -> DraftTree:
+    """Draft a tree level by level.
+
+    Parameters
+    ----------
+    shape : TreeShape, str or sequence of int
+    scheme : str or DraftScheme
+        How the children of a node are drawn from its draft law.
+    draft : callable
+        ``draft(paths) -> (len(paths), V)``: the draft's next-token law after each path (a tuple of
+        drafted tokens below the root; the root's path is ``()``). Called once per depth with that
+        depth's nodes (breadth-first), as a batched draft forward would be.
+    rng : numpy.random.Generator
+        All the randomness of the draft.
+    target : callable or None
+        ``target(paths) -> (len(paths), V)``: the target's law after each path, called once with every
+        node (one target forward); without it, attach the laws later with :meth:`DraftTree.set_target`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> law = lambda paths: np.tile([0.5, 0.3, 0.2], (len(paths), 1))
+    >>> t = draft_tree("2x2", "without_replacement", law, np.random.default_rng(0), target=law)
+    >>> t.tokens.size, round(expected_tokens(t, "rrs_without_replacement"), 6)
+    (5, 3.0)
+    """
+    shape = parse_shape(shape)
+    scheme = get_scheme(scheme)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    tokens, parent, q_rows, paths = [-1], [-1], [], [()]
+    level = [0]
+    for b in shape.branching:
+        rows = np.asarray(draft([paths[v] for v in level]), dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[0] != len(level):
+            raise ValueError(
+                f"draft(paths) must return one row per path ({len(level)}), got shape {rows.shape}"
+            )
+        nxt = []
+        rows = check_probabilities(rows, "draft(paths)", ndim=2)
+        rows /= rows.sum(axis=1, keepdims=True)
+        for v, qv in zip(level, rows):
+            q_rows.append(qv)
+            for x in scheme.sample(qv, b, rng).tolist():
+                tokens.append(int(x))
+                parent.append(v)
+                paths.append(paths[v] + (int(x),))
+                nxt.append(len(tokens) - 1)
+        level = nxt
+    tree = DraftTree(shape, scheme, tokens, parent, np.stack(q_rows))
+    if target is not None:
+        tree.set_target(np.asarray(target(paths), dtype=np.float64))
+    return tree
+
+
+def expected_tokens(tree: DraftTree, verifier) -> float:
+    """Exact expected number of tokens this target call emits under ``verifier``, given the tree.
+
+    ``T(v) = 1 + sum_c P(output = x_c | children of v) T(c)`` bottom-up, ``T(leaf) = 1``
+    (docs/math.md#tree-recursion). Cost: one ``prepare`` and one ``output_law`` per internal node.
+    """
+    T = np.ones(tree.tokens.size)
+    for v in range(tree.n_internal - 1, -1, -1):
+        w = tree.child_laws(verifier, v)
+        T[v] = 1.0 + float(np.dot(w, T[tree.children[v]]))
+    return float(T[0])
+
+
+def node_bound(tree: DraftTree, v: int) -> float:
+    """``alpha*`` of node ``v``'s draft scheme at its ``(p_v, q_v, b)`` (:func:`mdsd_ot.optimal_acceptance`),
+    cached on the tree."""
+    from ..api import optimal_acceptance
+
+    cache, key = tree._cache_key("alpha*", v)
+    if key not in cache:
+        b = int(tree.children[v].size)
+        r = optimal_acceptance(tree.p[v], tree.q[v], b, sampling=tree.scheme.name)
+        if not r.success:
+            raise RuntimeError(f"alpha* at node {v} failed its re-check: {r.message}")
+        cache[key] = r.value
+    return cache[key]
+
+
+def bound_estimate(tree: DraftTree) -> float:
+    """The node-bound estimate of the tokens per call: every node accepts with the optimal
+    acceptance ``alpha*_v`` of its scheme and continues into its best drafted child,
+
+    ``B(leaf) = 1``, ``B(v) = 1 + alpha*_v max_c B(c)`` (docs/math.md#tree-bound-estimate).
+
+    An *estimate*, not a proven bound: ``alpha*_v`` averages over the draws of ``v``'s children,
+    while the tree holds one draw. For a one-level tree its mean over draws is exactly
+    ``1 + alpha*`` (what the optimal verifier attains).
+    """
+    if tree.p is None:
+        raise ValueError("the tree has no target laws yet: call set_target(p) first")
+    B = np.ones(tree.tokens.size)
+    for v in range(tree.n_internal - 1, -1, -1):
+        B[v] = 1.0 + node_bound(tree, v) * float(B[tree.children[v]].max())
+    return float(B[0])
+
+
+def outcome_law(tree: DraftTree, verifier) -> dict:
+    """Exact law of the tokens one call emits, given the tree: ``{tuple of tokens: probability}``.
+
+    For small vocabularies (tests): the law has up to ``V`` outcomes per node.
+    """
+    laws: dict[int, dict] = {}
+    for v in range(tree.tokens.size - 1, -1, -1):
+        if v >= tree.n_internal:
+            laws[v] = {(int(y),): float(tree.p[v][y]) for y in np.flatnonzero(tree.p[v] > 0)}
+            continue
+        law, _ = tree.prepared(verifier, v).output_law(tree.drafts(v))
+        out: dict = {}
+        for y in np.flatnonzero(law > 0).tolist():
+            c = tree.child_of(v, y)
+            if c < 0:
+                out[(y,)] = out.get((y,), 0.0) + float(law[y])
+            else:
+                for e, pr in laws[c].items():
+                    out[(y,) + e] = out.get((y,) + e, 0.0) + float(law[y]) * pr
+        laws[v] = out
+    return laws[0]
+
+
+def verify_tree(tree: DraftTree, verifier, rng: np.random.Generator) -> list[int]:
+    """Verify the tree once with ``verifier`` (randomness from ``rng``): the tokens this call emits.
+
+    The accepted draft tokens along one root-to-node path, then one corrected token (or, after a
+    leaf, one bonus token from the target).
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    out, v = [], 0
+    while True:
+        if v >= tree.n_internal:
+            out.append(sample_index(tree.p[v], rng.random()))
+            return out
+        verdict = tree.prepared(verifier, v).verify(tree.drafts(v), rng)
+        out.append(int(verdict.token))
+        c = tree.child_of(v, verdict.token) if verdict.accepted else -1
+        if c < 0:
+            return out
+        v = c
+
+
+def speedup(block_efficiency, depth: int, cost_ratio: float):
+    """Expected wall-clock speedup over plain target decoding (SpecTr, Sun et al. 2023, Sec. 5; the
+    improvement factor of Leviathan et al. 2023):
+
+    .. math:: \\text{speedup} = \\frac{\\tau}{1 + D c}
+
+    with ``tau`` the tokens per target call, ``D`` the draft forward passes per call (the tree depth:
+    one batched draft forward per level) and ``c`` the cost of one draft forward relative to one
+    target forward; verifying the whole tree is assumed to cost one target forward.
+
+    >>> round(speedup(3.0, 4, 0.1), 6)
+    2.142857
+    """
+    if isinstance(depth, bool) or int(depth) != depth or depth < 1:
+        raise ValueError(f"depth must be a positive int (draft forwards per call), got {depth!r}")
+    c = float(cost_ratio)
+    if not (c >= 0.0 and np.isfinite(c)):
+        raise ValueError(
+            f"cost_ratio must be a finite number >= 0 (draft/target forward cost), got {cost_ratio!r}"
+        )
+    if np.ndim(block_efficiency):
+        return np.asarray(block_efficiency, dtype=np.float64) / (1.0 + int(depth) * c)
+    return float(block_efficiency) / (1.0 + int(depth) * c)

@@ -1,0 +1,202 @@
+"""The tree decoder on tiny random Hugging Face models built from a config (no download)."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from mdsd_ot import _store  # noqa: E402
+from mdsd_ot.backends.torch import to_distribution  # noqa: E402
+from mdsd_ot.decode import DecodeConfig, decode_prompt, merge, run_decode, summarize  # noqa: E402
+from mdsd_ot.decode.models import TreeLM  # noqa: E402
+
+V = 16
+torch.set_num_threads(1)  # tiny models: threads only add contention on the shared CPUs
+
+
+def tiny(kind="qwen2", seed=0, layers=2):
+    torch.manual_seed(seed)
+    Config = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[kind]
+    cfg = Config(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def plain_logits(model, ids):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([list(ids)])).logits[0, -1]
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_tree_forward_matches_plain_forwards(kind):
+    """Every node's logits from one tree forward (KV cache, tree mask, committed tokens queued) equal a
+    plain forward of prompt + emitted tokens + the node's path; also after a commit and a second call,
+    and for the level-by-level (draft) forwards."""
+    model = tiny(kind)
+    lm = TreeLM(model)
+    prompt = [1, 5, 7, 2, 9]
+    lm.reset(prompt)
+    paths = [(3,), (4,), (3, 8), (4, 8), (3, 8, 1)]
+    root, rows = lm.forward(paths)
+    torch.testing.assert_close(root, plain_logits(model, prompt), atol=1e-5, rtol=0)
+    for path, row in zip(paths, rows):
+        torch.testing.assert_close(row, plain_logits(model, prompt + list(path)), atol=1e-5, rtol=0)
+    lm.commit([3, 8, 6])
+    committed = prompt + [3, 8, 6]
+    root, _ = lm.forward([])  # draft style: the root first, then one level at a time
+    torch.testing.assert_close(root, plain_logits(model, committed), atol=1e-5, rtol=0)
+    _, lvl1 = lm.forward([(2,), (2,), (11,)])  # a repeated path shares its position
+    _, lvl2 = lm.forward([(2, 0), (11, 5)])
+    for path, row in zip([(2,), (2,), (11,), (2, 0), (11, 5)], list(lvl1) + list(lvl2)):
+        torch.testing.assert_close(row, plain_logits(model, committed + list(path)), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="never forwarded"):
+        lm.forward([(7, 7, 7)])
+
+
+def _cells_config(**kw):
+    base = dict(trees=["2x2"], schemes=["with_replacement"], temperatures=[1.0], max_new_tokens=6)
+    base.update(kw)
+    return DecodeConfig(**base).validate()
+
+
+@pytest.mark.slow
+def test_first_emitted_tokens_follow_the_target_chi_square():
+    """Seeded chi-square: the first two emitted tokens of 1,200 independent decodes (2 x 2 trees,
+    i.i.d. drafts, RRS driving, T = 0.8) against the target's own law from plain forwards; the first
+    token over all V cells, the second conditional on the most frequent first token."""
+    target, draft = tiny("qwen2", 1), tiny("qwen2", 2)
+    tlm, dlm = TreeLM(target), TreeLM(draft)
+    prompt = [3, 1, 4]
+    config = _cells_config(temperatures=[0.8], max_new_tokens=2, bound=False, verifiers=["rrs"])
+    p1 = to_distribution(plain_logits(target, prompt), temperature=0.8).numpy()
+    rng = np.random.default_rng(5)
+    firsts, seconds = [], []
+    for _ in range(1200):
+        rows = decode_prompt(tlm, dlm, prompt, config, (0.8, "2x2", "with_replacement"), rng)
+        toks = [t for r in rows for t in r["tokens"]]
+        firsts.append(toks[0])
+        seconds.append(toks[1])
+    counts = np.bincount(firsts, minlength=V)
+    assert stats.chisquare(counts, p1 * counts.sum()).pvalue > 1e-3
+    a = int(np.argmax(counts))
+    p2 = to_distribution(plain_logits(target, prompt + [a]), temperature=0.8).numpy()
+    sub = np.bincount([s for f, s in zip(firsts, seconds) if f == a], minlength=V)
+    keep = p2 * sub.sum() >= 5  # pool the cells with small expected counts
+    obs, exp = sub[keep], p2[keep] * sub.sum()
+    if not keep.all():
+        obs, exp = np.append(obs, sub[~keep].sum()), np.append(exp, p2[~keep].sum() * sub.sum())
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_rows_exact_values_and_summary(tmp_path):
+    """Every row carries each valid verifier's exact expected tokens (within [1, depth + 1]); the
+    summary's sampled mean agrees with the driver's exact mean within its interval's reach."""
+    target, draft = tiny("qwen2", 3), tiny("llama", 4)
+    records = [{"id": f"r{i}", "prompt_ids": [i + 1, 2, 3]} for i in range(3)]
+    config = _cells_config(trees=["2x2", "1x3"], schemes=["with_replacement", "top_n"], max_new_tokens=8)
+    out = run_decode(target, draft, records, tmp_path / "run", config, progress=False)
+    rows = _store.read_rows(out)
+    assert {r["scheme"] for r in rows} == {"with_replacement", "top_n"}
+    for r in rows:
+        depth = 2 if r["tree"] == "2x2" else 3
+        valid = {"with_replacement": {"naive", "rrs", "spectr", "optimal"}, "top_n": {"naive", "optimal"}}
+        names = valid[r["scheme"]]
+        assert {k.split(":")[1] for k in r if k.startswith("exact:")} == names
+        for k in r:
+            if k.startswith("exact:") or k == "bound":
+                assert 1.0 <= r[k] <= depth + 1 + 1e-12
+        assert 1 <= r["emitted"] == len(r["tokens"]) <= depth + 1
+    table = summarize(rows)
+    assert all(t["speedup"] is not None and t["cost_ratio"] > 0 for t in table)
+    for name in ("summary.md", "summary.csv", "summary.json"):
+        assert (out / name).exists()
+    assert "exact:rrs" in (out / "summary.md").read_text()
+    if pytest.importorskip("matplotlib"):
+        assert (out / "block_efficiency_vs_temperature.png").exists()
+        assert (out / "block_efficiency_vs_tree_size.png").exists()
+
+
+def test_resume_and_shards_reproduce_one_run(tmp_path):
+    """Rows depend on the prompt's index, not on the shard or on interruptions: two shards merged, and
+    a run stopped after one prompt then resumed, give the rows of one uninterrupted run."""
+    target, draft = tiny("qwen2", 5), tiny("qwen2", 6)
+    records = [{"id": f"p{i}", "prompt_ids": [i + 2, 1]} for i in range(3)]
+    config = _cells_config(max_new_tokens=5)
+
+    def rows_of(folder):
+        return sorted(json.dumps(r, sort_keys=True) for r in _store.read_rows(folder) for r in [strip(r)])
+
+    def strip(r):
+        return {k: v for k, v in r.items() if not k.startswith("t_")}  # timings differ
+
+    full = run_decode(target, draft, records, tmp_path / "full", config, progress=False)
+    for i in range(2):
+        run_decode(target, draft, records, tmp_path / f"s{i}", config, shard=f"{i}/2", progress=False)
+    merged = merge([tmp_path / "s0", tmp_path / "s1"], tmp_path / "merged")
+    assert rows_of(merged) == rows_of(full)
+    short = DecodeConfig(**{**config.__dict__, "max_records": 1}).validate()
+    run_decode(target, draft, records, tmp_path / "resumed", short, progress=False)
+    assert len({r["record"] for r in _store.read_rows(tmp_path / "resumed")}) == 1
+    run_decode(target, draft, records, tmp_path / "resumed", config, progress=False)  # resumes, adds 2
+    assert rows_of(tmp_path / "resumed") == rows_of(full)
+    other = DecodeConfig(**{**config.__dict__, "trees": ["3x2"]}).validate()
+    with pytest.raises(_store.IdentityMismatch, match="trees"):
+        run_decode(target, draft, records, tmp_path / "full", other, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(trees=[]), "at least one tree"),
+        (dict(trees=["4y4"]), "cannot read tree"),
+        (dict(schemes=["nope"]), "scheme"),
+        (dict(schemes=["hub"], trees=["4x4"]), "exactly 2 children"),
+        (dict(temperatures=[0.0]), "temperatures"),
+        (dict(driver="greedy"), "not valid for 'with_replacement'"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(top_k=2, trees=["4x4"]), "top_k"),
+        (dict(verifiers=["nope"]), "verifier"),
+    ],
+)
+def test_config_errors_are_actionable(kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        DecodeConfig(**kw).validate()
+
+
+def test_command_line_decode_and_resume(tmp_path, capsys):
+    """``mdsd-ot decode`` on two tiny models saved to disk: rows, summary, a second run resumes (nothing
+    left), a changed parameter is refused in one line with exit status 2."""
+    from mdsd_ot.cli import main
+
+    for name, seed in (("target", 7), ("draft", 8)):
+        tiny("qwen2", seed).save_pretrained(tmp_path / name)
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [json.dumps({"id": f"q{i}", "prompt_ids": [i + 1, 4, 2]}) for i in range(2)]
+    prompts.write_text("\n".join(lines) + "\n")
+    args = [
+        "decode", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+        "--prompts", str(prompts), "--trees", "2x2 1,2", "--temperatures", "0.7",
+        "--max-new-tokens", "4", "--threads", "1", "--no-progress", "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "exact:rrs" in out and "Speedup model" in out
+    rows = _store.read_rows(tmp_path / "out")
+    assert {r["tree"] for r in rows} == {"2x2", "1,2"} and {r["record"] for r in rows} == {"q0", "q1"}
+    assert main(args) == 0  # resumes: every prompt already finished
+    assert _store.read_rows(tmp_path / "out") == rows
+    capsys.readouterr()
+    assert main(args[:-2] + ["--seed", "1", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "seed" in err
