@@ -174,17 +174,42 @@ class _Plan:
 
 
 # -------------------------------------------------------------------------------------- bounds
+def _bound_kind(scheme, n: int, same: bool) -> str:
+    """How the plan evaluates a scheme's bound, from what the scheme owns (no names):
+    ``same`` (p == q and Q(H) <= q(H): exactly 1), ``prefix`` (a sorted-prefix kernel from the shared
+    sums), ``sequential`` (the quadrature scan, n >= 3), ``greedy`` (the fused greedy/hub sums) or
+    ``closed_form`` (the scheme's own closed-form dual, re-checked by its ``mass``)."""
+    if same and scheme.q_dominates:
+        return "same"
+    if scheme.kernel_code is not None:
+        return "sequential" if scheme.is_quadrature(n) else "prefix"
+    if "greedy" in (scheme.name, scheme.same_sets_as):
+        return "greedy"
+    return "closed_form"
+
+
+def _closed_form_bound(plan: _Plan, s: str, n: int):
+    """``(alpha*, |re-check difference|)`` from the scheme's closed-form dual and its ``mass``."""
+    scheme = get_scheme(s)
+    value, subset = scheme.closed_form_dual(plan.p, plan.q, n)
+    mask = np.zeros(plan.V, dtype=bool)
+    mask[np.asarray(subset, dtype=np.int64)] = True
+    check = float(plan.p[mask].sum()) + 1.0 - scheme.mass(plan.q, n, mask)
+    return float(value), abs(check - float(value))
+
+
 def _prefix_bounds(plan: _Plan, requests):
     """Values and prefix lengths of the prefix-optimal schemes (sequential n >= 3 excluded)."""
     ps, qs, P, Q, R = plan.sorted
     out = {}
-    cp = sorted({n for s, n in requests if s == "conditional_poisson" and n > 1})
+    code = {key: get_scheme(key[0]).kernel_code for key in requests}  # 0 with, 1 without, 2 CP
+    cp = sorted({n for (s, n) in requests if code[(s, n)] == 2 and n > 1})
     L = _kernels.log_esp_prefix_many(qs, np.array(cp, dtype=np.int64)) if cp else None
     rest_s = None
     for s, n in requests:
-        if n == 1 or s == "with_replacement":
+        if n == 1 or code[(s, n)] == 0:
             d, k = _kernels.scan_with_replacement_sums(P, Q, R, n)
-        elif s == "without_replacement":  # n == 2
+        elif code[(s, n)] == 1:  # n == 2
             if rest_s is None:
                 rest_s = _kernels.complement_masses_kernel(qs)
             d, k = _kernels.scan_without_replacement_2_sums(P, Q, R, qs, rest_s)
@@ -371,24 +396,24 @@ def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEv
             continue
         runnable.append((s, n))
     values, diffs = {}, {}
-    if plan.same:  # identical distributions: exactly 1 for every scheme (as optimal_acceptance)
-        values = {key: 1.0 for key in runnable}
-        diffs = {key: 0.0 for key in runnable}
-    else:
-        prefix = [(s, n) for s, n in runnable if s in ("with_replacement", "conditional_poisson") or n <= 2]
-        prefix = [(s, n) for s, n in prefix if s not in ("greedy", "hub")]
-        solved = _prefix_bounds(plan, prefix)
-        values.update({key: v for key, (v, _) in solved.items()})
-        diffs.update(_recheck_prefixes(plan, solved))
-        for s, n in runnable:
-            if s == "without_replacement" and n >= 3:
-                values[(s, n)], diffs[(s, n)] = _sequential_bound(plan, n)
-        family = sorted({n for s, n in runnable if s in ("greedy", "hub")})
-        if family:
-            greedy = _greedy_bounds(plan, family)
-            for s, n in runnable:
-                if s in ("greedy", "hub"):
-                    values[(s, n)], diffs[(s, n)] = greedy[n]
+    kinds = {key: _bound_kind(get_scheme(key[0]), key[1], plan.same) for key in runnable}
+    for key, kind in kinds.items():
+        if kind == "same":  # identical distributions: exactly 1 (as optimal_acceptance)
+            values[key], diffs[key] = 1.0, 0.0
+        elif kind == "closed_form":
+            values[key], diffs[key] = _closed_form_bound(plan, *key)
+    solved = _prefix_bounds(plan, [key for key, kind in kinds.items() if kind == "prefix"])
+    values.update({key: v for key, (v, _) in solved.items()})
+    diffs.update(_recheck_prefixes(plan, solved))
+    for (s, n), kind in kinds.items():
+        if kind == "sequential":
+            values[(s, n)], diffs[(s, n)] = _sequential_bound(plan, n)
+    family = sorted({n for (s, n), kind in kinds.items() if kind == "greedy"})
+    if family:
+        greedy = _greedy_bounds(plan, family)
+        for (s, n), kind in kinds.items():
+            if kind == "greedy":
+                values[(s, n)], diffs[(s, n)] = greedy[n]
     for s, n in runnable:
         if diffs[(s, n)] <= RECHECK_TOL:
             result.bounds[(s, n)] = values[(s, n)]

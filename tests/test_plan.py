@@ -16,7 +16,7 @@ from mdsd_ot.drafts import top_tokens
 from mdsd_ot.plan import PLAN_VERIFIERS, evaluate_position
 
 TOL = 1e-12
-SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
+SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson", "top_n")
 VERIFIERS = ("naive", "rrs", "rrs_without_replacement", "spectr", "spechub", "greedy")
 NS = (1, 2, 3, 4)
 
