@@ -111,3 +111,16 @@ PYTHON_MAX_V = 256
 #: RSD path Monte Carlo: below this undrafted mass (above its inverse for theta) the theta form is left
 #: for explicit residual arrays (theta + E / M would overflow).
 THETA_SAFE = 1e290
+
+# -- scaling out (mdsd_ot.scale) ------------------------------------------------------------------------
+
+#: Default shards per task slot of the cluster: a retried shard repeats at most 1/4 of a slot's share,
+#: and faster workers take more shards.
+SCALE_SHARDS_PER_SLOT = 4
+
+#: Seconds between two looks of the driver at the shards (progress bar, finished tasks).
+SCALE_POLL_S = 0.5
+
+#: Seconds a retried shard waits for the lock of its folder (held by an earlier attempt still alive
+#: on a node Ray declared lost) before it fails.
+SCALE_LOCK_WAIT_S = 120.0
