@@ -5,9 +5,10 @@ A *sharded job kind* (the study; the tree decoder once it exists) is three funct
 its own results folder and resumes from what that folder already holds; ``merge(sources, dest)``
 combines the shard folders into the result a single process gives; ``count(job) -> int``
 (optional) is the number of records of the whole job, for the progress bar. :func:`run_sharded`
-runs every shard of a job as one Ray task and merges them (README, "Scaling out").
+runs every shard of a job as one Ray task and merges them (README, "Scaling out"); why the merged
+result equals one process's, retries and resumes included: docs/math.md#sharded-runs.
 
-Design (README, "Scaling out: design"):
+Design (README, "Scaling out: Ray and Slurm"):
 
 * **Records go to a shared folder, not back to the driver.** Shard ``i`` of ``N`` writes
   ``OUT/shards/shard-i-of-N/`` through :mod:`mdsd_ot._store` (lock, identity, checksummed rows,
@@ -141,12 +142,14 @@ class ShardsFailed(RuntimeError):
     ``failures`` maps each failed shard (``"i/N"``) to a one-line reason.
     """
 
-    def __init__(self, failures: dict, out: Path):
+    def __init__(self, failures: dict, out: Path, n: int):
         self.failures, self.out = dict(failures), Path(out)
-        first = next(iter(self.failures.items()))
+        shard, reason = next(iter(self.failures.items()))
+        more = f" (and {len(self.failures) - 1} more)" if len(self.failures) > 1 else ""
         super().__init__(
-            f"{len(self.failures)} shard(s) did not finish (shard {first[0]}: {first[1]}); the "
-            f"records they finished are kept in {self.out / SHARDS}: rerun the same command to resume"
+            f"{len(self.failures)} of {n} shards did not finish; shard {shard}: {reason}{more}. "
+            f"The records they finished are kept in {self.out / SHARDS}: fix the cause if there is "
+            f"one and rerun the same command to resume"
         )
 
 
@@ -170,12 +173,15 @@ def parse_memory(text) -> int:
     return int(value)
 
 
-def _one_line(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError: the task's own exception
+def _reason(exc: BaseException, retries: int) -> str:
+    """One line saying why a shard's task failed."""
+    cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError: the job itself raised
     if isinstance(cause, BaseException):
-        exc = cause
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:500]
+        text = f"{type(cause).__name__}: {' '.join(str(cause).split())}"
+    else:  # its worker died (killed, out of memory, node lost) on every attempt
+        first = " ".join(str(exc).split()).split(". ")[0]
+        text = f"its worker died on each of {retries + 1} attempt(s) ({type(exc).__name__}: {first})"
+    return text[:600]
 
 
 def _existing_splits(root: Path) -> set:
@@ -232,19 +238,22 @@ def _install_fault(plan: dict, shard: str):
     return previous
 
 
-def _shard_task(kind: JobKind, job, shard: str, out_dir: str, fault=None) -> dict:
-    """Run one shard (in a worker): log the attempt, run the kind's entry point, report back."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    line = json.dumps(
-        {"start": time.strftime("%Y-%m-%d %H:%M:%S %z"), "pid": os.getpid(), "host": socket.gethostname()}
-    )
+def _log_attempt(out_dir: Path, entry: dict) -> None:
+    """Append one JSON line to the shard's attempts log (one ``write`` of a short line)."""
     fd = os.open(out_dir / ATTEMPTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, (line + "\n").encode("utf-8"))
+        os.write(fd, (json.dumps(entry) + "\n").encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def _shard_task(kind: JobKind, job, shard: str, out_dir: str, fault=None) -> dict:
+    """Run one shard (in a worker): log the attempt, run the kind's entry point, log the end."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0, c0 = time.time(), time.process_time()
+    who = {"pid": os.getpid(), "host": socket.gethostname()}
+    _log_attempt(out_dir, {"start": time.strftime("%Y-%m-%d %H:%M:%S %z"), **who})
     restore = _install_fault(fault, shard)
     try:
         run = kind.entry("run_shard")
@@ -262,15 +271,30 @@ def _shard_task(kind: JobKind, job, shard: str, out_dir: str, fault=None) -> dic
     finally:
         if restore is not None:
             _store.checkpoint = restore
-    return {"shard": shard, "pid": os.getpid(), "seconds": time.time() - t0}
+    # wall and CPU seconds of this attempt (imports and model loading of a new worker included)
+    end = {"end": time.strftime("%Y-%m-%d %H:%M:%S %z"), **who}
+    end.update(wall_s=round(time.time() - t0, 3), cpu_s=round(time.process_time() - c0, 3))
+    _log_attempt(out_dir, end)
+    return {"shard": shard, **end}
+
+
+def shard_log(folder) -> list[dict]:
+    """The attempts log of a shard folder: a ``start`` entry per task attempt, an ``end`` entry
+    (with ``wall_s`` and ``cpu_s``) per attempt that finished."""
+    try:
+        raw = (Path(folder) / ATTEMPTS).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in raw.splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
 
 
 def attempts(folder) -> int:
     """Number of task attempts recorded in a shard folder (0 when it never started)."""
-    try:
-        return (Path(folder) / ATTEMPTS).read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
+    return sum(1 for e in shard_log(folder) if "start" in e)
 
 
 # ------------------------------------------------------------------------------------ progress
@@ -493,7 +517,7 @@ def _drive(kind, job, out, root, shards, address, resources, progress, fault):
                     try:
                         ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - reported per shard, the others go on
-                        failures[refs[ref]] = _one_line(exc)
+                        failures[refs[ref]] = _reason(exc, max_retries)
                 bar.update(len(pending))
         except KeyboardInterrupt:
             for ref in pending:  # the shards resume from their folders on the next run
@@ -503,7 +527,8 @@ def _drive(kind, job, out, root, shards, address, resources, progress, fault):
         finally:
             bar.close()
         if failures:
-            raise ShardsFailed(dict(sorted(failures.items(), key=lambda kv: int(kv[0].split("/")[0]))), out)
+            order = sorted(failures, key=lambda shard: int(shard.split("/")[0]))
+            raise ShardsFailed({shard: failures[shard] for shard in order}, out, n)
         kind.entry("merge")(folders, out)
     finally:
         if started:

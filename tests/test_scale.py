@@ -225,18 +225,26 @@ def test_cli_ray_flags_are_checked(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ray_run_equals_single_process(lab, cluster):
+def test_ray_run_equals_single_process(lab, cluster, capsys):
     out = lab.fresh()
     assert main(lab.argv(out, "--ray", "--shards", "3")) == 0
     lab.assert_same_as_reference(out)
     folders = [scale.shard_folder(out, i, 3) for i in range(3)]
     assert [len(_store.scan_folder(f).valid) for f in folders] == [2, 2, 1]
-    assert [scale.attempts(f) for f in folders] == [1, 1, 1]
+    assert [scale.attempts(f) for f in folders] == [1, 1, 1]  # one task per shard, no retry
     assert _store.read_config(out)["shard"] == "merged"
     # the same command again: a finished run is merged again, nothing is recomputed or duplicated
     before = {f: (f / _store.ROWS).read_bytes() for f in folders}
     assert main(lab.argv(out, "--ray")) == 0  # the split of 3 is found in the folder
     assert {f: (f / _store.ROWS).read_bytes() for f in folders} == before
+    lab.assert_same_as_reference(out)
+    # another study in the same folder: every shard refuses it (not retried), nothing changes
+    capsys.readouterr()
+    assert main(lab.argv(out, "--ray", "--temperatures", "0.7")) == 2
+    err = capsys.readouterr().err
+    assert "3 of 3 shards did not finish; shard 0/3: IdentityMismatch" in err
+    assert "temperatures: [0.7] now, [0.5, 1.0] before" in err
+    assert [scale.attempts(f) for f in folders] == [3, 3, 3]
     lab.assert_same_as_reference(out)
     # the Python equivalent, with the default number of shards (4 per slot, at most one per prompt)
     out2 = scale.run_sharded("study", lab.job(), lab.fresh(), progress=False)
@@ -277,9 +285,12 @@ def test_interrupted_run_resumes_without_duplicates(lab, cluster, capsys):
     marker = out.parent / f"{out.name}.fault"
     plan = dict(shard="0/3", step="done", count=2, torn=0.3, marker=str(marker))
     # no retries: the run stops with shard 0 half done; the other shards run to the end
-    with pytest.raises(scale.ShardsFailed, match=r"shard 0/3: .*rerun the same command") as info:
+    with pytest.raises(
+        scale.ShardsFailed, match=r"1 of 3 shards did not finish; shard 0/3: its worker died"
+    ) as info:
         scale.run_sharded("study", lab.job(), out, shards=3, max_retries=0, progress=False, _fault=plan)
     assert set(info.value.failures) == {"0/3"}
+    assert "rerun the same command to resume" in str(info.value)
     first = scale.shard_folder(out, 0, 3)
     assert len(_store.scan_folder(first).valid) == 1  # one prompt finished before the kill
     assert not (out / "summary.md").exists()
