@@ -36,7 +36,8 @@ functions)::
     register(JobKind("decode", run_shard="mdsd_ot.decode:run_shard",
                      merge="mdsd_ot.decode:merge", count="mdsd_ot.decode:count_records"))
 
-The entry points are named by import path, so that importing this module imports neither ray nor
+and its command takes the same ``--ray`` options through ``mdsd_ot.commands._ray``. The entry
+points are named by import path, so that importing this module imports neither ray nor
 the job's dependencies, and a kind registered at run time reaches workers that can import it.
 
 >>> sorted(JOB_KINDS)
@@ -57,6 +58,7 @@ import re
 import socket
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +72,7 @@ __all__ = [
     "run_sharded",
     "shard_folder",
     "ShardsFailed",
+    "ScaleWarning",
     "parse_memory",
 ]
 
@@ -96,6 +99,9 @@ class JobKind:
     count : str or None
         ``f(job) -> int``: records in the whole job (the progress bar's total); None: summed from
         the ``expected`` counts the shard folders record as they open.
+
+    The progress bar counts the lines of each shard folder's ``done.txt``: a kind that writes its
+    folders with :class:`mdsd_ot._store.ResultsFolder` gets it for free.
     """
 
     name: str
@@ -133,6 +139,32 @@ register(
         count="mdsd_ot.study.job:count_records",
     )
 )
+
+
+class ScaleWarning(_store.StoreWarning):
+    """A run on Ray may not go as asked (shown like the study folders' warnings)."""
+
+
+def _check_feasible(nodes, num_cpus, num_gpus, memory) -> None:
+    """Warn when no live node of the cluster has the resources one task asks for: Ray would keep
+    the tasks waiting (for an autoscaler to add such a node) without a word."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
+    for r in alive:
+        if r.get("CPU", 0) >= num_cpus and r.get("GPU", 0) >= num_gpus:
+            if r.get("memory", 0) >= (memory or 0):
+                return
+    need = f"{num_cpus:g} CPU, {num_gpus:g} GPU" + (f", {memory / 2**30:.1f} GiB of memory" if memory else "")
+    have = "; ".join(
+        f"{r.get('CPU', 0):g} CPU, {r.get('GPU', 0):g} GPU, {r.get('memory', 0) / 2**30:.1f} GiB"
+        for r in alive
+    )
+    warnings.warn(
+        f"no node of the Ray cluster has what one task asks for ({need}; nodes now: {have or 'none'}); "
+        f"the tasks wait until such a node joins. Lower --ray-cpus/--ray-gpus/--ray-memory, or "
+        f"press Ctrl-C (finished records are kept)",
+        ScaleWarning,
+        stacklevel=3,
+    )
 
 
 class ShardsFailed(RuntimeError):
@@ -260,7 +292,8 @@ def _shard_task(kind: JobKind, job, shard: str, out_dir: str, fault=None) -> dic
         deadline = time.time() + SCALE_LOCK_WAIT_S
         while True:
             try:
-                run(job, shard, out_dir)
+                with _store.one_line_warnings(f"{kind.name} shard {shard}"):
+                    run(job, shard, out_dir)
                 break
             except _store.FolderBusy:
                 # the previous attempt of this shard may still be alive on a node Ray declared
@@ -333,18 +366,18 @@ class _Progress:
             return self.total
         return sum(self.expected.values()) if len(self.expected) == len(self.folders) else None
 
-    def update(self, running: int) -> None:
+    def update(self, left: int) -> None:
         now = self.count()
         if self.bar is not None:
             total = self.total_now()
             if total is not None and self.bar.total != total:
                 self.bar.total = total
             self.bar.update(now - self.last)
-            self.bar.set_postfix(running=running, refresh=False)
+            self.bar.set_postfix(shards_left=left, refresh=False)
         elif self.show and (now != self.last) and time.time() - self.t_print > 5:
             self.t_print = time.time()
             total = self.total_now() or "?"
-            print(f"{self.desc}: {now}/{total} records, {running} shards running", flush=True)
+            print(f"{self.desc}: {now}/{total} records, {left} shards left", flush=True)
         self.last = now
 
     def close(self) -> None:
@@ -489,6 +522,7 @@ def _drive(kind, job, out, root, shards, address, resources, progress, fault):
     elif address is not None:
         raise ValueError(f"Ray is already initialised in this process; address={address!r} cannot apply")
     try:
+        _check_feasible(ray.nodes(), num_cpus, num_gpus, memory)
         n = shards or (next(iter(splits)) if splits else _default_shards(ray, num_cpus, num_gpus, total))
         folders = [shard_folder(out, i, n) for i in range(n)]
         options = dict(

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -210,6 +211,27 @@ def test_refusals_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="module:function"):
         scale.register(scale.JobKind("bad", run_shard="nothing", merge="m:f"))
     assert scale.parse_memory("1.5G") == 3 * 2**29 and scale.parse_memory(4096) == 4096
+
+
+def test_unschedulable_request_is_named():
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0, "memory": 8 * 2**30}}, {"Alive": False}]
+    with pytest.warns(scale.ScaleWarning, match=r"\(1 CPU, 1 GPU; nodes now: 2 CPU, 0 GPU, 8.0 GiB\)"):
+        scale._check_feasible(nodes, 1, 1, None)
+    with pytest.warns(scale.ScaleWarning, match="16.0 GiB of memory"):
+        scale._check_feasible(nodes, 1, 0, 16 * 2**30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scale._check_feasible(nodes, 2, 0, 4 * 2**30)  # fits: no warning
+
+
+def test_imports_stay_light():
+    code = (
+        "import sys, mdsd_ot, mdsd_ot.scale, mdsd_ot.study.job, mdsd_ot.cli\n"
+        "mdsd_ot.cli.build_parser()\n"
+        "print(sorted(m for m in ('ray', 'torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_cli_ray_flags_are_checked(tmp_path, capsys):

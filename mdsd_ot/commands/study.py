@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from . import _ray
+
 HELP = "run the real-model study (target/draft causal LMs, prompts, temperatures, n, schemes)"
 
 
@@ -85,27 +87,7 @@ def add_arguments(parser):
     )
     parser.add_argument("--shard", default=None, help="i/N: process every N-th prompt from i")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ray = parser.add_argument_group('running on Ray (pip install "mdsd_ot[ray]"; README: Scaling out)')
-    ray.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="run the shards as Ray tasks and merge them into --out; ADDRESS: 'auto', 'host:6379' or "
-        "'ray://host:10001' (without: RAY_ADDRESS, a cluster started by 'ray start' here, else a "
-        "local one for this run)",
-    )
-    ray.add_argument(
-        "--shards",
-        type=int,
-        default=None,
-        help="number of shards with --ray (default: the split already in --out, else 4 per task slot)",
-    )
-    ray.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs per task")
-    ray.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs per task (1: one GPU per shard)")
-    ray.add_argument("--ray-memory", default=None, help="memory reserved per task, e.g. 16G")
-    ray.add_argument("--ray-retries", type=int, default=3, help="retries of a task whose worker died")
+    _ray.add_arguments(parser)  # --ray [ADDRESS], --shards, --ray-cpus/-gpus/-memory/-retries
 
 
 def run(args) -> int:
@@ -113,6 +95,7 @@ def run(args) -> int:
     from ..study import StudyConfig
     from ..study.job import StudyJob, run_shard
 
+    _ray.check(args)
     config = StudyConfig(
         temperatures=_floats(args.temperatures),
         ns=_ints(args.n),
@@ -143,40 +126,13 @@ def run(args) -> int:
     )
     t0 = time.time()
     if args.ray is not None:
-        return _run_on_ray(args, job, t0)
-    if args.shards is not None:
-        raise ValueError("--shards goes with --ray; without Ray, run each shard with --shard i/N")
-    with _store.one_line_warnings("mdsd-ot study"):
-        out = run_shard(job, args.shard, args.out, progress=not args.no_progress)
-    print(f"study written to {out} in {time.time() - t0:.1f} s")
-    if args.shard is None and (out / "summary.md").exists():
-        print((out / "summary.md").read_text())
-    return 0
-
-
-def _run_on_ray(args, job, t0) -> int:
-    from .. import _store
-    from ..scale import ShardsFailed, run_sharded
-
-    if args.shard is not None:
-        raise ValueError("--shard and --ray exclude each other: --ray splits the study into --shards N")
-    try:
+        out = _ray.run("study", job, args, "mdsd-ot study")
+        if out is None:
+            return 2
+    else:
         with _store.one_line_warnings("mdsd-ot study"):
-            out = run_sharded(
-                "study",
-                job,
-                args.out,
-                shards=args.shards,
-                address=args.ray or None,
-                num_cpus=args.ray_cpus,
-                num_gpus=args.ray_gpus,
-                memory=args.ray_memory,
-                max_retries=args.ray_retries,
-                progress=not args.no_progress,
-            )
-    except ShardsFailed as exc:
-        print(f"mdsd-ot study: error: {exc}", file=sys.stderr)
-        return 2
+            out = run_shard(job, args.shard, args.out, progress=not args.no_progress)
     print(f"study written to {out} in {time.time() - t0:.1f} s")
-    print((out / "summary.md").read_text())
+    if args.shard is None and (out / "summary.md").exists():  # unsharded, or merged from Ray
+        print((out / "summary.md").read_text())
     return 0

@@ -147,6 +147,10 @@ def shard_task(job: StudyJob, shard: str, out) -> None:
     With ``threads=None`` torch uses the CPUs the scheduler gave the task (``OMP_NUM_THREADS``,
     which Ray sets to the task's ``num_cpus``), so that shards sharing a node do not oversubscribe it.
     """
+    # no per-worker "Loading weights" bars: the driver shows the one bar over all shards
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
     if job.threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         from dataclasses import replace
 
