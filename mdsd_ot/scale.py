@@ -477,7 +477,7 @@ def run_sharded(
     if num_cpus == 0 and num_gpus == 0:
         raise ValueError("a task needs num_cpus > 0 or num_gpus > 0")
     memory = None if memory is None else parse_memory(memory)
-    out = Path(out)
+    out = Path(os.path.abspath(os.path.expanduser(os.fspath(out))))  # workers may not share our cwd
     state, recorded, problem = _store._load_config(out) if out.is_dir() else ("missing", None, "")
     if state == "ok" and recorded.get("shard") != "merged":
         raise _store.StoreError(
@@ -563,6 +563,13 @@ def _drive(kind, job, out, root, shards, address, resources, progress, fault):
         if failures:
             order = sorted(failures, key=lambda shard: int(shard.split("/")[0]))
             raise ShardsFailed({shard: failures[shard] for shard in order}, out, n)
+        unseen = [f for f in folders if not (f / _store.CONFIG).is_file()]
+        if unseen:
+            raise _store.StoreError(
+                f"the tasks finished but the driver does not see {len(unseen)} of the {n} shard "
+                f"folders (e.g. {unseen[0]}): the output folder must be on a file system that the "
+                f"driver and every worker share (NFS, Lustre, ...), at the same path"
+            )
         kind.entry("merge")(folders, out)
     finally:
         if started:

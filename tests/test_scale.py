@@ -247,10 +247,15 @@ def test_cli_ray_flags_are_checked(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_ray_run_equals_single_process(lab, cluster, capsys):
+def test_ray_run_equals_single_process(lab, cluster, capsys, monkeypatch):
     out = lab.fresh()
-    assert main(lab.argv(out, "--ray", "--shards", "3")) == 0
+    monkeypatch.chdir(lab.root)  # relative paths: the driver makes them absolute for the workers
+    argv = [a.replace(str(lab.root) + os.sep, "") for a in lab.argv(out, "--ray", "--shards", "3")]
+    assert "target" in argv and out.name in argv
+    assert main(argv) == 0
     lab.assert_same_as_reference(out)
+    provenance = _store.read_config(scale.shard_folder(out, 0, 3))["provenance"]
+    assert provenance["target"] == str(lab.root / "target") and provenance["prompts"] == str(lab.prompts)
     folders = [scale.shard_folder(out, i, 3) for i in range(3)]
     assert [len(_store.scan_folder(f).valid) for f in folders] == [2, 2, 1]
     assert [scale.attempts(f) for f in folders] == [1, 1, 1]  # one task per shard, no retry

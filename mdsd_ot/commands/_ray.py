@@ -8,6 +8,7 @@ job description its :class:`mdsd_ot.scale.JobKind` takes.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,14 @@ def add_arguments(parser) -> None:
     ray.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs per task (1: one GPU per shard)")
     ray.add_argument("--ray-memory", default=None, help="memory reserved per task, e.g. 16G")
     ray.add_argument("--ray-retries", type=int, default=3, help="retries of a task whose worker died")
+
+
+def absolute(path):
+    """``path`` made absolute when it names an existing local file or folder (a Ray worker's
+    current folder is not the driver's); anything else (a hub name, None) unchanged."""
+    if isinstance(path, (str, os.PathLike)) and os.path.exists(os.path.expanduser(path)):
+        return os.path.abspath(os.path.expanduser(path))
+    return path
 
 
 def check(args) -> None:

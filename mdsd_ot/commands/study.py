@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 
 from . import _ray
 
@@ -125,8 +126,11 @@ def run(args) -> int:
         meta={"argv": sys.argv},
     )
     t0 = time.time()
-    if args.ray is not None:
-        out = _ray.run("study", job, args, "mdsd-ot study")
+    if args.ray is not None:  # workers may not share this folder as theirs: absolute local paths
+        local = {k: _ray.absolute(getattr(job, k)) for k in ("target", "draft", "tokenizer")}
+        if str(job.prompts).lower() not in ("humaneval", "human-eval", "human_eval"):
+            local["prompts"] = _ray.absolute(job.prompts)
+        out = _ray.run("study", replace(job, **local), args, "mdsd-ot study")
         if out is None:
             return 2
     else:
