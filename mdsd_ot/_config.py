@@ -121,3 +121,16 @@ MAX_TREE_NODES = 4096
 #: The decoder evaluates the LP-based ``optimal`` verifier (one LP per tree node) only up to this
 #: vocabulary size; beyond it the node-bound estimate stands in for it.
 DECODE_OPTIMAL_MAX_V = 64
+
+# -- scaling out (mdsd_ot.scale) ------------------------------------------------------------------------
+
+#: Default shards per task slot of the cluster: a retried shard repeats at most 1/4 of a slot's share,
+#: and faster workers take more shards.
+SCALE_SHARDS_PER_SLOT = 4
+
+#: Seconds between two looks of the driver at the shards (progress bar, finished tasks).
+SCALE_POLL_S = 0.5
+
+#: Seconds a retried shard waits for the lock of its folder (held by an earlier attempt still alive
+#: on a node Ray declared lost) before it fails.
+SCALE_LOCK_WAIT_S = 120.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import numba as nb
 import numpy as np
@@ -45,8 +46,41 @@ def compile_notice(kernel, what: str, seconds: int) -> None:
         )
 
 
+_TWINS: dict = {}
+_TWIN_GLOBALS: dict = {}
+
+
+def _twin_globals(namespace: dict) -> dict:
+    """A copy of a kernel module's globals in which every numba kernel is its Python twin."""
+    key = id(namespace)
+    if key not in _TWIN_GLOBALS:
+        twin = dict(namespace)
+        _TWIN_GLOBALS[key] = twin  # registered first: kernels of a module call each other
+        for name, value in namespace.items():
+            if isinstance(value, nb.core.registry.CPUDispatcher):
+                twin[name] = python_twin(value)
+    return _TWIN_GLOBALS[key]
+
+
+def python_twin(kernel):
+    """The Python body of ``kernel`` calling the Python bodies of the kernels it calls, recursively, so
+    that running it compiles nothing (a kernel's ``py_func`` alone still calls compiled kernels)."""
+    if not isinstance(kernel, nb.core.registry.CPUDispatcher):
+        return kernel  # NUMBA_DISABLE_JIT=1: already a plain function
+    if kernel not in _TWINS:
+        body = kernel.py_func
+        _TWINS[kernel] = body  # placeholder while its globals are built (recursion)
+        twin = types.FunctionType(
+            body.__code__, _twin_globals(body.__globals__), body.__name__, body.__defaults__, body.__closure__
+        )
+        twin.__doc__ = body.__doc__
+        _TWINS[kernel] = twin
+    return _TWINS[kernel]
+
+
 def small_or_jit(kernel, size: int):
-    """``kernel`` itself, or its Python body for inputs of at most ``PYTHON_MAX_V`` tokens.
+    """``kernel`` itself, or its Python twin (:func:`python_twin`) for inputs of at most
+    ``PYTHON_MAX_V`` tokens.
 
     The Python body runs with numpy's overflow and underflow warnings off: compiled, the same
     arithmetic overflows to inf silently, and the kernels are written for that.
@@ -54,7 +88,7 @@ def small_or_jit(kernel, size: int):
     if size > PYTHON_MAX_V:
         return kernel
 
-    body = getattr(kernel, "py_func", kernel)  # under NUMBA_DISABLE_JIT=1 the kernel is the body
+    body = python_twin(kernel)
 
     def python_body(*args):
         with np.errstate(over="ignore", under="ignore"):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
+
+from . import _ray
 
 HELP = "run the real-model study (target/draft causal LMs, prompts, temperatures, n, schemes)"
 
@@ -85,20 +88,15 @@ def add_arguments(parser):
     )
     parser.add_argument("--shard", default=None, help="i/N: process every N-th prompt from i")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _ray.add_arguments(parser)  # --ray [ADDRESS], --shards, --ray-cpus/-gpus/-memory/-retries
 
 
 def run(args) -> int:
     from .. import _store
-    from ..study import (
-        StudyConfig,
-        load_models,
-        load_prompts,
-        open_study,
-        remaining_records,
-        run_study,
-        study_identity,
-    )
+    from ..study import StudyConfig
+    from ..study.job import StudyJob, run_shard
 
+    _ray.check(args)
     config = StudyConfig(
         temperatures=_floats(args.temperatures),
         ns=_ints(args.n),
@@ -116,52 +114,29 @@ def run(args) -> int:
         every=args.every,
         mc_samples=args.mc_samples,
     ).validate()
-    records = load_prompts(args.prompts)
+    job = StudyJob(
+        target=args.target,
+        draft=args.draft,
+        config=config,
+        prompts=args.prompts,
+        tokenizer=args.tokenizer,
+        dtype=args.dtype,
+        device=args.device,
+        threads=args.threads,
+        meta={"argv": sys.argv},
+    )
     t0 = time.time()
-    with _store.one_line_warnings("mdsd-ot study"):
-        # identity (model files hashed), lock and integrity check all come before the models load
-        recorded = _store.peek_config(args.out)
-        identity = study_identity(
-            config,
-            records,
-            target=args.target,
-            draft=args.draft,
-            tokenizer=args.tokenizer,
-            dtype=args.dtype,
-            prompts=args.prompts,
-            previous=(recorded or {}).get("identity"),
-        )
-        meta = {
-            "target": args.target,
-            "draft": args.draft,
-            "tokenizer": args.tokenizer,
-            "prompts": str(args.prompts),
-            "device": args.device,
-            "argv": sys.argv,
-        }
-        with open_study(args.out, config, records, identity=identity, shard=args.shard, meta=meta) as folder:
-            mine, todo = remaining_records(folder, records, config)
-            if len(todo) < len(mine):
-                print(
-                    f"resuming {folder.path}: {len(mine) - len(todo)} of {len(mine)} prompts "
-                    f"already finished, {len(todo)} to compute",
-                    file=sys.stderr,
-                )
-            target = draft = tok = None
-            if todo:
-                target, draft, tok = load_models(
-                    args.target,
-                    args.draft,
-                    device=args.device,
-                    tokenizer=args.tokenizer,
-                    dtype=args.dtype,
-                    threads=args.threads,
-                )
-                print(f"loaded models in {time.time() - t0:.1f} s", file=sys.stderr)
-            out = run_study(
-                target, draft, records, folder, config, tokenizer=tok, progress=not args.no_progress
-            )
+    if args.ray is not None:  # workers may not share this folder as theirs: absolute local paths
+        local = {k: _ray.absolute(getattr(job, k)) for k in ("target", "draft", "tokenizer")}
+        if str(job.prompts).lower() not in ("humaneval", "human-eval", "human_eval"):
+            local["prompts"] = _ray.absolute(job.prompts)
+        out = _ray.run("study", replace(job, **local), args, "mdsd-ot study")
+        if out is None:
+            return 2
+    else:
+        with _store.one_line_warnings("mdsd-ot study"):
+            out = run_shard(job, args.shard, args.out, progress=not args.no_progress)
     print(f"study written to {out} in {time.time() - t0:.1f} s")
-    if args.shard is None and (out / "summary.md").exists():
+    if args.shard is None and (out / "summary.md").exists():  # unsharded, or merged from Ray
         print((out / "summary.md").read_text())
     return 0

@@ -145,9 +145,10 @@ class _PreparedChain(PreparedVerifier):
         tok = np.ascontiguousarray(order[p.size - m :])
         ps = np.ascontiguousarray(p[tok])
         qs = np.ascontiguousarray(q[tok])
-        R = _kernels.suffix_sums(qs)
+        small = _kernels.small_or_jit  # small V: the kernels' Python bodies, nothing to compile
+        R = small(_kernels.suffix_sums, m)(qs)
         P0 = float(p[q <= 0].sum())
-        tau, ratio, lam = chain_plan(ps, qs, R, P0, n)
+        tau, ratio, lam = small(chain_plan, m)(ps, qs, R, P0, n)
         r = np.zeros(p.size)
         r[tok] = qs * ratio
         self.r = r  # the exact law of the selected token
@@ -157,7 +158,7 @@ class _PreparedChain(PreparedVerifier):
         self.tau = tau
         self.lam = np.zeros(p.size)
         self.lam[tok] = lam
-        self.tree, self.size = max_tree(tau)
+        self.tree, self.size = small(max_tree, m)(tau)
         d = np.maximum(p - r, 0.0)
         self.reject_mass = float(d.sum())
         self._cdf = np.cumsum(d)
