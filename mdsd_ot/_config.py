@@ -65,6 +65,17 @@ POWER_FROM_REST_N = 64
 #: Vocabulary size from which the binned prefix scan (O(V) plus ~16k bins) replaces a full sort.
 BINNED_MIN_V = 16_384
 
+#: Optimal verifier at full V (i.i.d. drafts): tokens of one hull block are pooled into a run of
+#: constant target ``r/q`` only while the run's mean stays this relative margin clear of every token's
+#: ``p/q`` (above it where the block slope is >= 1, below it where < 1), so that rounding in the
+#: realised rule cannot flip the sign of ``r - p`` (docs/math.md#optimal-verifier-full-v).
+POOL_MARGIN = 1e-9
+
+#: Optimal verifier at full V: the join levels of the drafts are range maxima of the units' death
+#: levels; when no hull block has more than this many units they are found by scanning (each scan
+#: stops at the block's end), otherwise from a segment tree built once per ``prepare``.
+CHAIN_SCAN_MAX_UNITS = 64
+
 #: Largest distance outside [0, 1] of an acceptance rate (or a per-tuple acceptance probability) that
 #: is treated as rounding and clipped; a larger excursion is an internal error, raised, never hidden.
 UNIT_ROUNDING_TOL = 1e-12

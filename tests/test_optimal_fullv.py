@@ -85,6 +85,34 @@ def test_output_law_and_lp_value_by_enumeration(sampling):
     assert checked >= (80 if sampling == "hub" else 150)
 
 
+def test_pooled_runs_and_kinetic_blocks_by_enumeration():
+    """Instances where hull blocks hold several tokens: tokens pooled into one unit (one class at every
+    level) and blocks of several units (the kinetic decomposition) both occur; the output law is p and
+    the acceptance the LP's alpha* (enumeration of every draft tuple)."""
+    rng = np.random.default_rng(8)
+    pooled = kinetic = 0
+    for i in range(24):
+        V = int(rng.integers(7, 10))
+        n = 2 + i % 2
+        p = rng.dirichlet(np.ones(V))
+        if i % 3:  # two groups of nearly equal q/p: pooled into runs
+            q = p * np.where(rng.random(V) < 0.5, 0.2, 5.0) * np.exp(rng.standard_normal(V) * 0.01)
+        else:  # spread-out ratios: blocks of several units
+            q = p * np.exp(rng.standard_normal(V) * 0.3)
+        p, q = p / p.sum(), q / q.sum()
+        prepared = OPT.prepare(p, q, n)
+        units = np.bincount(prepared.cls[prepared.cls >= 0])
+        pooled += int(np.any(units >= 2))
+        lam = prepared._lam_unit  # units of one block share its slope
+        kinetic += int(np.any(lam[1:] == lam[:-1]))
+        law, accept = _enumerate(prepared)
+        assert np.abs(law - prepared.p).max() <= LAW_TOL
+        lp = optimal_acceptance(p, q, n, method="lp")
+        assert abs(prepared.acceptance() - lp.value) <= VALUE_TOL
+        assert abs(accept - prepared.acceptance()) <= 1e-12
+    assert pooled >= 10 and kinetic >= 3, (pooled, kinetic)
+
+
 def test_lp_construction_kept_as_reference():
     p, q = np.array([0.5, 0.3, 0.2, 0.0]), np.array([0.1, 0.2, 0.3, 0.4])
     lp = OptimalVerifier(construction="lp").prepare(p, q, 2)
@@ -131,6 +159,33 @@ def test_acceptance_matches_dual_at_V_152064():
     p, q = _llm_like(rng, 152_064)
     for n in (2, 8):
         assert abs(OPT.acceptance(p, q, n) - optimal_acceptance(p, q, n).value) <= VALUE_TOL
+
+
+def test_segment_tree_and_scan_give_the_same_selection():
+    """A block of more than CHAIN_SCAN_MAX_UNITS units: the join levels come from a segment tree; they
+    must equal a plain scan of the death levels (two independent range-maximum codes), and the
+    selection law sums to one; the acceptance matches the dual."""
+    rng = np.random.default_rng(4)
+    V, n = 500, 8
+    z = rng.standard_normal(V) * 2.5 - 1.1 * np.log(np.arange(1, V + 1))
+    p, q = np.exp(z - z.max()), np.exp(z - z.max() + rng.standard_normal(V))
+    p, q = p / p.sum(), q / q.sum()
+    prepared = OPT.prepare(p, q, n)
+    assert prepared.size > 0  # the tree is in use
+    assert abs(prepared.acceptance() - optimal_acceptance(p, q, n).value) <= VALUE_TOL
+    tau = prepared.tau
+    drafts = get_scheme("with_replacement").sample_batch(prepared.q, n, 300, rng)
+    for x in drafts:
+        units = prepared.cls[x]
+        lowest = units.min()
+        join = [0.0 if u == lowest else max(tau[lowest + 1 : u + 1]) for u in units]
+        sel = prepared._selection(x)
+        expect = np.zeros(n)
+        levels = sorted(set(min(j, 1.0) for j in join)) + [1.0]
+        for lo, hi in zip(levels[:-1], levels[1:]):
+            expect[next(i for i in range(n) if join[i] <= lo)] += hi - lo
+        assert np.abs(sel - expect).max() <= 1e-15
+        assert abs(sel.sum() - 1.0) <= 1e-15
 
 
 def test_verify_monte_carlo_within_four_standard_errors():

@@ -1,12 +1,13 @@
 """The full-vocabulary optimal verifier for i.i.d. drafts (docs/math.md#optimal-verifier-full-v): the
-lower convex hull of the sorted prefix points, its chain decomposition into interval-class rules,
-and the per-draft-set selection by a range maximum.
+lower convex hull of the sorted prefix points, runs of tokens pooled inside its blocks, the chain
+decomposition into interval-class rules, and the per-draft-set selection by a range maximum.
 
 Tokens with ``q > 0`` are sorted by ``q/p`` from LOW to high (the reverse of the dual's order), so
 position ``x`` of a draft is uniform on [0, 1] and ``g(x) = 1 - (1 - x)^n`` is the probability that
-the draft set meets the first ``x`` of mass. A *kink* ``k`` (1 <= k < m) separates tokens ``k - 1``
-and ``k``; ``tau[k]`` is the level at which it dies (its two classes merge): at a level ``t`` the
-classes are the runs between the kinks with ``tau > t``.
+the draft set meets the first ``x`` of mass. Consecutive tokens are grouped into *units* that are one
+class at every level; a unit boundary ``u`` (between units ``u - 1`` and ``u``) dies at level
+``tau[u]`` (its two classes merge): at a level ``t`` the classes are the runs of units between the
+boundaries with ``tau > t``.
 """
 
 from __future__ import annotations
@@ -38,26 +39,6 @@ def class_secant(A, B, d, n):
         return 0.0
     lead = math.exp(n * math.log(A))
     return lead * (-math.expm1(n * math.log1p(-min(d / A, 1.0)))) / d
-
-
-@nb.njit(cache=True)
-def lower_hull(P, G):
-    """Vertex indices (increasing, first 0, last ``P.size - 1``) of the lower convex hull of the
-    points ``(P[k], G[k])``, ``P`` non-decreasing (monotone chain; collinear points dropped)."""
-    m = P.size
-    H = np.empty(m, dtype=np.int64)
-    top = 0
-    for k in range(m):
-        while top >= 2:
-            i = H[top - 2]
-            j = H[top - 1]
-            if (G[j] - G[i]) * (P[k] - P[i]) >= (G[k] - G[i]) * (P[j] - P[i]):
-                top -= 1
-            else:
-                break
-        H[top] = k
-        top += 1
-    return H[:top].copy()
 
 
 @nb.njit(cache=True, inline="always")
@@ -116,106 +97,316 @@ def _heap_remove(ht, hk, where, size, i):
     return size
 
 
-@nb.njit(cache=True)
-def chain_plan(ps, qs, R, P0, n):
-    """The optimal interval-class rule for i.i.d. drafts, tokens sorted by ``q/p`` ascending (q > 0).
+@nb.njit(cache=True, inline="always")
+def int_power(x, n):
+    """``x ** n`` for an integer ``n >= 0`` by repeated squaring (about half the time of ``pow``)."""
+    out = 1.0
+    while n:
+        if n & 1:
+            out *= x
+        x *= x
+        n >>= 1
+    return out
 
-    ``R[k]`` is the q mass of tokens ``k..`` (and of no token with q = 0), summed directly; ``P0`` the
-    p mass of the tokens with q = 0 (left out here). Returns ``(tau, ratio, lam)``: the death level
-    of every kink (``tau[0]``, ``tau[m]`` unused), the exact law of the selected token divided by q
-    (``r = q * ratio``, integrated over the levels of the rule actually built, whatever rounding did
-    to the levels) and the hull slope of each token's block.
+
+@nb.njit(cache=True)
+def chain_keys(p, q, key):
+    """Sort keys into ``key``, ascending: ``q/p`` from low to high; ``q = 0`` first, ``p = 0 < q`` last."""
+    V = p.size
+    for i in range(V):
+        if q[i] == 0.0:
+            key[i] = -np.inf
+        elif p[i] == 0.0:
+            key[i] = np.inf
+        else:
+            key[i] = q[i] / p[i]
+    return key
+
+
+@nb.njit(cache=True, inline="always")
+def _pool_runs(ps, qs, a, b, slope, margin, lo, rho, ms, mc, count):
+    """Pool the tokens ``a..b-1`` of one hull block into runs of constant target ``r/q`` (the q-weighted
+    mean of ``slope * p/q`` over the run), appended to ``lo, rho, ms, mc`` from ``count`` on.
+
+    Above the split (``slope >= 1``) a run grows left to right while its mean stays at least
+    ``(1 + margin)`` times the largest ``p/q`` in it (its first token), so ``r >= p`` on every token;
+    below it (``slope < 1``) right to left while the mean stays at most ``(1 - margin)`` times the
+    smallest (its last token), so ``r <= p``. A single token always qualifies. Returns the new count.
     """
-    m = ps.size
-    P = np.empty(m + 1)
-    G = np.empty(m + 1)
-    s, c = P0, 0.0
-    P[0] = P0
+    if b - a == 1:  # one token (the target of a block's only run is never read)
+        lo[count] = a
+        rho[count] = 0.0
+        ms[count] = qs[a]
+        mc[count] = 0.0
+        return count + 1
+    if not slope < np.inf:  # chord block (p = 0 on it): one class, target 0
+        s, c = 0.0, 0.0
+        for k in range(a, b):
+            s, c = neumaier_add(s, c, qs[k])
+        lo[count] = a
+        rho[count] = 0.0
+        ms[count] = s
+        mc[count] = c
+        return count + 1
+    if slope >= 1.0:
+        k = a
+        while k < b:
+            thr = (ps[k] / qs[k]) * (1.0 + margin)
+            sp = ps[k]
+            s, c = qs[k], 0.0
+            j = k + 1
+            while j < b and slope * (sp + ps[j]) >= thr * (s + qs[j]):
+                sp += ps[j]
+                s, c = neumaier_add(s, c, qs[j])
+                j += 1
+            lo[count] = k
+            rho[count] = slope * (sp / (s + c))
+            ms[count] = s
+            mc[count] = c
+            count += 1
+            k = j
+        return count
+    first = count
+    e = b
+    while e > a:
+        thr = (ps[e - 1] / qs[e - 1]) * (1.0 - margin)
+        sp = ps[e - 1]
+        s, c = qs[e - 1], 0.0
+        j = e - 1
+        while j > a and slope * (sp + ps[j - 1]) <= thr * (s + qs[j - 1]):
+            sp += ps[j - 1]
+            s, c = neumaier_add(s, c, qs[j - 1])
+            j -= 1
+        lo[count] = j
+        rho[count] = slope * (sp / (s + c))
+        ms[count] = s
+        mc[count] = c
+        count += 1
+        e = j
+    i, j = first, count - 1  # found right to left: put them in order
+    while i < j:
+        lo[i], lo[j] = lo[j], lo[i]
+        rho[i], rho[j] = rho[j], rho[i]
+        ms[i], ms[j] = ms[j], ms[i]
+        mc[i], mc[j] = mc[j], mc[i]
+        i += 1
+        j -= 1
+    return count
+
+
+#: Rows of the scratch arrays that :func:`chain_prepare` takes (:func:`chain_scratch`): float64 and
+#: int64 rows of ``V + 1`` entries for the per-token, per-run and per-unit work (the last float row
+#: holds the sort keys), float64 and int64 rows of ``2 V + 2`` for the merge tree.
+CHAIN_F_ROWS = 19
+CHAIN_I_ROWS = 10
+CHAIN_T_ROWS = 7
+
+
+def chain_scratch(V: int):
+    """Scratch arrays for :func:`chain_prepare` at vocabulary sizes up to ``V`` (content unused)."""
+    return (
+        np.empty((CHAIN_F_ROWS, V + 1)),
+        np.empty((CHAIN_I_ROWS, V + 1), dtype=np.int64),
+        np.empty((CHAIN_T_ROWS, 2 * V + 2)),
+        np.empty(2 * V + 2, dtype=np.int64),
+    )
+
+
+@nb.njit(cache=True)
+def chain_prepare(p, q, order, n, margin, fw, iw, tw, tpar):
+    """The optimal interval-class rule for i.i.d. drafts (docs/math.md#optimal-verifier-full-v).
+
+    ``order`` sorts :func:`chain_keys` ascending; ``fw, iw, tw, tpar`` are scratch arrays
+    (:func:`chain_scratch`; reused between calls, their content is never read before it is written).
+    Works on the ``m`` tokens with ``q > 0`` in that order: suffix masses ``R``, the prefix points
+    ``(P_k, g_k = 1 - R_k^n)``, their lower convex hull, runs of tokens pooled inside each hull block
+    (:func:`_pool_runs`), *units* (maximal groups of runs with no strict concavity between them: one
+    class at every level) and, in each block of two or more units, the kinetic chain decomposition
+    over the unit boundaries (:func:`_kinetic`).
+
+    Returns ``(cls, tau, ratio, lam, cdf, accept, widest)``: the unit of every token (``-1`` where ``q = 0``),
+    the death level of each unit boundary (``tau[u]`` between units ``u - 1`` and ``u``; ``inf``: never;
+    ``tau[0]`` and ``tau[-1]`` unused), the exact law of the selected token divided by ``q`` per unit
+    (``r = q * ratio[cls]``, integrated over the levels of the rule actually built), the hull slope of
+    each unit's block, the running sum of the residual weights ``(p - r)_+`` over the first tokens of
+    ``order`` (those with ``q = 0`` and those below the split: the residual's support) and
+    ``sum min(p, r)`` (compensated), and the largest number of units in one block.
+    """
+    V = p.size
+    z = 0
+    while z < V and q[order[z]] == 0.0:
+        z += 1
+    m = V - z
+    ps = fw[0, :m]
+    qs = fw[1, :m]
+    R = fw[2, : m + 1]
+    G = fw[3, : m + 1]
+    P = fw[4, : m + 1]
+    s, c = 0.0, 0.0
+    R[m] = 0.0
+    G[m] = 1.0
+    for k in range(m - 1, -1, -1):
+        t = order[z + k]
+        ps[k] = p[t]
+        qs[k] = q[t]
+        s, c = neumaier_add(s, c, qs[k])
+        R[k] = s + c
+        G[k] = 1.0 - int_power(R[k], n)
     G[0] = 0.0
-    for k in range(m):
-        s, c = neumaier_add(s, c, ps[k])
-        P[k + 1] = s + c
-        G[k + 1] = 1.0 - R[k + 1] ** n
-    H = lower_hull(P, G)
-    immortal = np.zeros(m + 1, dtype=np.bool_)
-    lam = np.empty(m)
-    rho = np.empty(m)  # target law / q: lam p / q, constant (0) where lam is infinite (chord)
-    for h in range(H.size - 1):
+    # prefix p mass and the lower hull of (P_k, G_k) in one forward pass (monotone chain)
+    s, c = 0.0, 0.0
+    for i in range(z):
+        s, c = neumaier_add(s, c, p[order[i]])
+    P[0] = s + c
+    H = iw[0, : m + 1]
+    top = 0
+    for k in range(m + 1):
+        if k > 0:
+            s, c = neumaier_add(s, c, ps[k - 1])
+            P[k] = s + c
+        while top >= 2:
+            i = H[top - 2]
+            j = H[top - 1]
+            if (G[j] - G[i]) * (P[k] - P[i]) >= (G[k] - G[i]) * (P[j] - P[i]):
+                top -= 1
+            else:
+                break
+        H[top] = k
+        top += 1
+    blocks = top - 1
+    # block slopes; the split: the first token of the first block with slope >= 1
+    block_lam = fw[8, :blocks]
+    split = m
+    for h in range(blocks):
         a, b = H[h], H[h + 1]
-        immortal[a] = True
         dP = P[b] - P[a]
         slope = (G[b] - G[a]) / dP if dP > 0.0 else np.inf
-        for k in range(a, b):
-            lam[k] = slope
-            if slope < np.inf and qs[k] > 0.0:
-                rho[k] = slope * (ps[k] / qs[k])
-                if not rho[k] < np.inf:
-                    rho[k] = np.inf
-            else:
-                rho[k] = 0.0
-    immortal[m] = True
-    immortal[0] = True
-    # kinks: alive ones form a linked list; dead-at-start ones (non-concave or flat) get tau = 0
-    tau = np.full(m + 1, np.inf)
-    slack = np.zeros(m + 1)
-    alive = np.zeros(m + 1, dtype=np.bool_)
-    for k in range(m + 1):
-        if immortal[k]:
-            alive[k] = True
+        block_lam[h] = slope
+        if slope >= 1.0 and split == m:
+            split = a
+    cls = np.empty(V, dtype=np.int32)
+    cdf = np.empty(z + split)
+    run = 0.0
+    for i in range(z):
+        t = order[i]
+        cls[t] = -1
+        run += p[t]
+        cdf[i] = run
+    # block by block (hull vertices never die, so the blocks are independent): runs, units (a new
+    # one wherever the target is strictly concave), the chain decomposition, then per token its unit,
+    # residual weight (p - r)_+ (running sum in `order`) and min(p, r)
+    run_lo = iw[1, : m + 1]
+    run_rho = fw[5, :m]
+    run_ms = fw[6, :m]
+    run_mc = fw[7, :m]
+    ulo = iw[3, : m + 1]
+    ums = fw[9, :m]
+    umc = fw[10, :m]
+    ulam = fw[11, :m]
+    slack = fw[12, : m + 1]
+    tau = fw[16, : m + 1]
+    ratio = fw[17, :m]
+    nu = 0
+    widest = 1
+    a_s, a_c = 0.0, 0.0
+    for h in range(blocks):
+        a, b = H[h], H[h + 1]
+        slope = block_lam[h]
+        u0 = nu
+        tau[u0] = np.inf  # a hull vertex: never dies
+        if b - a == 1:
+            ulo[nu] = a
+            ums[nu] = qs[a]
+            umc[nu] = 0.0
+            ulam[nu] = slope
+            nu += 1
         else:
-            d = rho[k - 1] - rho[k]
-            if d > 0.0:  # (NaN from inf - inf: merged)
-                alive[k] = True
-                slack[k] = d
-            else:
-                tau[k] = 0.0
-    prev = np.empty(m + 1, dtype=np.int64)
-    nxt = np.empty(m + 1, dtype=np.int64)
-    last = 0
-    for k in range(1, m + 1):
-        if alive[k]:
-            prev[k] = last
-            nxt[last] = k
-            last = k
-    nxt[m] = m + 1
-    prev[0] = -1
-    # merge-tree nodes: classes [lo, hi), born, died, secant, parent; node of the class starting at a
-    cap = 2 * m + 2
-    n_lo = np.empty(cap, dtype=np.int64)
-    n_born = np.empty(cap)
-    n_died = np.empty(cap)
-    n_sig = np.empty(cap)
-    n_mass = np.empty(cap)
-    n_par = np.full(cap, -1, dtype=np.int64)
-    node_at = np.full(m + 1, -1, dtype=np.int64)
-    leaf = np.empty(m, dtype=np.int64)
-    nodes = 0
-    a = 0
-    while a < m:
-        b = nxt[a]
-        ms, mc = 0.0, 0.0
-        for k in range(a, b):
-            ms, mc = neumaier_add(ms, mc, qs[k])
-            leaf[k] = nodes
-        n_lo[nodes] = a
-        n_born[nodes] = 0.0
-        n_died[nodes] = 1.0
-        n_mass[nodes] = ms + mc
-        n_sig[nodes] = class_secant(R[a], R[b], ms + mc, n)
-        node_at[a] = nodes
-        nodes += 1
-        a = b
-    rate = np.zeros(m + 1)
-    tlast = np.zeros(m + 1)
-    ht = np.empty(m + 1)
-    hk = np.empty(m + 1, dtype=np.int64)
-    where = np.full(m + 1, -1, dtype=np.int64)
+            nr = _pool_runs(ps, qs, a, b, slope, margin, run_lo, run_rho, run_ms, run_mc, 0)
+            for j in range(nr):
+                if j > 0:
+                    d = run_rho[j - 1] - run_rho[j]
+                    if not d > 0.0:  # no kink (NaN from inf - inf: none either): same unit
+                        ums[nu - 1], umc[nu - 1] = neumaier_add(ums[nu - 1], umc[nu - 1], run_ms[j])
+                        umc[nu - 1] += run_mc[j]
+                        continue
+                    slack[nu] = d
+                    tau[nu] = np.inf
+                ulo[nu] = run_lo[j]
+                ums[nu] = run_ms[j]
+                umc[nu] = run_mc[j]
+                ulam[nu] = slope
+                nu += 1
+        ulo[nu] = b
+        widest = max(widest, nu - u0)
+        if nu - u0 == 1:  # one class at every level
+            ratio[u0] = class_secant(R[a], R[b], ums[u0] + umc[u0], n)
+        else:
+            _kinetic(R, ulo, ums, umc, slack, u0, nu, n, tau, ratio, fw, iw, tw, tpar)
+        for u in range(u0, nu):
+            f = ratio[u]
+            for k in range(ulo[u], ulo[u + 1]):
+                cls[order[z + k]] = u
+                r = qs[k] * f
+                if ps[k] > r:
+                    a_s, a_c = neumaier_add(a_s, a_c, r)
+                    if k < split:  # from the split on r >= p but for rounding: no residual weight
+                        run += ps[k] - r
+                else:
+                    a_s, a_c = neumaier_add(a_s, a_c, ps[k])
+                if k < split:
+                    cdf[z + k] = run
+    tau[nu] = np.inf
+    return cls, tau[: nu + 1].copy(), ratio[:nu].copy(), ulam[:nu].copy(), cdf, a_s + a_c, widest
+
+
+@nb.njit(cache=True)
+def _kinetic(R, ulo, ums, umc, slack, u0, u1, n, tau, ratio, fw, iw, tw, tpar):
+    """Chain decomposition of one hull block, units ``u0..u1-1`` (docs/math.md#optimal-verifier-full-v).
+
+    Every boundary between two of its units is alive with concavity slack ``slack[u]``; it dies when
+    its slack, falling at rate ``sigma(left class) - sigma(right class)``, reaches 0, and its two
+    classes merge (an indexed min-heap of death levels). Writes the death levels into ``tau[u0+1:u1]``
+    (``inf``: not before level 1) and the exact ``r/q`` of each unit, summed down the merge tree, into
+    ``ratio[u0:u1]``. Local index ``i`` stands for unit (or boundary) ``u0 + i``.
+    """
+    L = u1 - u0
+    rate = fw[13, : L + 1]
+    tlast = fw[14, : L + 1]
+    ht = fw[15, : L + 1]
+    prev = iw[5, : L + 1]
+    nxt = iw[6, : L + 1]
+    node_at = iw[7, : L + 1]
+    hk = iw[8, : L + 1]
+    where = iw[9, : L + 1]
+    n_born = tw[0]
+    n_died = tw[1]
+    n_sig = tw[2]
+    n_ms = tw[3]
+    n_mc = tw[4]
+    acc_s = tw[5]
+    acc_c = tw[6]
+    n_par = tpar
+    for i in range(L + 1):
+        prev[i] = i - 1
+        nxt[i] = i + 1
+        where[i] = -1
+        rate[i] = 0.0
+        tlast[i] = 0.0
+    for i in range(L):
+        u = u0 + i
+        n_born[i] = 0.0
+        n_died[i] = 1.0
+        n_ms[i] = ums[u]
+        n_mc[i] = umc[u]
+        n_sig[i] = class_secant(R[ulo[u]], R[ulo[u + 1]], ums[u] + umc[u], n)
+        n_par[i] = -1
+        node_at[i] = i
+    nodes = L
     size = 0
-    for k in range(1, m):
-        if alive[k] and not immortal[k]:
-            rate[k] = n_sig[node_at[prev[k]]] - n_sig[node_at[k]]
-            if rate[k] > 0.0:
-                size = _heap_set(ht, hk, where, size, k, slack[k] / rate[k])
+    for i in range(1, L):
+        rate[i] = n_sig[i - 1] - n_sig[i]
+        if rate[i] > 0.0:
+            size = _heap_set(ht, hk, where, size, i, slack[u0 + i] / rate[i])
     while size > 0:
         t = ht[0]
         k = hk[0]
@@ -223,12 +414,11 @@ def chain_plan(ps, qs, R, P0, n):
             break
         size = _heap_remove(ht, hk, where, size, 0)
         t = max(t, 0.0)
-        tau[k] = t
-        alive[k] = False
+        tau[u0 + k] = t
         a = prev[k]
         b = nxt[k]
         nxt[a] = b
-        if b <= m:
+        if b <= L:
             prev[b] = a
         left = node_at[a]
         right = node_at[k]
@@ -236,28 +426,27 @@ def chain_plan(ps, qs, R, P0, n):
         n_died[right] = t
         nd = nodes
         nodes += 1
-        n_lo[nd] = a
         n_born[nd] = t
         n_died[nd] = 1.0
-        n_mass[nd] = n_mass[left] + n_mass[right]
-        n_sig[nd] = class_secant(R[a], R[b], n_mass[nd], n)
+        n_ms[nd], n_mc[nd] = neumaier_add(n_ms[left], n_mc[left] + n_mc[right], n_ms[right])
+        n_sig[nd] = class_secant(R[ulo[u0 + a]], R[ulo[u0 + b]], n_ms[nd] + n_mc[nd], n)
+        n_par[nd] = -1
         n_par[left] = nd
         n_par[right] = nd
         node_at[a] = nd
         node_at[k] = -1
         for e in (a, b):
-            if e <= 0 or e >= m or immortal[e] or not alive[e]:
+            if e <= 0 or e >= L:
                 continue
-            slack[e] = max(slack[e] - rate[e] * (t - tlast[e]), 0.0)
+            sl = max(slack[u0 + e] - rate[e] * (t - tlast[e]), 0.0)
+            slack[u0 + e] = sl
             tlast[e] = t
             rate[e] = n_sig[node_at[prev[e]]] - n_sig[node_at[e]]
             if rate[e] > 0.0:
-                size = _heap_set(ht, hk, where, size, e, t + slack[e] / rate[e])
+                size = _heap_set(ht, hk, where, size, e, t + sl / rate[e])
             elif where[e] >= 0:
                 size = _heap_remove(ht, hk, where, size, where[e])
-    # ratio of a token: sum over the classes containing it of (level length) x (secant), top-down
-    acc_s = np.zeros(nodes)
-    acc_c = np.zeros(nodes)
+    # r/q of a unit: sum over the classes containing it of (level length) x (secant), top-down
     for i in range(nodes - 1, -1, -1):
         w = max(n_died[i] - n_born[i], 0.0) * n_sig[i]
         par = n_par[i]
@@ -265,10 +454,8 @@ def chain_plan(ps, qs, R, P0, n):
             acc_s[i], acc_c[i] = neumaier_add(acc_s[par], acc_c[par], w)
         else:
             acc_s[i], acc_c[i] = w, 0.0
-    ratio = np.empty(m)
-    for k in range(m):
-        ratio[k] = acc_s[leaf[k]] + acc_c[leaf[k]]
-    return tau, ratio, lam
+    for i in range(L):
+        ratio[u0 + i] = acc_s[i] + acc_c[i]
 
 
 @nb.njit(cache=True)
@@ -286,8 +473,18 @@ def max_tree(tau):
 
 @nb.njit(cache=True, inline="always")
 def range_max(tree, size, lo, hi):
-    """max of ``tau[lo:hi]`` (``-inf`` when empty)."""
+    """max of ``tau[lo:hi]`` (``-inf`` when empty): from the segment tree of :func:`max_tree`, or, with
+    ``size == 0``, by scanning ``tree``, which is then ``tau`` itself (it stops at the first ``inf``, a
+    block end, so the scan is never longer than the largest block counted in units)."""
     out = -np.inf
+    if size == 0:
+        for k in range(lo, hi):
+            v = tree[k]
+            if v > out:
+                out = v
+                if v == np.inf:
+                    break
+        return out
     lo += size
     hi += size
     while lo < hi:
@@ -343,19 +540,41 @@ def selection_law(pos, tree, size):
 
 
 @nb.njit(cache=True)
-def verify_draft_set(drafts, pos, tree, size, p, r, t, u):
+def verify_draft_set(drafts, cls, tree, size, p, q, ratio, t, u):
     """One verification step up to the residual draw: the selected draft if accepted, else -1.
 
-    Returns ``-2`` when a draft index is outside [0, V) or has ``q = 0`` (``pos < 0``): the caller
+    Returns ``-2`` when a draft index is outside [0, V) or has ``q = 0`` (``cls < 0``): the caller
     re-validates through the general check, which raises the right message.
     """
-    V = pos.size
+    V = cls.size
     dp = np.empty(drafts.size, dtype=np.int64)
     for i in range(drafts.size):
         x = drafts[i]
-        if x < 0 or x >= V or pos[x] < 0:
+        if x < 0 or x >= V or cls[x] < 0:
             return -2
-        dp[i] = pos[x]
+        dp[i] = cls[x]
     y = drafts[select_at_level(dp, tree, size, t)]
-    ratio = 1.0 if p[y] >= r[y] else p[y] / r[y]
-    return y if u < ratio else -1
+    r = q[y] * ratio[cls[y]]
+    accept = 1.0 if p[y] >= r else p[y] / r
+    return y if u < accept else -1
+
+
+@nb.njit(cache=True)
+def single_draft_prepare(p, q):
+    """``n = 1``: every rule picks the one draft, ``r = q``. The outputs of :func:`chain_prepare`
+    with one unit (tokens in index order)."""
+    V = p.size
+    cls = np.empty(V, dtype=np.int32)
+    cdf = np.empty(V)
+    run = 0.0
+    a_s, a_c = 0.0, 0.0
+    for i in range(V):
+        cls[i] = 0 if q[i] > 0.0 else -1
+        if p[i] > q[i]:
+            run += p[i] - q[i]
+            a_s, a_c = neumaier_add(a_s, a_c, q[i])
+        else:
+            a_s, a_c = neumaier_add(a_s, a_c, p[i])
+        cdf[i] = run
+    tau = np.full(2, np.inf)
+    return cls, tau, np.ones(1), np.ones(1), cdf, a_s + a_c, 1

@@ -29,6 +29,8 @@ vocabularies only.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .base import (
@@ -68,6 +70,21 @@ def feasible_flow(flow: np.ndarray, set_mass: np.ndarray, p: np.ndarray) -> np.n
     over = cols > p
     f[:, over] *= p[over] / cols[over]  # cols > p >= 0 there
     return f
+
+
+_SCRATCH = threading.local()
+
+
+def _chain_scratch(V: int):
+    """Scratch arrays for the chain kernel, kept per thread and reused by the next ``prepare`` (fresh
+    pages cost more than the work done in them); regrown when a larger vocabulary comes."""
+    from .._kernels.optimal import chain_scratch
+
+    arrays = getattr(_SCRATCH, "chain", None)
+    if arrays is None or arrays[0].shape[1] < V + 1:
+        arrays = chain_scratch(V)
+        _SCRATCH.chain = arrays
+    return arrays
 
 
 class _PreparedOptimal(PreparedVerifier):
@@ -127,56 +144,82 @@ class _PreparedChain(PreparedVerifier):
     """i.i.d. drafts at any V: interval-class selection, then speculative sampling against its law.
 
     docs/math.md#optimal-verifier-full-v. ``prepare``: tokens with ``q > 0`` sorted by ``q/p``
-    ascending, the lower convex hull of ``(p(first k), 1 - q(rest)^n)``, its chain decomposition
-    into interval-class rules (a death level per kink between neighbouring tokens), the exact law
-    ``r`` of the selected token, and a segment tree of the death levels. ``verify``: a uniform level
-    ``t``, the class of the lowest draft at that level (range maxima), its first draft in draw order,
-    accepted with ``min(1, p/r)``, else a draw from ``(p - r)_+``.
+    ascending, the lower convex hull of ``(p(first k), 1 - q(rest)^n)``, runs pooled inside its
+    blocks, units (groups of tokens that are one class at every level), the chain decomposition into
+    interval-class rules (a death level per unit boundary), the exact law ``r = q * ratio[unit]`` of
+    the selected token, and a segment tree of the death levels. ``n = 1`` needs none of it (``r = q``).
+    ``verify``: a uniform level ``t``, the class of the lowest draft at that level (range maxima), its
+    first draft in draw order, accepted with ``min(1, p/r)``, else a draw from ``(p - r)_+``.
     """
 
     def __init__(self, verifier, p, q, n, scheme):
         super().__init__(verifier, p, q, n, scheme)
         from .. import _kernels
-        from .._kernels.optimal import chain_plan, max_tree
-        from ..dual import sorted_order
+        from .._config import CHAIN_SCAN_MAX_UNITS, POOL_MARGIN
+        from .._kernels.optimal import chain_keys, chain_prepare, max_tree, single_draft_prepare
 
-        order = sorted_order(p, q)[::-1]  # q/p ascending; q = 0 first, p = 0 < q last
-        m = int(np.count_nonzero(q > 0))
-        tok = np.ascontiguousarray(order[p.size - m :])
-        ps = np.ascontiguousarray(p[tok])
-        qs = np.ascontiguousarray(q[tok])
-        small = _kernels.small_or_jit  # small V: the kernels' Python bodies, nothing to compile
-        R = small(_kernels.suffix_sums, m)(qs)
-        P0 = float(p[q <= 0].sum())
-        tau, ratio, lam = small(chain_plan, m)(ps, qs, R, P0, n)
-        r = np.zeros(p.size)
-        r[tok] = qs * ratio
-        self.r = r  # the exact law of the selected token
-        self.pos = np.full(p.size, -1, dtype=np.int64)
-        self.pos[tok] = np.arange(m)
-        self.tokens = tok
-        self.tau = tau
-        self.lam = np.zeros(p.size)
-        self.lam[tok] = lam
-        self.tree, self.size = small(max_tree, m)(tau)
-        d = np.maximum(p - r, 0.0)
-        self.reject_mass = float(d.sum())
-        self._cdf = np.cumsum(d)
-        self._accept = accept_fraction(float(np.minimum(p, r).sum()), self.reject_mass)
+        small = _kernels.small_or_jit  # small V: the kernels' Python twins, nothing to compile
+        if n == 1:
+            self._order = None  # the residual CDF runs over the tokens in index order
+            out = small(single_draft_prepare, p.size)(p, q)
+        else:
+            scratch = _chain_scratch(p.size)
+            self._order = np.argsort(small(chain_keys, p.size)(p, q, scratch[0][-1, : p.size]))
+            out = small(chain_prepare, p.size)(p, q, self._order, n, POOL_MARGIN, *scratch)
+        self.cls, self.tau, self.ratio, self._lam_unit, self._cdf, accept, widest = out
+        if widest > CHAIN_SCAN_MAX_UNITS:  # range maxima from a segment tree
+            self.tree, self.size = small(max_tree, p.size)(self.tau)
+        else:  # short scans of tau itself (size 0), no tree to build
+            self.tree, self.size = self.tau, 0
+        self.reject_mass = float(self._cdf[-1]) if self._cdf.size else 0.0
+        self._accept = accept_fraction(float(accept), self.reject_mass)
+
+    def _residual_weights(self) -> np.ndarray:
+        """The weights the residual draw uses, per token: the increments of its CDF (``(p - r)_+``
+        to rounding, on the residual's support)."""
+        if not hasattr(self, "_res_w"):
+            w = np.diff(self._cdf, prepend=0.0)
+            if self._order is None:
+                self._res_w = w
+            else:
+                self._res_w = np.zeros(self.p.size)
+                self._res_w[self._order[: w.size]] = w
+        return self._res_w
+
+    @property
+    def r(self) -> np.ndarray:
+        """The exact law of the selected token, ``q * ratio[unit]`` (0 where ``q = 0``)."""
+        if not hasattr(self, "_r"):
+            on = self.cls >= 0
+            self._r = np.zeros(self.p.size)
+            self._r[on] = self.q[on] * self.ratio[self.cls[on]]
+        return self._r
+
+    @property
+    def lam(self) -> np.ndarray:
+        """Hull slope of each token's block (``q/p`` itself for ``n = 1``; 0 where ``q = 0``)."""
+        if self.n == 1:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(self.q > 0, self.q / self.p, 0.0)
+        on = self.cls >= 0
+        lam = np.zeros(self.p.size)
+        lam[on] = self._lam_unit[self.cls[on]]
+        return lam
 
     def _residual_draw(self, rng):
-        """Inverse-CDF draw from ``(p - r)_+`` on the precomputed CDF (as ``base.sample_index``)."""
+        """Inverse-CDF draw from ``(p - r)_+`` on the precomputed CDF (as ``base.sample_index``; the
+        CDF runs over the tokens in ``self._order``)."""
         if self.reject_mass <= 0.0:
             return sample_index(self.p, rng.random())  # rejection has probability zero here
         idx = int(np.searchsorted(self._cdf, rng.random() * self._cdf[-1], side="right"))
-        if idx >= self.p.size:  # only rounding can push it past the end: the last positive weight
+        if idx >= self._cdf.size:  # only rounding can push it past the end: the last positive weight
             idx = int(np.flatnonzero(self._cdf < self._cdf[-1]).size)
-        return idx
+        return idx if self._order is None else int(self._order[idx])
 
     def _selection(self, drafts):
         from .._kernels.optimal import selection_law
 
-        return selection_law(self.pos[drafts], self.tree, self.size)
+        return selection_law(self.cls[drafts].astype(np.int64), self.tree, self.size)
 
     def verify(self, drafts, rng):
         """As :meth:`PreparedVerifier.verify`, with a compiled fast path for an int64 array of n
@@ -198,7 +241,7 @@ class _PreparedChain(PreparedVerifier):
         from .._kernels.optimal import verify_draft_set
 
         t, u = rng.random(), rng.random()
-        return verify_draft_set(drafts, self.pos, self.tree, self.size, self.p, self.r, t, u)
+        return verify_draft_set(drafts, self.cls, self.tree, self.size, self.p, self.q, self.ratio, t, u)
 
     def _verify(self, drafts, rng):
         y = self._step(drafts, rng)
@@ -213,9 +256,7 @@ class _PreparedChain(PreparedVerifier):
             law[y] += sel[i] * a
             stay += sel[i] * (1.0 - a)
         if stay > 0.0:
-            law += stay * (
-                np.maximum(self.p - self.r, 0.0) / self.reject_mass if self.reject_mass > 0 else self.p
-            )
+            law += stay * (self._residual_weights() / self.reject_mass if self.reject_mass > 0 else self.p)
         return law
 
     def accept_probability(self, drafts):
@@ -231,7 +272,7 @@ class _PreparedChain(PreparedVerifier):
             stay += sel[i] * (1.0 - a)
         if stay > 0.0 and self.reject_mass > 0.0:
             u = np.unique(x)
-            acc += stay * float(np.maximum(self.p[u] - self.r[u], 0.0).sum()) / self.reject_mass
+            acc += stay * float(self._residual_weights()[u].sum()) / self.reject_mass
         return min(acc, 1.0)
 
     def acceptance(self):
