@@ -189,6 +189,10 @@ class DraftScheme:
     same_sets_as: str | None = None
     #: The registry verifier built for this scheme (``mdsd_ot.audit``'s default reference).
     reference_verifier: str | None = None
+    #: How ``VERIFIERS["optimal"]`` attains alpha* at any vocabulary size: ``"chain"`` (the i.i.d.
+    #: construction, docs/math.md#optimal-verifier-full-v), the name of a registry verifier that
+    #: already attains it, or None (the LP plan, small vocabularies).
+    optimal_at_full_v: str | None = None
     #: ``Q(H) <= q(H)`` for every ``H``, so that ``p == q`` gives ``alpha* = 1`` (a verifier may output
     #: the draft law unchanged). False for deterministic drafts (``top_n``: ``alpha* = p(Top_n)``).
     q_dominates: bool = True
@@ -651,6 +655,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _sample_rows=_with_sample_rows,
             _inclusion=_with_inclusion,
             reference_verifier="rrs",
+            optimal_at_full_v="chain",
         ),
         DraftScheme(
             "without_replacement",
@@ -682,6 +687,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _structure=_greedy_structure,
             _inclusion=_greedy_inclusion,
             reference_verifier="greedy",
+            optimal_at_full_v="greedy",
         ),
         DraftScheme(
             "hub",
@@ -699,6 +705,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _inclusion=_greedy_inclusion,
             same_sets_as="greedy",
             reference_verifier="spechub",
+            optimal_at_full_v="spechub",
         ),
         DraftScheme(
             "conditional_poisson",
@@ -729,6 +736,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _set_mass_rows=_top_set_mass_rows,
             q_dominates=False,
             reference_verifier="naive",  # naive attains alpha* = p(Top_n) for deterministic drafts
+            optimal_at_full_v="naive",
         ),
     ]
 }

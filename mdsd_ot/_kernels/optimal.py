@@ -38,7 +38,10 @@ def class_secant(A, B, d, n):
     if d <= 0.0 or A <= 0.0:
         return 0.0
     lead = math.exp(n * math.log(A))
-    return lead * (-math.expm1(n * math.log1p(-min(d / A, 1.0)))) / d
+    x = min(d / A, 1.0)
+    if x >= 1.0:  # (1 - x)^n = 0; log1p(-1) is -inf compiled but an error in the Python twin
+        return lead / d
+    return lead * (-math.expm1(n * math.log1p(-x))) / d
 
 
 @nb.njit(cache=True, inline="always")

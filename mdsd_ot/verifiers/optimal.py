@@ -33,6 +33,7 @@ import threading
 
 import numpy as np
 
+from ..drafts import SCHEMES
 from .base import (
     ANY_SCHEME,
     PreparedVerifier,
@@ -43,13 +44,13 @@ from .base import (
     residual,
     sample_drafts_batch,
     sample_index,
-    top_k,
 )
 
 __all__ = ["OptimalVerifier", "feasible_flow", "FULL_V_SCHEMES", "CONSTRUCTIONS"]
 
-#: Draft schemes for which the optimal verifier has a construction at any vocabulary size.
-FULL_V_SCHEMES = ("with_replacement", "greedy", "hub")
+#: Draft schemes for which the optimal verifier has a construction at any vocabulary size
+#: (``DraftScheme.optimal_at_full_v``).
+FULL_V_SCHEMES = tuple(name for name, s in SCHEMES.items() if s.optimal_at_full_v)
 
 #: ``OptimalVerifier(construction=...)``: ``"auto"`` (full-V construction where there is one, else
 #: the LP) or ``"lp"`` (the LP plan for every scheme: the small-V reference).
@@ -305,18 +306,16 @@ class OptimalVerifier(Verifier):
 
     def covers(self, sampling) -> bool:
         """True when ``sampling`` has a construction at any vocabulary size (no LP)."""
-        return self.construction == "auto" and self.resolve_scheme(sampling).name in FULL_V_SCHEMES
+        return self.construction == "auto" and self.resolve_scheme(sampling).optimal_at_full_v is not None
 
     def _prepare(self, p, q, n, scheme):
-        if self.construction == "auto":
-            if scheme.name == "with_replacement":
-                return _PreparedChain(self, p, q, n, scheme)
-            if scheme.name == "greedy":
-                from .greedy import _PreparedGreedy
+        how = scheme.optimal_at_full_v if self.construction == "auto" else None
+        if how == "chain":
+            return _PreparedChain(self, p, q, n, scheme)
+        if how is not None:  # a registry verifier that attains this scheme's alpha*
+            from . import VERIFIERS
 
-                return _PreparedGreedy(self, p, q, n, scheme, top_k(q, n - 1))
-            if scheme.name == "hub":
-                from .spechub import _PreparedHub
-
-                return _PreparedHub(self, p, q, n, scheme)
+            prepared = VERIFIERS[how]._prepare(p, q, n, scheme)
+            prepared.verifier = self
+            return prepared
         return _PreparedOptimal(self, p, q, n, scheme)
