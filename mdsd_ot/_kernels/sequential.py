@@ -17,6 +17,7 @@ from .._config import (
     NBANDS,
     PRUNE_BATCH,
     PRUNE_SLACK,
+    PRUNE_STATES,
     QUAD_STEP,
     QUAD_TAIL,
     SATURATED,
@@ -120,7 +121,9 @@ def without_replacement_bounds(ps, qs, n):
     ``D_k = W_n(H_k) - P_k``; ``exact[k]`` marks prefixes where ``lo[k] == hi[k]`` is the value
     (fewer than n drafted tokens in ``H_k``: W = 0; no q mass outside: W = 1, taken as ``Q_k``).
     Bounds (docs/math.md#pruning): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
-    sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``.
+    sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``; where the
+    upper bound cannot beat an earlier lower bound the lower one is the trivial ``W_n(H) >= 0``
+    (the maximum of ``lo`` and its first position are those of the product bound everywhere).
     """
     V = qs.size
     P = prefix_sums(ps)
@@ -131,6 +134,7 @@ def without_replacement_bounds(ps, qs, n):
     exact = np.zeros(V + 1, dtype=np.bool_)
     top = np.zeros(n)  # the n-1 largest masses so far, descending (top[n-1] unused)
     count = 0
+    best_lo = -np.inf  # the largest lower bound so far
     for k in range(V + 1):
         if count < n:
             lo[k] = -P[k]
@@ -142,14 +146,20 @@ def without_replacement_bounds(ps, qs, n):
             exact[k] = True
         else:
             hi[k] = min(Q[k] ** n, Q[k]) - P[k]
-            w = 1.0
-            s = 0.0
-            for j in range(n):
-                inside = max(Q[k] - s, 0.0)
-                w *= inside / (R[k] + inside)
-                if j < n - 1:
-                    s += top[j]
-            lo[k] = w - P[k]
+            if hi[k] <= best_lo:
+                # lo[k] <= hi[k] cannot exceed an earlier lower bound: the trivial bound W >= 0
+                # leaves the maximum of lo and its first position unchanged, and saves n divisions
+                lo[k] = -P[k]
+            else:
+                w = 1.0
+                s = 0.0
+                for j in range(n):
+                    inside = max(Q[k] - s, 0.0)
+                    w *= inside / (R[k] + inside)
+                    if j < n - 1:
+                        s += top[j]
+                lo[k] = w - P[k]
+        best_lo = max(best_lo, lo[k])
         if k < V:
             v = qs[k]
             if v > 0.0:
@@ -203,6 +213,7 @@ def candidate_prefixes(lo, hi, exact):
 LOG_CERTAIN = math.log(CERTAIN_QT)
 _LN2 = math.log(2.0)
 _RESCALE = 1e200
+_S_DIRECT = 700.0  # below: q t = q * e^s (e^s finite); above, exp(log q + s)
 
 
 @nb.njit(cache=True)
@@ -257,43 +268,62 @@ def _bands(qs):
 
 
 @nb.njit(cache=True)
-def _band_tables(qs, bands, J):
-    """Tokens grouped by band, and running power sums inside each band: ``(off, perm, table)``.
+def _band_tables(qs, bands, J, lo):
+    """Tokens grouped by band, and running power sums inside each band: ``(off, perm, off2, table)``.
 
     ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
-    sort). ``table[off[b] + b + r, k]`` = sum of ``(q_i 2^b)^k`` over the first r tokens of band b
-    (one extra row per band, for r = 0). Each term is at most 1, scaled to its own band, so no power
-    that matters underflows; the sums of the first two powers are Neumaier-compensated (a band may
-    hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need not be.
+    sort). Only prefixes of length ``>= lo`` are ever queried, so the table keeps rows for them
+    alone: ``table[off2[b] + b + r, k]`` = sum of ``(q_i 2^b)^k`` over the tokens of band b before
+    the r-th token of band b at a position ``>= lo`` (``off2`` counts those tokens; one extra row per
+    band, for r = 0). Each term is at most 1, scaled to its own band, so no power that matters
+    underflows; the sums of the first two powers are Neumaier-compensated (a band may hold 10^5
+    equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need not be.
     """
     off = np.zeros(NBANDS + 1, dtype=np.int64)
+    off2 = np.zeros(NBANDS + 1, dtype=np.int64)
     for i in range(qs.size):
         off[bands[i] + 1] += 1
+        if i >= lo:
+            off2[bands[i] + 1] += 1
     for b in range(NBANDS):
         off[b + 1] += off[b]
+        off2[b + 1] += off2[b]
     perm = np.empty(qs.size, dtype=np.int64)
-    table = np.empty((qs.size + NBANDS, J + 1))
+    table = np.empty((qs.size - lo + NBANDS, J + 1))
     run = np.zeros((NBANDS, J + 1))
     comp = np.zeros((NBANDS, 3))
     fill = off[:NBANDS].copy()
-    for b in range(NBANDS):
-        table[off[b] + b, :] = 0.0
+    fill2 = off2[:NBANDS].copy()
     for i in range(qs.size):
         b = bands[i]
         perm[fill[b]] = i
         fill[b] += 1
-        row = fill[b] + b
         v = math.ldexp(qs[i], int(b))
         run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
-        table[row, 1] = run[b, 1] + comp[b, 1]
         x = v * v
         run[b, 2], comp[b, 2] = neumaier_add(run[b, 2], comp[b, 2], x)
-        table[row, 2] = run[b, 2] + comp[b, 2]
         for k in range(3, J + 1):
             x *= v
             run[b, k] += x
-            table[row, k] = run[b, k]
-    return off, perm, table
+        if i + 1 == lo:
+            for b2 in range(NBANDS):  # row r = 0 of every band: the sums before position lo
+                row = off2[b2] + b2
+                table[row, 0] = 0.0
+                table[row, 1] = run[b2, 1] + comp[b2, 1]
+                table[row, 2] = run[b2, 2] + comp[b2, 2]
+                for k in range(3, J + 1):
+                    table[row, k] = run[b2, k]
+        if i >= lo:
+            fill2[b] += 1
+            row = fill2[b] + b
+            table[row, 1] = run[b, 1] + comp[b, 1]
+            table[row, 2] = run[b, 2] + comp[b, 2]
+            for k in range(3, J + 1):
+                table[row, k] = run[b, k]
+    if lo == 0:
+        for b in range(NBANDS):
+            table[off2[b] + b, :] = 0.0
+    return off, perm, off2, table
 
 
 @nb.njit(cache=True)
@@ -342,18 +372,19 @@ def _big_lists(off, perm, node_band, M):
 
 
 @nb.njit(cache=True)
-def _prepare_fast(qs, top, n, refine, r_min):
-    """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes.
+def _prepare_fast(qs, top, n, refine, r_min, lo):
+    """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes
+    (prefixes queried later have lengths in ``[lo, top]``).
 
-    Returns ``(s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u)`` where
-    ``coef_u[m, j, k] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
+    Returns ``(s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u, off2, lo, qs)``
+    where ``coef_u[m, j, k] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
     """
     s_lo, h, M = quad_grid(n, r_min, refine)
     L = min(n - 1, LOG_TERMS)
     J = series_length(L)
     coef = series_coefficients(L, J)
     bands = _bands(qs[:top])
-    off, perm, table = _band_tables(qs[:top], bands, J)
+    off, perm, off2, table = _band_tables(qs[:top], bands, J, lo)
     node_band = np.empty(M, dtype=np.int64)
     coef_u = np.zeros((M, L + 1, J + 1))
     for m in range(M):
@@ -369,28 +400,30 @@ def _prepare_fast(qs, top, n, refine, r_min):
             uk *= u
     flat, start = _big_lists(off, perm, node_band, M)
     lq = np.full(top, -np.inf)
-    for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
-        if qs[i] > 0.0:
-            lq[i] = math.log(qs[i])
-    return s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u
+    if s_lo + (M - 1) * h >= _S_DIRECT:  # some node needs q t in logarithms (see _fast_nodes)
+        for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
+            if qs[i] > 0.0:
+                lq[i] = math.log(qs[i])
+    return s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u, off2, lo, qs
 
 
 @nb.njit(cache=True)
-def _query_power_sums(bands, off, table, queries, J):
-    """``S[c, b, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in bands ``>= b``."""
+def _query_power_sums(bands, off2, table, queries, J, lo):
+    """``S[c, b, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` (``>= lo``) in
+    bands ``>= b``."""
     C = queries.size
     count = np.zeros(NBANDS, dtype=np.int64)
     S = np.zeros((C, NBANDS + 1, J + 1))
     shrink = np.empty(J + 1)
     for k in range(J + 1):
         shrink[k] = 0.5**k
-    i = 0
+    i = lo
     for c in range(C):
         while i < queries[c]:
             count[bands[i]] += 1
             i += 1
         for b in range(NBANDS - 1, -1, -1):
-            row = off[b] + b + count[b]
+            row = off2[b] + b + count[b]
             for k in range(1, J + 1):
                 S[c, b, k] = table[row, k] + shrink[k] * S[c, b + 1, k]
     return S
@@ -431,9 +464,30 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
 
 
 @nb.njit(cache=True)
-def _fast_nodes(prep, queries, Rq, n, S, M, acc):
-    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path)."""
-    s_lo, h, _, bands, lq, off, table, flat, start, node_band, coef_u = prep
+def _new_state(M, n):
+    """Per-node DP states at one prefix (docs/math.md#pruning): ``(dp, ptr, flag, pos)``;
+    ``flag[m]`` = 0: no state (start from the empty prefix), 1: ``dp[m]`` is the count law of the
+    big tokens before ``pos[0]`` and ``ptr[m]`` the next big token, 2: saturated there."""
+    return (
+        np.empty((M, n)),
+        np.zeros(M, dtype=np.int64),
+        np.zeros(M, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
+
+
+@nb.njit(cache=True)
+def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
+    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path).
+
+    Each node's DP over its big tokens starts from ``resume`` (the states at a prefix no longer than
+    ``queries[0]``) where it holds one; the states at every ``save_every``-th query are written to
+    ``saved`` (one state set per saved query, see :func:`_new_state`), so that a later round can
+    resume there. A resumed state is the very one a fresh run computes: the values are the same.
+    """
+    s_lo, h, _, bands, lq, off, table, flat, start, node_band, coef_u, _, _, qs = prep
+    r_dp, r_ptr, r_flag, _ = resume
+    s_dp, s_ptr, s_flag = saved
     dp = np.empty(n)  # P(N_big = j), j < n
     L = coef_u.shape[1] - 1
     J = coef_u.shape[2] - 1
@@ -445,21 +499,42 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc):
         s = s_lo + m * h
         bm = node_band[m]
         log_certain = LOG_CERTAIN - s
+        direct = s < _S_DIRECT
+        et = math.exp(s) if direct else 0.0
         big = flat[start[m, 0] : start[m, 1]]
-        dp[:] = 0.0
-        dp[0] = 1.0
-        ptr = 0
+        if r_flag[m] == 2:
+            for c in range(C):
+                acc[c] += _node_weight(h, Rq[c], s)
+            for c in range(0, C, save_every):
+                s_flag[c // save_every, m] = 2
+            continue
+        if r_flag[m] == 1:
+            dp[:] = r_dp[m]
+            ptr = r_ptr[m]
+        else:
+            dp[:] = 0.0
+            dp[0] = 1.0
+            ptr = 0
         for c in range(C):
             stop = queries[c]
             while ptr < big.size and big[ptr] < stop:
                 i = big[ptr]
                 ptr += 1
-                if lq[i] >= log_certain:  # rang by t: shift the count by one arrival, no exp needed
+                if direct:  # q t = q e^s: no logarithm, one exponential
+                    x = qs[i] * et
+                    if x >= CERTAIN_QT:  # rang by t: shift the count by one arrival
+                        for j in range(n - 1, 0, -1):
+                            dp[j] = dp[j - 1]
+                        dp[0] = 0.0
+                        continue
+                elif lq[i] >= log_certain:
                     for j in range(n - 1, 0, -1):
                         dp[j] = dp[j - 1]
                     dp[0] = 0.0
                     continue
-                ai, ei = _arrival(math.exp(lq[i] + s))
+                else:
+                    x = math.exp(lq[i] + s)
+                ai, ei = _arrival(x)
                 _add_token(dp, ai, ei)
             below_big = 0.0
             for j in range(n):
@@ -472,7 +547,14 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc):
                 acc[c] += weight
                 for c2 in range(c + 1, C):
                     acc[c2] += _node_weight(h, Rq[c2], s)
+                for c2 in range(c + (-c) % save_every, C, save_every):
+                    s_flag[c2 // save_every, m] = 2
                 break
+            if c % save_every == 0:
+                k = c // save_every
+                s_dp[k, m] = dp
+                s_ptr[k, m] = ptr
+                s_flag[k, m] = 1
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
             if bm < NBANDS and S[c, bm, 1] > 0.0:
@@ -496,19 +578,25 @@ def _nodes_needed(s_lo, h, M, r_min):
 
 
 @nb.njit(cache=True)
-def _evaluate_fast(prep, queries, Rq, n):
+def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
+    """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values and the DP states
+    at every ``save_every``-th query (:func:`_fast_nodes`)."""
     J = prep[10].shape[2] - 1
-    S = _query_power_sums(prep[3], prep[5], prep[6], queries, J)
+    S = _query_power_sums(prep[3], prep[11], prep[6], queries, J, prep[12])
     acc = np.zeros(queries.size)
-    _fast_nodes(prep, queries, Rq, n, S, _nodes_needed(prep[0], prep[1], prep[2], Rq.min()), acc)
-    return acc
+    M = _nodes_needed(prep[0], prep[1], prep[2], Rq.min())
+    ns = (queries.size - 1) // save_every + 1
+    saved = (np.empty((ns, M, n)), np.zeros((ns, M), dtype=np.int64), np.zeros((ns, M), dtype=np.int64))
+    _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every)
+    return acc, saved
 
 
 @nb.njit(cache=True)
 def sequential_masses_fast(qs, queries, Rq, n, refine=0):
     """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
-    prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min())
-    return _evaluate_fast(prep, queries, Rq, n)
+    prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min(), queries[0])
+    resume = _new_state(prep[2], n)
+    return _evaluate_fast(prep, queries, Rq, n, resume, queries.size)[0]
 
 
 @nb.njit(cache=True)
@@ -519,13 +607,17 @@ def scan_without_replacement(ps, qs, n, refine=0):
     ``D_k <= W_n(H_b) - P_k``; with the cheap bounds of :func:`without_replacement_bounds` this
     discards every prefix that cannot beat the best excess found so far. Each round evaluates up to
     ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature; the tokens and
-    the grid are prepared once.
+    the grid are prepared once, and each round resumes every node's DP over the big tokens at the
+    last saved state before the first remaining prefix (docs/math.md#pruning).
     """
     P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
     todo, best, best_k = candidate_prefixes(lo, hi, exact)
     if todo.size == 0:
         return best, best_k
-    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]])
+    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0])
+    M = prep[2]
+    resume = _new_state(M, n)
+    save_every = max(1, (PRUNE_BATCH + 1) * M * n // PRUNE_STATES + 1)
     V1 = P.size
     evaluated = np.zeros(V1, dtype=np.bool_)
     w_at = np.zeros(V1)
@@ -538,7 +630,7 @@ def scan_without_replacement(ps, qs, n, refine=0):
             pick[i] = todo[i * step]
         if last_extra:
             pick[count] = todo[todo.size - 1]
-        w = _evaluate_fast(prep, pick, R[pick], n)
+        w, saved = _evaluate_fast(prep, pick, R[pick], n, resume, save_every)
         for i in range(pick.size):
             k = pick[i]
             wk = min(w[i], Q[k])
@@ -562,6 +654,21 @@ def scan_without_replacement(ps, qs, n, refine=0):
                 todo[keep] = k
                 keep += 1
         todo = todo[:keep].copy()
+        if todo.size > 0:  # resume the next round at the last saved query before todo[0]
+            c = -1
+            for i in range(0, pick.size, save_every):
+                if pick[i] <= todo[0]:
+                    c = i
+            if c >= 0 and pick[c] > resume[3][0]:
+                r_dp, r_ptr, r_flag, r_pos = resume
+                s_dp, s_ptr, s_flag = saved
+                Ms = s_flag.shape[1]
+                k = c // save_every
+                r_flag[:] = 0  # nodes the round did not need have no state
+                r_dp[:Ms] = s_dp[k]
+                r_ptr[:Ms] = s_ptr[k]
+                r_flag[:Ms] = s_flag[k]
+                r_pos[0] = pick[c]
     return best, best_k
 
 
@@ -618,31 +725,46 @@ def sequential_mass_check(q_in, outside, n, refine):
     # tokens small at every node (q t <= SMALL_QT up to the last node) are summed once; the others
     # are sorted high to low, and node m's small tokens are a suffix of them
     log_theta_min = math.log(SMALL_QT) - (s_lo + (M - 1) * h)
+    # theta_min = e^log_theta_min as a float when it is a normal number and 1 / theta_min finite:
+    # then a token is small at every node when q <= theta_min, scaled as q / theta_min (no logarithm)
+    plain = -700.0 < log_theta_min < 700.0
+    theta_min = math.exp(log_theta_min) if plain else 0.0
+    inv_theta = 1.0 / theta_min if plain else 0.0
     acc = np.zeros(J + 1)  # sum of (q_i / theta)^j over the small tokens met so far
     comp = np.zeros(3)  # compensations of the first two powers
+    big = np.zeros(q_in.size, dtype=np.bool_)
     rest = 0
     for i in range(q_in.size):
         if q_in[i] <= 0.0:
             continue
-        lv = math.log(q_in[i]) - log_theta_min
-        if lv > 0.0:
-            rest += 1
-            continue
-        v = math.exp(lv)
+        if plain:
+            if q_in[i] > theta_min:
+                big[i] = True
+                rest += 1
+                continue
+            v = q_in[i] * inv_theta
+        else:
+            lv = math.log(q_in[i]) - log_theta_min
+            if lv > 0.0:
+                big[i] = True
+                rest += 1
+                continue
+            v = math.exp(lv)
         acc[1], comp[1] = neumaier_add(acc[1], comp[1], v)
         x = v * v
         acc[2], comp[2] = neumaier_add(acc[2], comp[2], x)
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
-    lq = np.empty(rest)
+    qv = np.empty(rest)
     rest = 0
     for i in range(q_in.size):
-        if q_in[i] > 0.0 and math.log(q_in[i]) > log_theta_min:
-            lq[rest] = -math.log(q_in[i])
+        if big[i]:
+            qv[rest] = -q_in[i]
             rest += 1
-    lq.sort()
-    lq = -lq  # log q of the other tokens, high to low
+    qv.sort()
+    qv = -qv  # the other tokens, high to low
+    lq = np.log(qv)
     cut = np.empty(M, dtype=np.int64)  # node m: lq[cut[m]:] are small
     pw = np.zeros((M, J + 1))  # node m: pw[m, j] = sum of (q t)^j over its small tokens
     ptr = rest
@@ -684,14 +806,19 @@ def sequential_mass_check(q_in, outside, n, refine):
         dp[:] = 0.0
         dp[0] = 1.0
         below_big = 1.0
+        et = math.exp(s) if s < 700.0 else 0.0
         for i in range(cut[m]):
-            ai, ei = _arrival(math.exp(lq[i] + s))
+            if et > 0.0:
+                ai, ei = _arrival(qv[i] * et)
+            else:
+                ai, ei = _arrival(math.exp(lq[i] + s))
             _add_token(dp, ai, ei)
-            below_big = 0.0
-            for j in range(n):
-                below_big += dp[j]
-            if below_big < SATURATED:  # later tokens only add arrivals
-                break
+            if i % 4 == 3 or i == cut[m] - 1:  # the sum every few tokens: it only falls
+                below_big = 0.0
+                for j in range(n):
+                    below_big += dp[j]
+                if below_big < SATURATED:  # later tokens only add arrivals
+                    break
         if below_big < SATURATED:
             total += weight
             continue
