@@ -267,37 +267,15 @@ def _bands(qs):
     return out
 
 
-@nb.njit(cache=True)
-def _band_tables(qs, bands, J, lo):
-    """Tokens grouped by band, and running power sums inside each band: ``(off, perm, off2, table)``.
-
-    ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
-    sort). Only prefixes of length ``>= lo`` are ever queried, so the table keeps rows for them
-    alone: ``table[off2[b] + b + r, k]`` = sum of ``(q_i 2^b)^k`` over the tokens of band b before
-    the r-th token of band b at a position ``>= lo`` (``off2`` counts those tokens; one extra row per
-    band, for r = 0). Each term is at most 1, scaled to its own band, so no power that matters
-    underflows; the sums of the first two powers are Neumaier-compensated (a band may hold 10^5
-    equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need not be.
-    """
-    off = np.zeros(NBANDS + 1, dtype=np.int64)
-    off2 = np.zeros(NBANDS + 1, dtype=np.int64)
-    for i in range(qs.size):
-        off[bands[i] + 1] += 1
-        if i >= lo:
-            off2[bands[i] + 1] += 1
-    for b in range(NBANDS):
-        off[b + 1] += off[b]
-        off2[b + 1] += off2[b]
-    perm = np.empty(qs.size, dtype=np.int64)
-    table = np.empty((qs.size - lo + NBANDS, J + 1))
-    run = np.zeros((NBANDS, J + 1))
-    comp = np.zeros((NBANDS, 3))
-    fill = off[:NBANDS].copy()
-    fill2 = off2[:NBANDS].copy()
-    for i in range(qs.size):
+@nb.njit(cache=True, inline="always")
+def _add_power_sums(qs, bands, run, comp, i0, i1, J):
+    """Add the tokens ``i0 <= i < i1`` to the running power sums of their bands: ``run[b, k]`` (+
+    ``comp[b, k]``, k <= 2) = sum of ``(q_i 2^b)^k``. Each term is at most 1, scaled to its own band,
+    so no power that matters underflows; the sums of the first two powers are Neumaier-compensated
+    (a band may hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need
+    not be."""
+    for i in range(i0, i1):
         b = bands[i]
-        perm[fill[b]] = i
-        fill[b] += 1
         v = math.ldexp(qs[i], int(b))
         run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
         x = v * v
@@ -305,25 +283,32 @@ def _band_tables(qs, bands, J, lo):
         for k in range(3, J + 1):
             x *= v
             run[b, k] += x
-        if i + 1 == lo:
-            for b2 in range(NBANDS):  # row r = 0 of every band: the sums before position lo
-                row = off2[b2] + b2
-                table[row, 0] = 0.0
-                table[row, 1] = run[b2, 1] + comp[b2, 1]
-                table[row, 2] = run[b2, 2] + comp[b2, 2]
-                for k in range(3, J + 1):
-                    table[row, k] = run[b2, k]
-        if i >= lo:
-            fill2[b] += 1
-            row = fill2[b] + b
-            table[row, 1] = run[b, 1] + comp[b, 1]
-            table[row, 2] = run[b, 2] + comp[b, 2]
-            for k in range(3, J + 1):
-                table[row, k] = run[b, k]
-    if lo == 0:
-        for b in range(NBANDS):
-            table[off2[b] + b, :] = 0.0
-    return off, perm, off2, table
+
+
+@nb.njit(cache=True)
+def _band_tables(qs, bands, J, lo):
+    """Tokens grouped by band, and the power sums of each band before position ``lo``:
+    ``(off, perm, run, comp)``.
+
+    ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
+    sort); ``run``, ``comp`` as in :func:`_add_power_sums` over the tokens before ``lo`` (prefixes
+    queried later are no shorter).
+    """
+    off = np.zeros(NBANDS + 1, dtype=np.int64)
+    for i in range(qs.size):
+        off[bands[i] + 1] += 1
+    for b in range(NBANDS):
+        off[b + 1] += off[b]
+    perm = np.empty(qs.size, dtype=np.int64)
+    fill = off[:NBANDS].copy()
+    for i in range(qs.size):
+        b = bands[i]
+        perm[fill[b]] = i
+        fill[b] += 1
+    run = np.zeros((NBANDS, J + 1))
+    comp = np.zeros((NBANDS, 3))
+    _add_power_sums(qs, bands, run, comp, 0, lo, J)
+    return off, perm, run, comp
 
 
 @nb.njit(cache=True)
@@ -376,17 +361,17 @@ def _prepare_fast(qs, top, n, refine, r_min, lo):
     """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes
     (prefixes queried later have lengths in ``[lo, top]``).
 
-    Returns ``(s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u, off2, lo, qs)``
-    where ``coef_u[m, j, k] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
+    Returns ``(s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs)``
+    where ``coef_u[m, k, j] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
     """
     s_lo, h, M = quad_grid(n, r_min, refine)
     L = min(n - 1, LOG_TERMS)
     J = series_length(L)
     coef = series_coefficients(L, J)
     bands = _bands(qs[:top])
-    off, perm, off2, table = _band_tables(qs[:top], bands, J, lo)
+    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo)
     node_band = np.empty(M, dtype=np.int64)
-    coef_u = np.zeros((M, L + 1, J + 1))
+    coef_u = np.zeros((M, J + 1, L + 1))
     for m in range(M):
         s = s_lo + m * h
         node_band[m] = _node_band(s)
@@ -396,7 +381,7 @@ def _prepare_fast(qs, top, n, refine, r_min, lo):
         uk = 1.0
         for k in range(J + 1):
             for j in range(1, L + 1):
-                coef_u[m, j, k] = coef[j, k] * uk
+                coef_u[m, k, j] = coef[j, k] * uk
             uk *= u
     flat, start = _big_lists(off, perm, node_band, M)
     lq = np.full(top, -np.inf)
@@ -404,28 +389,34 @@ def _prepare_fast(qs, top, n, refine, r_min, lo):
         for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
             if qs[i] > 0.0:
                 lq[i] = math.log(qs[i])
-    return s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u, off2, lo, qs
+    return s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs
 
 
 @nb.njit(cache=True)
-def _query_power_sums(bands, off2, table, queries, J, lo):
-    """``S[c, b, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` (``>= lo``) in
-    bands ``>= b``."""
+def _query_power_sums(qs, bands, resume, queries, J, saved, save_every):
+    """``S[b, c, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in bands ``>= b``,
+    from the band sums at the prefix of ``resume`` (no longer than ``queries[0]``); the band sums at
+    every ``save_every``-th query are written to ``saved``."""
+    run = resume[4].copy()
+    comp = resume[5].copy()
+    s_run, s_comp = saved[3], saved[4]
     C = queries.size
-    count = np.zeros(NBANDS, dtype=np.int64)
-    S = np.zeros((C, NBANDS + 1, J + 1))
+    S = np.zeros((NBANDS + 1, C, J + 1))
     shrink = np.empty(J + 1)
     for k in range(J + 1):
         shrink[k] = 0.5**k
-    i = lo
+    i = resume[3][0]
     for c in range(C):
-        while i < queries[c]:
-            count[bands[i]] += 1
-            i += 1
+        _add_power_sums(qs, bands, run, comp, i, queries[c], J)
+        i = queries[c]
         for b in range(NBANDS - 1, -1, -1):
-            row = off2[b] + b + count[b]
-            for k in range(1, J + 1):
-                S[c, b, k] = table[row, k] + shrink[k] * S[c, b + 1, k]
+            S[b, c, 1] = (run[b, 1] + comp[b, 1]) + shrink[1] * S[b + 1, c, 1]
+            S[b, c, 2] = (run[b, 2] + comp[b, 2]) + shrink[2] * S[b + 1, c, 2]
+            for k in range(3, J + 1):
+                S[b, c, k] = run[b, k] + shrink[k] * S[b + 1, c, k]
+        if c % save_every == 0:
+            s_run[c // save_every] = run
+            s_comp[c // save_every] = comp
     return S
 
 
@@ -437,19 +428,24 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
     ``_RESCALE`` (e_k spans far more than float64 when t q(small) is large); the factor
     ``e^{-t q(small)}`` is applied at the end, in logarithms where it would underflow.
     """
-    lam = coef_u[m, 1, 1] * S[c, b, 1]  # c[1, 1] = 1: t q(small)
+    lam = coef_u[m, 1, 1] * S[b, c, 1]  # c[1, 1] = 1: t q(small)
+    # p_j = sum_k c[j, k] u^k S_k, each summed over k upwards; the sums run side by side (k outer)
+    # so that they do not wait on one another
     for j in range(1, L + 1):
-        v = 0.0
-        for k in range(j, J + 1):
-            v += coef_u[m, j, k] * S[c, b, k]
-        a[j] = v if j % 2 == 1 else -v
+        a[j] = 0.0
+    for k in range(1, J + 1):
+        sk = S[b, c, k]
+        for j in range(1, min(k, L) + 1):
+            a[j] += coef_u[m, k, j] * sk
+    for j in range(2, L + 1, 2):
+        a[j] = -a[j]
     g[0] = 1.0
     log_scale = -lam
     for k in range(1, n):
-        v = 0.0
-        for j in range(1, min(k, L) + 1):
+        v = 0.0  # the term of the newest g[k - 1] last, and 1 / k off the chain from g[k - 1] to g[k]
+        for j in range(min(k, L), 1, -1):
             v += a[j] * g[k - j]
-        g[k] = v / k
+        g[k] = (v + a[1] * g[k - 1]) * (1.0 / k)
         if g[k] > _RESCALE:
             for i in range(k + 1):
                 g[i] /= _RESCALE
@@ -464,15 +460,22 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
 
 
 @nb.njit(cache=True)
-def _new_state(M, n):
-    """Per-node DP states at one prefix (docs/math.md#pruning): ``(dp, ptr, flag, pos)``;
-    ``flag[m]`` = 0: no state (start from the empty prefix), 1: ``dp[m]`` is the count law of the
-    big tokens before ``pos[0]`` and ``ptr[m]`` the next big token, 2: saturated there."""
+def _new_state(prep, n):
+    """Where a round of evaluations starts (docs/math.md#pruning): ``(dp, ptr, flag, pos, run,
+    comp)``. ``pos[0]`` is a prefix length; ``run``, ``comp`` the band power sums before it
+    (:func:`_add_power_sums`); per node m, ``flag[m]`` = 0: no DP state (start from the empty
+    prefix), 1: ``dp[m]`` is the count law of the node's big tokens before ``pos[0]`` and ``ptr[m]``
+    the next of them, 2: saturated there. A new state: the prepared prefix, every node from scratch."""
+    M = prep[2]
+    pos = np.zeros(1, dtype=np.int64)
+    pos[0] = prep[12]
     return (
         np.empty((M, n)),
         np.zeros(M, dtype=np.int64),
         np.zeros(M, dtype=np.int64),
-        np.zeros(1, dtype=np.int64),
+        pos,
+        prep[6].copy(),
+        prep[7].copy(),
     )
 
 
@@ -485,12 +488,12 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
     ``saved`` (one state set per saved query, see :func:`_new_state`), so that a later round can
     resume there. A resumed state is the very one a fresh run computes: the values are the same.
     """
-    s_lo, h, _, bands, lq, off, table, flat, start, node_band, coef_u, _, _, qs = prep
-    r_dp, r_ptr, r_flag, _ = resume
-    s_dp, s_ptr, s_flag = saved
+    s_lo, h, _, bands, lq, off, _, _, flat, start, node_band, coef_u, _, qs = prep
+    r_dp, r_ptr, r_flag = resume[0], resume[1], resume[2]
+    s_dp, s_ptr, s_flag = saved[0], saved[1], saved[2]
     dp = np.empty(n)  # P(N_big = j), j < n
-    L = coef_u.shape[1] - 1
-    J = coef_u.shape[2] - 1
+    L = coef_u.shape[2] - 1
+    J = coef_u.shape[1] - 1
     a = np.empty(L + 1)
     g = np.empty(n)
     C = queries.size
@@ -539,7 +542,7 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
             below_big = 0.0
             for j in range(n):
                 below_big += dp[j]
-            rt = math.exp(log_r[c] + s)
+            rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
             weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
             if below_big < SATURATED:
                 # P(N < n) <= P(N_big < n) < SATURATED here and for every longer prefix (tokens
@@ -557,7 +560,7 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
                 s_flag[k, m] = 1
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
-            if bm < NBANDS and S[c, bm, 1] > 0.0:
+            if bm < NBANDS and S[bm, c, 1] > 0.0:
                 _small_count_law(S, c, bm, coef_u, m, n, L, J, a, g)
             else:
                 g[:] = 0.0
@@ -579,14 +582,20 @@ def _nodes_needed(s_lo, h, M, r_min):
 
 @nb.njit(cache=True)
 def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
-    """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values and the DP states
-    at every ``save_every``-th query (:func:`_fast_nodes`)."""
-    J = prep[10].shape[2] - 1
-    S = _query_power_sums(prep[3], prep[11], prep[6], queries, J, prep[12])
-    acc = np.zeros(queries.size)
+    """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values and the states
+    at every ``save_every``-th query (:func:`_fast_nodes`, :func:`_query_power_sums`)."""
+    J = prep[11].shape[1] - 1
     M = _nodes_needed(prep[0], prep[1], prep[2], Rq.min())
     ns = (queries.size - 1) // save_every + 1
-    saved = (np.empty((ns, M, n)), np.zeros((ns, M), dtype=np.int64), np.zeros((ns, M), dtype=np.int64))
+    saved = (
+        np.empty((ns, M, n)),
+        np.zeros((ns, M), dtype=np.int64),
+        np.zeros((ns, M), dtype=np.int64),
+        np.empty((ns, NBANDS, J + 1)),
+        np.empty((ns, NBANDS, 3)),
+    )
+    S = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every)
+    acc = np.zeros(queries.size)
     _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every)
     return acc, saved
 
@@ -595,7 +604,7 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
 def sequential_masses_fast(qs, queries, Rq, n, refine=0):
     """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
     prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min(), queries[0])
-    resume = _new_state(prep[2], n)
+    resume = _new_state(prep, n)
     return _evaluate_fast(prep, queries, Rq, n, resume, queries.size)[0]
 
 
@@ -616,11 +625,10 @@ def scan_without_replacement(ps, qs, n, refine=0):
         return best, best_k
     prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0])
     M = prep[2]
-    resume = _new_state(M, n)
-    save_every = max(1, (PRUNE_BATCH + 1) * M * n // PRUNE_STATES + 1)
-    V1 = P.size
-    evaluated = np.zeros(V1, dtype=np.bool_)
-    w_at = np.zeros(V1)
+    resume = _new_state(prep, n)
+    save_every = max(1, 2 * PRUNE_BATCH * M * n // PRUNE_STATES + 1)  # a round picks < 2 PRUNE_BATCH
+    ev_pos = np.empty(0, dtype=np.int64)  # evaluated prefixes, increasing, and W_n there
+    ev_w = np.empty(0)
     while todo.size > 0:
         step = max(1, todo.size // PRUNE_BATCH)
         count = (todo.size - 1) // step + 1
@@ -634,23 +642,27 @@ def scan_without_replacement(ps, qs, n, refine=0):
         for i in range(pick.size):
             k = pick[i]
             wk = min(w[i], Q[k])
-            evaluated[k] = True
-            w_at[k] = wk
+            w[i] = wk
             d = wk - P[k]
             if d > best or (d == best and k < best_k):
                 best = d
                 best_k = k
-        # cap[k] = W_n at the nearest evaluated prefix >= k (an upper bound on W_n(H_k))
-        cap = np.empty(V1)
-        nxt = np.inf
-        for k in range(V1 - 1, -1, -1):
-            if evaluated[k]:
-                nxt = w_at[k]
-            cap[k] = nxt
+        pos = np.concatenate((ev_pos, pick))
+        order = np.argsort(pos, kind="mergesort")
+        ev_pos = pos[order]
+        ev_w = np.concatenate((ev_w, w))[order]
+        # cap = W_n at the nearest evaluated prefix >= k (an upper bound on W_n(H_k)); todo is
+        # increasing, so one pointer walks the evaluated prefixes
         keep = 0
+        e = 0
         for i in range(todo.size):
             k = todo[i]
-            if not evaluated[k] and min(hi[k], cap[k] - P[k]) > best + PRUNE_SLACK:
+            while e < ev_pos.size and ev_pos[e] < k:
+                e += 1
+            if e < ev_pos.size and ev_pos[e] == k:
+                continue  # evaluated
+            cap = ev_w[e] if e < ev_pos.size else np.inf
+            if min(hi[k], cap - P[k]) > best + PRUNE_SLACK:
                 todo[keep] = k
                 keep += 1
         todo = todo[:keep].copy()
@@ -659,16 +671,16 @@ def scan_without_replacement(ps, qs, n, refine=0):
             for i in range(0, pick.size, save_every):
                 if pick[i] <= todo[0]:
                     c = i
-            if c >= 0 and pick[c] > resume[3][0]:
-                r_dp, r_ptr, r_flag, r_pos = resume
-                s_dp, s_ptr, s_flag = saved
-                Ms = s_flag.shape[1]
+            if c >= 0:  # pick[c] >= todo[0] of this round >= the prefix of resume
                 k = c // save_every
-                r_flag[:] = 0  # nodes the round did not need have no state
-                r_dp[:Ms] = s_dp[k]
-                r_ptr[:Ms] = s_ptr[k]
-                r_flag[:Ms] = s_flag[k]
-                r_pos[0] = pick[c]
+                Ms = saved[2].shape[1]
+                resume[2][:] = 0  # nodes the round did not need have no state
+                resume[0][:Ms] = saved[0][k]
+                resume[1][:Ms] = saved[1][k]
+                resume[2][:Ms] = saved[2][k]
+                resume[3][0] = pick[c]
+                resume[4][:] = saved[3][k]
+                resume[5][:] = saved[4][k]
     return best, best_k
 
 
