@@ -113,6 +113,30 @@ def sequential_masses(qs, cand, Rc, n, refine=0):
     return acc
 
 
+@nb.njit(cache=True, inline="always")
+def _push_top(top, v, n):
+    """Insert ``v`` into the n-1 largest masses so far (``top``, descending)."""
+    j = n - 2
+    if v > 0.0 and j >= 0 and v > top[j]:
+        while j > 0 and top[j - 1] < v:
+            top[j] = top[j - 1]
+            j -= 1
+        top[j] = v
+
+
+@nb.njit(cache=True, inline="always")
+def _product_bound(q_in, r, top, n):
+    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below."""
+    w = 1.0
+    s = 0.0
+    for j in range(n):
+        inside = max(q_in - s, 0.0)
+        w *= inside / (r + inside)
+        if j < n - 1:
+            s += top[j]
+    return w
+
+
 @nb.njit(cache=True)
 def without_replacement_bounds(ps, qs, n):
     """Exact values where trivial, and cheap bounds elsewhere, for every sorted prefix.
@@ -132,7 +156,27 @@ def without_replacement_bounds(ps, qs, n):
     lo = np.empty(V + 1)
     hi = np.empty(V + 1)
     exact = np.zeros(V + 1, dtype=np.bool_)
+    # a lower bound known before the scan, attained at some prefix: the product bound at the prefix
+    # with the largest upper bound, and the exact value at k = V (nothing outside); prefixes whose
+    # upper bound lies below it cannot hold the maximum of lo
     top = np.zeros(n)  # the n-1 largest masses so far, descending (top[n-1] unused)
+    count = 0
+    k_star = -1
+    hi_star = -np.inf
+    for k in range(V + 1):
+        if count >= n and R[k] > 0.0:
+            h = min(Q[k] ** n, Q[k]) - P[k]
+            if h > hi_star:
+                hi_star = h
+                k_star = k
+        if k < V and qs[k] > 0.0:
+            count += 1
+    known = Q[V] - P[V] if count >= n else -np.inf
+    if k_star >= 0:
+        for k in range(k_star):
+            _push_top(top, qs[k], n)
+        known = max(known, _product_bound(Q[k_star], R[k_star], top, n) - P[k_star])
+    top[:] = 0.0
     count = 0
     best_lo = -np.inf  # the largest lower bound so far
     for k in range(V + 1):
@@ -146,30 +190,17 @@ def without_replacement_bounds(ps, qs, n):
             exact[k] = True
         else:
             hi[k] = min(Q[k] ** n, Q[k]) - P[k]
-            if hi[k] <= best_lo:
-                # lo[k] <= hi[k] cannot exceed an earlier lower bound: the trivial bound W >= 0
-                # leaves the maximum of lo and its first position unchanged, and saves n divisions
+            if hi[k] <= best_lo or hi[k] < known:
+                # lo[k] <= hi[k] cannot exceed (nor, before it, equal) a lower bound attained
+                # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
+                # position unchanged, and saves n divisions
                 lo[k] = -P[k]
             else:
-                w = 1.0
-                s = 0.0
-                for j in range(n):
-                    inside = max(Q[k] - s, 0.0)
-                    w *= inside / (R[k] + inside)
-                    if j < n - 1:
-                        s += top[j]
-                lo[k] = w - P[k]
+                lo[k] = _product_bound(Q[k], R[k], top, n) - P[k]
         best_lo = max(best_lo, lo[k])
-        if k < V:
-            v = qs[k]
-            if v > 0.0:
-                count += 1
-                j = n - 2
-                if j >= 0 and v > top[j]:
-                    while j > 0 and top[j - 1] < v:
-                        top[j] = top[j - 1]
-                        j -= 1
-                    top[j] = v
+        if k < V and qs[k] > 0.0:
+            count += 1
+            _push_top(top, qs[k], n)
     return P, Q, R, lo, hi, exact
 
 
@@ -213,6 +244,7 @@ def candidate_prefixes(lo, hi, exact):
 LOG_CERTAIN = math.log(CERTAIN_QT)
 _LN2 = math.log(2.0)
 _RESCALE = 1e200
+_POW2 = np.array([2.0**b for b in range(NBANDS)])  # 2^b of band b
 _S_DIRECT = 700.0  # below: q t = q * e^s (e^s finite); above, exp(log q + s)
 
 
@@ -276,7 +308,7 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
     not be."""
     for i in range(i0, i1):
         b = bands[i]
-        v = math.ldexp(qs[i], int(b))
+        v = qs[i] * _POW2[b]  # exact, as ldexp (the result lies in (1/2, 1] or is q's own scale-up)
         run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
         x = v * v
         run[b, 2], comp[b, 2] = neumaier_add(run[b, 2], comp[b, 2], x)
@@ -394,30 +426,39 @@ def _prepare_fast(qs, top, n, refine, r_min, lo):
 
 @nb.njit(cache=True)
 def _query_power_sums(qs, bands, resume, queries, J, saved, save_every):
-    """``S[b, c, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in bands ``>= b``,
-    from the band sums at the prefix of ``resume`` (no longer than ``queries[0]``); the band sums at
-    every ``save_every``-th query are written to ``saved``."""
+    """``(S, tops)``: ``S[b, c, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in
+    bands ``>= b`` for ``b <= tops[c]`` (every band above ``tops[c]`` holds no positive mass there:
+    its sums are zero), from the band sums at the prefix of ``resume`` (no longer than
+    ``queries[0]``); the band sums at every ``save_every``-th query are written to ``saved``."""
     run = resume[4].copy()
     comp = resume[5].copy()
     s_run, s_comp = saved[3], saved[4]
     C = queries.size
-    S = np.zeros((NBANDS + 1, C, J + 1))
+    S = np.empty((NBANDS + 1, C, J + 1))  # rows above tops[c] are never read
+    tops = np.empty(C, dtype=np.int64)
     shrink = np.empty(J + 1)
     for k in range(J + 1):
         shrink[k] = 0.5**k
+    acc = np.zeros(J + 1)
     i = resume[3][0]
     for c in range(C):
         _add_power_sums(qs, bands, run, comp, i, queries[c], J)
         i = queries[c]
-        for b in range(NBANDS - 1, -1, -1):
-            S[b, c, 1] = (run[b, 1] + comp[b, 1]) + shrink[1] * S[b + 1, c, 1]
-            S[b, c, 2] = (run[b, 2] + comp[b, 2]) + shrink[2] * S[b + 1, c, 2]
+        top = NBANDS - 1  # bands above the highest one with a positive mass add zeros
+        while top > 0 and run[top, 1] == 0.0:
+            top -= 1
+        tops[c] = top
+        acc[:] = 0.0
+        for b in range(top, -1, -1):
+            acc[1] = (run[b, 1] + comp[b, 1]) + shrink[1] * acc[1]
+            acc[2] = (run[b, 2] + comp[b, 2]) + shrink[2] * acc[2]
             for k in range(3, J + 1):
-                S[b, c, k] = run[b, k] + shrink[k] * S[b + 1, c, k]
+                acc[k] = run[b, k] + shrink[k] * acc[k]
+            S[b, c, :] = acc
         if c % save_every == 0:
             s_run[c // save_every] = run
             s_comp[c // save_every] = comp
-    return S
+    return S, tops
 
 
 @nb.njit(cache=True, inline="always")
@@ -480,7 +521,7 @@ def _new_state(prep, n):
 
 
 @nb.njit(cache=True)
-def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
+def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every):
     """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path).
 
     Each node's DP over its big tokens starts from ``resume`` (the states at a prefix no longer than
@@ -511,6 +552,8 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
             for c in range(0, C, save_every):
                 s_flag[c // save_every, m] = 2
             continue
+        slot = 0  # the next saved state, and the query it belongs to
+        next_save = 0
         if r_flag[m] == 1:
             dp[:] = r_dp[m]
             ptr = r_ptr[m]
@@ -553,14 +596,16 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every):
                 for c2 in range(c + (-c) % save_every, C, save_every):
                     s_flag[c2 // save_every, m] = 2
                 break
-            if c % save_every == 0:
-                k = c // save_every
+            if c == next_save:  # (no integer division per query and node)
+                k = slot
+                slot += 1
+                next_save += save_every
                 s_dp[k, m] = dp
                 s_ptr[k, m] = ptr
                 s_flag[k, m] = 1
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
-            if bm < NBANDS and S[bm, c, 1] > 0.0:
+            if bm <= tops[c] and S[bm, c, 1] > 0.0:
                 _small_count_law(S, c, bm, coef_u, m, n, L, J, a, g)
             else:
                 g[:] = 0.0
@@ -594,9 +639,9 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
         np.empty((ns, NBANDS, J + 1)),
         np.empty((ns, NBANDS, 3)),
     )
-    S = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every)
+    S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every)
     acc = np.zeros(queries.size)
-    _fast_nodes(prep, queries, Rq, n, S, M, acc, resume, saved, save_every)
+    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every)
     return acc, saved
 
 
