@@ -165,9 +165,9 @@ def without_replacement_bounds(ps, qs, n):
     hi_star = -np.inf
     for k in range(V + 1):
         if count >= n and R[k] > 0.0:
-            h = min(Q[k] ** n, Q[k]) - P[k]
-            if h > hi_star:
-                hi_star = h
+            hi[k] = min(Q[k] ** n, Q[k]) - P[k]
+            if hi[k] > hi_star:
+                hi_star = hi[k]
                 k_star = k
         if k < V and qs[k] > 0.0:
             count += 1
@@ -188,8 +188,7 @@ def without_replacement_bounds(ps, qs, n):
             lo[k] = Q[k] - P[k]
             hi[k] = lo[k]
             exact[k] = True
-        else:
-            hi[k] = min(Q[k] ** n, Q[k]) - P[k]
+        else:  # hi[k] from the first pass
             if hi[k] <= best_lo or hi[k] < known:
                 # lo[k] <= hi[k] cannot exceed (nor, before it, equal) a lower bound attained
                 # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
