@@ -55,7 +55,11 @@ PRUNE_MARGIN = 1e-12
 PRUNE_SLACK = 1e-13
 
 #: Prefixes evaluated exactly per pruning round of the without-replacement scan (n >= 3).
-PRUNE_BATCH = 256
+PRUNE_BATCH = 32
+
+#: Doubles of per-node DP states one pruning round keeps, so that the next round resumes each node's
+#: DP where the remaining prefixes begin (states are saved at every k-th evaluated prefix to fit).
+PRUNE_STATES = 1_000_000
 
 #: Above this many drafts (and when q(H) > 1/2), q(H)^n is computed as exp(n log1p(-R)) from the outside
 #: mass R, summed directly: x^n multiplies the relative rounding error of x by n (~1e-7 at n = 10^9);

@@ -17,6 +17,7 @@ from .._config import (
     NBANDS,
     PRUNE_BATCH,
     PRUNE_SLACK,
+    PRUNE_STATES,
     QUAD_STEP,
     QUAD_TAIL,
     SATURATED,
@@ -112,6 +113,30 @@ def sequential_masses(qs, cand, Rc, n, refine=0):
     return acc
 
 
+@nb.njit(cache=True, inline="always")
+def _push_top(top, v, n):
+    """Insert ``v`` into the n-1 largest masses so far (``top``, descending)."""
+    j = n - 2
+    if v > 0.0 and j >= 0 and v > top[j]:
+        while j > 0 and top[j - 1] < v:
+            top[j] = top[j - 1]
+            j -= 1
+        top[j] = v
+
+
+@nb.njit(cache=True, inline="always")
+def _product_bound(q_in, r, top, n):
+    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below."""
+    w = 1.0
+    s = 0.0
+    for j in range(n):
+        inside = max(q_in - s, 0.0)
+        w *= inside / (r + inside)
+        if j < n - 1:
+            s += top[j]
+    return w
+
+
 @nb.njit(cache=True)
 def without_replacement_bounds(ps, qs, n):
     """Exact values where trivial, and cheap bounds elsewhere, for every sorted prefix.
@@ -120,7 +145,9 @@ def without_replacement_bounds(ps, qs, n):
     ``D_k = W_n(H_k) - P_k``; ``exact[k]`` marks prefixes where ``lo[k] == hi[k]`` is the value
     (fewer than n drafted tokens in ``H_k``: W = 0; no q mass outside: W = 1, taken as ``Q_k``).
     Bounds (docs/math.md#pruning): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
-    sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``.
+    sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``; where the
+    upper bound cannot beat an earlier lower bound the lower one is the trivial ``W_n(H) >= 0``
+    (the maximum of ``lo`` and its first position are those of the product bound everywhere).
     """
     V = qs.size
     P = prefix_sums(ps)
@@ -129,8 +156,29 @@ def without_replacement_bounds(ps, qs, n):
     lo = np.empty(V + 1)
     hi = np.empty(V + 1)
     exact = np.zeros(V + 1, dtype=np.bool_)
+    # a lower bound known before the scan, attained at some prefix: the product bound at the prefix
+    # with the largest upper bound, and the exact value at k = V (nothing outside); prefixes whose
+    # upper bound lies below it cannot hold the maximum of lo
     top = np.zeros(n)  # the n-1 largest masses so far, descending (top[n-1] unused)
     count = 0
+    k_star = -1
+    hi_star = -np.inf
+    for k in range(V + 1):
+        if count >= n and R[k] > 0.0:
+            hi[k] = min(Q[k] ** n, Q[k]) - P[k]
+            if hi[k] > hi_star:
+                hi_star = hi[k]
+                k_star = k
+        if k < V and qs[k] > 0.0:
+            count += 1
+    known = Q[V] - P[V] if count >= n else -np.inf
+    if k_star >= 0:
+        for k in range(k_star):
+            _push_top(top, qs[k], n)
+        known = max(known, _product_bound(Q[k_star], R[k_star], top, n) - P[k_star])
+    top[:] = 0.0
+    count = 0
+    best_lo = -np.inf  # the largest lower bound so far
     for k in range(V + 1):
         if count < n:
             lo[k] = -P[k]
@@ -140,26 +188,18 @@ def without_replacement_bounds(ps, qs, n):
             lo[k] = Q[k] - P[k]
             hi[k] = lo[k]
             exact[k] = True
-        else:
-            hi[k] = min(Q[k] ** n, Q[k]) - P[k]
-            w = 1.0
-            s = 0.0
-            for j in range(n):
-                inside = max(Q[k] - s, 0.0)
-                w *= inside / (R[k] + inside)
-                if j < n - 1:
-                    s += top[j]
-            lo[k] = w - P[k]
-        if k < V:
-            v = qs[k]
-            if v > 0.0:
-                count += 1
-                j = n - 2
-                if j >= 0 and v > top[j]:
-                    while j > 0 and top[j - 1] < v:
-                        top[j] = top[j - 1]
-                        j -= 1
-                    top[j] = v
+        else:  # hi[k] from the first pass
+            if hi[k] <= best_lo or hi[k] < known:
+                # lo[k] <= hi[k] cannot exceed (nor, before it, equal) a lower bound attained
+                # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
+                # position unchanged, and saves n divisions
+                lo[k] = -P[k]
+            else:
+                lo[k] = _product_bound(Q[k], R[k], top, n) - P[k]
+        best_lo = max(best_lo, lo[k])
+        if k < V and qs[k] > 0.0:
+            count += 1
+            _push_top(top, qs[k], n)
     return P, Q, R, lo, hi, exact
 
 
@@ -203,6 +243,8 @@ def candidate_prefixes(lo, hi, exact):
 LOG_CERTAIN = math.log(CERTAIN_QT)
 _LN2 = math.log(2.0)
 _RESCALE = 1e200
+_POW2 = np.array([2.0**b for b in range(NBANDS)])  # 2^b of band b
+_S_DIRECT = 700.0  # below: q t = q * e^s (e^s finite); above, exp(log q + s)
 
 
 @nb.njit(cache=True)
@@ -256,15 +298,32 @@ def _bands(qs):
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def _add_power_sums(qs, bands, run, comp, i0, i1, J):
+    """Add the tokens ``i0 <= i < i1`` to the running power sums of their bands: ``run[b, k]`` (+
+    ``comp[b, k]``, k <= 2) = sum of ``(q_i 2^b)^k``. Each term is at most 1, scaled to its own band,
+    so no power that matters underflows; the sums of the first two powers are Neumaier-compensated
+    (a band may hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need
+    not be."""
+    for i in range(i0, i1):
+        b = bands[i]
+        v = qs[i] * _POW2[b]  # exact, as ldexp (the result lies in (1/2, 1] or is q's own scale-up)
+        run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
+        x = v * v
+        run[b, 2], comp[b, 2] = neumaier_add(run[b, 2], comp[b, 2], x)
+        for k in range(3, J + 1):
+            x *= v
+            run[b, k] += x
+
+
 @nb.njit(cache=True)
-def _band_tables(qs, bands, J):
-    """Tokens grouped by band, and running power sums inside each band: ``(off, perm, table)``.
+def _band_tables(qs, bands, J, lo):
+    """Tokens grouped by band, and the power sums of each band before position ``lo``:
+    ``(off, perm, run, comp)``.
 
     ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
-    sort). ``table[off[b] + b + r, k]`` = sum of ``(q_i 2^b)^k`` over the first r tokens of band b
-    (one extra row per band, for r = 0). Each term is at most 1, scaled to its own band, so no power
-    that matters underflows; the sums of the first two powers are Neumaier-compensated (a band may
-    hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need not be.
+    sort); ``run``, ``comp`` as in :func:`_add_power_sums` over the tokens before ``lo`` (prefixes
+    queried later are no shorter).
     """
     off = np.zeros(NBANDS + 1, dtype=np.int64)
     for i in range(qs.size):
@@ -272,28 +331,15 @@ def _band_tables(qs, bands, J):
     for b in range(NBANDS):
         off[b + 1] += off[b]
     perm = np.empty(qs.size, dtype=np.int64)
-    table = np.empty((qs.size + NBANDS, J + 1))
-    run = np.zeros((NBANDS, J + 1))
-    comp = np.zeros((NBANDS, 3))
     fill = off[:NBANDS].copy()
-    for b in range(NBANDS):
-        table[off[b] + b, :] = 0.0
     for i in range(qs.size):
         b = bands[i]
         perm[fill[b]] = i
         fill[b] += 1
-        row = fill[b] + b
-        v = math.ldexp(qs[i], int(b))
-        run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
-        table[row, 1] = run[b, 1] + comp[b, 1]
-        x = v * v
-        run[b, 2], comp[b, 2] = neumaier_add(run[b, 2], comp[b, 2], x)
-        table[row, 2] = run[b, 2] + comp[b, 2]
-        for k in range(3, J + 1):
-            x *= v
-            run[b, k] += x
-            table[row, k] = run[b, k]
-    return off, perm, table
+    run = np.zeros((NBANDS, J + 1))
+    comp = np.zeros((NBANDS, 3))
+    _add_power_sums(qs, bands, run, comp, 0, lo, J)
+    return off, perm, run, comp
 
 
 @nb.njit(cache=True)
@@ -342,20 +388,21 @@ def _big_lists(off, perm, node_band, M):
 
 
 @nb.njit(cache=True)
-def _prepare_fast(qs, top, n, refine, r_min):
-    """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes.
+def _prepare_fast(qs, top, n, refine, r_min, lo):
+    """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes
+    (prefixes queried later have lengths in ``[lo, top]``).
 
-    Returns ``(s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u)`` where
-    ``coef_u[m, j, k] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
+    Returns ``(s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs)``
+    where ``coef_u[m, k, j] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
     """
     s_lo, h, M = quad_grid(n, r_min, refine)
     L = min(n - 1, LOG_TERMS)
     J = series_length(L)
     coef = series_coefficients(L, J)
     bands = _bands(qs[:top])
-    off, perm, table = _band_tables(qs[:top], bands, J)
+    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo)
     node_band = np.empty(M, dtype=np.int64)
-    coef_u = np.zeros((M, L + 1, J + 1))
+    coef_u = np.zeros((M, J + 1, L + 1))
     for m in range(M):
         s = s_lo + m * h
         node_band[m] = _node_band(s)
@@ -365,35 +412,52 @@ def _prepare_fast(qs, top, n, refine, r_min):
         uk = 1.0
         for k in range(J + 1):
             for j in range(1, L + 1):
-                coef_u[m, j, k] = coef[j, k] * uk
+                coef_u[m, k, j] = coef[j, k] * uk
             uk *= u
     flat, start = _big_lists(off, perm, node_band, M)
     lq = np.full(top, -np.inf)
-    for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
-        if qs[i] > 0.0:
-            lq[i] = math.log(qs[i])
-    return s_lo, h, M, bands, lq, off, table, flat, start, node_band, coef_u
+    if s_lo + (M - 1) * h >= _S_DIRECT:  # some node needs q t in logarithms (see _fast_nodes)
+        for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
+            if qs[i] > 0.0:
+                lq[i] = math.log(qs[i])
+    return s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs
 
 
 @nb.njit(cache=True)
-def _query_power_sums(bands, off, table, queries, J):
-    """``S[c, b, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in bands ``>= b``."""
+def _query_power_sums(qs, bands, resume, queries, J, saved, save_every):
+    """``(S, tops)``: ``S[b, c, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in
+    bands ``>= b`` for ``b <= tops[c]`` (every band above ``tops[c]`` holds no positive mass there:
+    its sums are zero), from the band sums at the prefix of ``resume`` (no longer than
+    ``queries[0]``); the band sums at every ``save_every``-th query are written to ``saved``."""
+    run = resume[4].copy()
+    comp = resume[5].copy()
+    s_run, s_comp = saved[3], saved[4]
     C = queries.size
-    count = np.zeros(NBANDS, dtype=np.int64)
-    S = np.zeros((C, NBANDS + 1, J + 1))
+    S = np.empty((NBANDS + 1, C, J + 1))  # rows above tops[c] are never read
+    tops = np.empty(C, dtype=np.int64)
     shrink = np.empty(J + 1)
     for k in range(J + 1):
         shrink[k] = 0.5**k
-    i = 0
+    acc = np.zeros(J + 1)
+    i = resume[3][0]
     for c in range(C):
-        while i < queries[c]:
-            count[bands[i]] += 1
-            i += 1
-        for b in range(NBANDS - 1, -1, -1):
-            row = off[b] + b + count[b]
-            for k in range(1, J + 1):
-                S[c, b, k] = table[row, k] + shrink[k] * S[c, b + 1, k]
-    return S
+        _add_power_sums(qs, bands, run, comp, i, queries[c], J)
+        i = queries[c]
+        top = NBANDS - 1  # bands above the highest one with a positive mass add zeros
+        while top > 0 and run[top, 1] == 0.0:
+            top -= 1
+        tops[c] = top
+        acc[:] = 0.0
+        for b in range(top, -1, -1):
+            acc[1] = (run[b, 1] + comp[b, 1]) + shrink[1] * acc[1]
+            acc[2] = (run[b, 2] + comp[b, 2]) + shrink[2] * acc[2]
+            for k in range(3, J + 1):
+                acc[k] = run[b, k] + shrink[k] * acc[k]
+            S[b, c, :] = acc
+        if c % save_every == 0:
+            s_run[c // save_every] = run
+            s_comp[c // save_every] = comp
+    return S, tops
 
 
 @nb.njit(cache=True, inline="always")
@@ -404,19 +468,24 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
     ``_RESCALE`` (e_k spans far more than float64 when t q(small) is large); the factor
     ``e^{-t q(small)}`` is applied at the end, in logarithms where it would underflow.
     """
-    lam = coef_u[m, 1, 1] * S[c, b, 1]  # c[1, 1] = 1: t q(small)
+    lam = coef_u[m, 1, 1] * S[b, c, 1]  # c[1, 1] = 1: t q(small)
+    # p_j = sum_k c[j, k] u^k S_k, each summed over k upwards; the sums run side by side (k outer)
+    # so that they do not wait on one another
     for j in range(1, L + 1):
-        v = 0.0
-        for k in range(j, J + 1):
-            v += coef_u[m, j, k] * S[c, b, k]
-        a[j] = v if j % 2 == 1 else -v
+        a[j] = 0.0
+    for k in range(1, J + 1):
+        sk = S[b, c, k]
+        for j in range(1, min(k, L) + 1):
+            a[j] += coef_u[m, k, j] * sk
+    for j in range(2, L + 1, 2):
+        a[j] = -a[j]
     g[0] = 1.0
     log_scale = -lam
     for k in range(1, n):
-        v = 0.0
-        for j in range(1, min(k, L) + 1):
+        v = 0.0  # the term of the newest g[k - 1] last, and 1 / k off the chain from g[k - 1] to g[k]
+        for j in range(min(k, L), 1, -1):
             v += a[j] * g[k - j]
-        g[k] = v / k
+        g[k] = (v + a[1] * g[k - 1]) * (1.0 / k)
         if g[k] > _RESCALE:
             for i in range(k + 1):
                 g[i] /= _RESCALE
@@ -431,12 +500,40 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
 
 
 @nb.njit(cache=True)
-def _fast_nodes(prep, queries, Rq, n, S, M, acc):
-    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path)."""
-    s_lo, h, _, bands, lq, off, table, flat, start, node_band, coef_u = prep
+def _new_state(prep, n):
+    """Where a round of evaluations starts (docs/math.md#pruning): ``(dp, ptr, flag, pos, run,
+    comp)``. ``pos[0]`` is a prefix length; ``run``, ``comp`` the band power sums before it
+    (:func:`_add_power_sums`); per node m, ``flag[m]`` = 0: no DP state (start from the empty
+    prefix), 1: ``dp[m]`` is the count law of the node's big tokens before ``pos[0]`` and ``ptr[m]``
+    the next of them, 2: saturated there. A new state: the prepared prefix, every node from scratch."""
+    M = prep[2]
+    pos = np.zeros(1, dtype=np.int64)
+    pos[0] = prep[12]
+    return (
+        np.empty((M, n)),
+        np.zeros(M, dtype=np.int64),
+        np.zeros(M, dtype=np.int64),
+        pos,
+        prep[6].copy(),
+        prep[7].copy(),
+    )
+
+
+@nb.njit(cache=True)
+def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every):
+    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path).
+
+    Each node's DP over its big tokens starts from ``resume`` (the states at a prefix no longer than
+    ``queries[0]``) where it holds one; the states at every ``save_every``-th query are written to
+    ``saved`` (one state set per saved query, see :func:`_new_state`), so that a later round can
+    resume there. A resumed state is the very one a fresh run computes: the values are the same.
+    """
+    s_lo, h, _, bands, lq, off, _, _, flat, start, node_band, coef_u, _, qs = prep
+    r_dp, r_ptr, r_flag = resume[0], resume[1], resume[2]
+    s_dp, s_ptr, s_flag = saved[0], saved[1], saved[2]
     dp = np.empty(n)  # P(N_big = j), j < n
-    L = coef_u.shape[1] - 1
-    J = coef_u.shape[2] - 1
+    L = coef_u.shape[2] - 1
+    J = coef_u.shape[1] - 1
     a = np.empty(L + 1)
     g = np.empty(n)
     C = queries.size
@@ -445,26 +542,49 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc):
         s = s_lo + m * h
         bm = node_band[m]
         log_certain = LOG_CERTAIN - s
+        direct = s < _S_DIRECT
+        et = math.exp(s) if direct else 0.0
         big = flat[start[m, 0] : start[m, 1]]
-        dp[:] = 0.0
-        dp[0] = 1.0
-        ptr = 0
+        if r_flag[m] == 2:
+            for c in range(C):
+                acc[c] += _node_weight(h, Rq[c], s)
+            for c in range(0, C, save_every):
+                s_flag[c // save_every, m] = 2
+            continue
+        slot = 0  # the next saved state, and the query it belongs to
+        next_save = 0
+        if r_flag[m] == 1:
+            dp[:] = r_dp[m]
+            ptr = r_ptr[m]
+        else:
+            dp[:] = 0.0
+            dp[0] = 1.0
+            ptr = 0
         for c in range(C):
             stop = queries[c]
             while ptr < big.size and big[ptr] < stop:
                 i = big[ptr]
                 ptr += 1
-                if lq[i] >= log_certain:  # rang by t: shift the count by one arrival, no exp needed
+                if direct:  # q t = q e^s: no logarithm, one exponential
+                    x = qs[i] * et
+                    if x >= CERTAIN_QT:  # rang by t: shift the count by one arrival
+                        for j in range(n - 1, 0, -1):
+                            dp[j] = dp[j - 1]
+                        dp[0] = 0.0
+                        continue
+                elif lq[i] >= log_certain:
                     for j in range(n - 1, 0, -1):
                         dp[j] = dp[j - 1]
                     dp[0] = 0.0
                     continue
-                ai, ei = _arrival(math.exp(lq[i] + s))
+                else:
+                    x = math.exp(lq[i] + s)
+                ai, ei = _arrival(x)
                 _add_token(dp, ai, ei)
             below_big = 0.0
             for j in range(n):
                 below_big += dp[j]
-            rt = math.exp(log_r[c] + s)
+            rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
             weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
             if below_big < SATURATED:
                 # P(N < n) <= P(N_big < n) < SATURATED here and for every longer prefix (tokens
@@ -472,10 +592,19 @@ def _fast_nodes(prep, queries, Rq, n, S, M, acc):
                 acc[c] += weight
                 for c2 in range(c + 1, C):
                     acc[c2] += _node_weight(h, Rq[c2], s)
+                for c2 in range(c + (-c) % save_every, C, save_every):
+                    s_flag[c2 // save_every, m] = 2
                 break
+            if c == next_save:  # (no integer division per query and node)
+                k = slot
+                slot += 1
+                next_save += save_every
+                s_dp[k, m] = dp
+                s_ptr[k, m] = ptr
+                s_flag[k, m] = 1
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
-            if bm < NBANDS and S[c, bm, 1] > 0.0:
+            if bm <= tops[c] and S[bm, c, 1] > 0.0:
                 _small_count_law(S, c, bm, coef_u, m, n, L, J, a, g)
             else:
                 g[:] = 0.0
@@ -496,19 +625,31 @@ def _nodes_needed(s_lo, h, M, r_min):
 
 
 @nb.njit(cache=True)
-def _evaluate_fast(prep, queries, Rq, n):
-    J = prep[10].shape[2] - 1
-    S = _query_power_sums(prep[3], prep[5], prep[6], queries, J)
+def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
+    """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values and the states
+    at every ``save_every``-th query (:func:`_fast_nodes`, :func:`_query_power_sums`)."""
+    J = prep[11].shape[1] - 1
+    M = _nodes_needed(prep[0], prep[1], prep[2], Rq.min())
+    ns = (queries.size - 1) // save_every + 1
+    saved = (
+        np.empty((ns, M, n)),
+        np.zeros((ns, M), dtype=np.int64),
+        np.zeros((ns, M), dtype=np.int64),
+        np.empty((ns, NBANDS, J + 1)),
+        np.empty((ns, NBANDS, 3)),
+    )
+    S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every)
     acc = np.zeros(queries.size)
-    _fast_nodes(prep, queries, Rq, n, S, _nodes_needed(prep[0], prep[1], prep[2], Rq.min()), acc)
-    return acc
+    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every)
+    return acc, saved
 
 
 @nb.njit(cache=True)
 def sequential_masses_fast(qs, queries, Rq, n, refine=0):
     """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
-    prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min())
-    return _evaluate_fast(prep, queries, Rq, n)
+    prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min(), queries[0])
+    resume = _new_state(prep, n)
+    return _evaluate_fast(prep, queries, Rq, n, resume, queries.size)[0]
 
 
 @nb.njit(cache=True)
@@ -519,16 +660,19 @@ def scan_without_replacement(ps, qs, n, refine=0):
     ``D_k <= W_n(H_b) - P_k``; with the cheap bounds of :func:`without_replacement_bounds` this
     discards every prefix that cannot beat the best excess found so far. Each round evaluates up to
     ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature; the tokens and
-    the grid are prepared once.
+    the grid are prepared once, and each round resumes every node's DP over the big tokens at the
+    last saved state before the first remaining prefix (docs/math.md#pruning).
     """
     P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
     todo, best, best_k = candidate_prefixes(lo, hi, exact)
     if todo.size == 0:
         return best, best_k
-    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]])
-    V1 = P.size
-    evaluated = np.zeros(V1, dtype=np.bool_)
-    w_at = np.zeros(V1)
+    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0])
+    M = prep[2]
+    resume = _new_state(prep, n)
+    save_every = max(1, 2 * PRUNE_BATCH * M * n // PRUNE_STATES + 1)  # a round picks < 2 PRUNE_BATCH
+    ev_pos = np.empty(0, dtype=np.int64)  # evaluated prefixes, increasing, and W_n there
+    ev_w = np.empty(0)
     while todo.size > 0:
         step = max(1, todo.size // PRUNE_BATCH)
         count = (todo.size - 1) // step + 1
@@ -538,30 +682,49 @@ def scan_without_replacement(ps, qs, n, refine=0):
             pick[i] = todo[i * step]
         if last_extra:
             pick[count] = todo[todo.size - 1]
-        w = _evaluate_fast(prep, pick, R[pick], n)
+        w, saved = _evaluate_fast(prep, pick, R[pick], n, resume, save_every)
         for i in range(pick.size):
             k = pick[i]
             wk = min(w[i], Q[k])
-            evaluated[k] = True
-            w_at[k] = wk
+            w[i] = wk
             d = wk - P[k]
             if d > best or (d == best and k < best_k):
                 best = d
                 best_k = k
-        # cap[k] = W_n at the nearest evaluated prefix >= k (an upper bound on W_n(H_k))
-        cap = np.empty(V1)
-        nxt = np.inf
-        for k in range(V1 - 1, -1, -1):
-            if evaluated[k]:
-                nxt = w_at[k]
-            cap[k] = nxt
+        pos = np.concatenate((ev_pos, pick))
+        order = np.argsort(pos, kind="mergesort")
+        ev_pos = pos[order]
+        ev_w = np.concatenate((ev_w, w))[order]
+        # cap = W_n at the nearest evaluated prefix >= k (an upper bound on W_n(H_k)); todo is
+        # increasing, so one pointer walks the evaluated prefixes
         keep = 0
+        e = 0
         for i in range(todo.size):
             k = todo[i]
-            if not evaluated[k] and min(hi[k], cap[k] - P[k]) > best + PRUNE_SLACK:
+            while e < ev_pos.size and ev_pos[e] < k:
+                e += 1
+            if e < ev_pos.size and ev_pos[e] == k:
+                continue  # evaluated
+            cap = ev_w[e] if e < ev_pos.size else np.inf
+            if min(hi[k], cap - P[k]) > best + PRUNE_SLACK:
                 todo[keep] = k
                 keep += 1
         todo = todo[:keep].copy()
+        if todo.size > 0:  # resume the next round at the last saved query before todo[0]
+            c = -1
+            for i in range(0, pick.size, save_every):
+                if pick[i] <= todo[0]:
+                    c = i
+            if c >= 0:  # pick[c] >= todo[0] of this round >= the prefix of resume
+                k = c // save_every
+                Ms = saved[2].shape[1]
+                resume[2][:] = 0  # nodes the round did not need have no state
+                resume[0][:Ms] = saved[0][k]
+                resume[1][:Ms] = saved[1][k]
+                resume[2][:Ms] = saved[2][k]
+                resume[3][0] = pick[c]
+                resume[4][:] = saved[3][k]
+                resume[5][:] = saved[4][k]
     return best, best_k
 
 
@@ -618,31 +781,46 @@ def sequential_mass_check(q_in, outside, n, refine):
     # tokens small at every node (q t <= SMALL_QT up to the last node) are summed once; the others
     # are sorted high to low, and node m's small tokens are a suffix of them
     log_theta_min = math.log(SMALL_QT) - (s_lo + (M - 1) * h)
+    # theta_min = e^log_theta_min as a float when it is a normal number and 1 / theta_min finite:
+    # then a token is small at every node when q <= theta_min, scaled as q / theta_min (no logarithm)
+    plain = -700.0 < log_theta_min < 700.0
+    theta_min = math.exp(log_theta_min) if plain else 0.0
+    inv_theta = 1.0 / theta_min if plain else 0.0
     acc = np.zeros(J + 1)  # sum of (q_i / theta)^j over the small tokens met so far
     comp = np.zeros(3)  # compensations of the first two powers
+    big = np.zeros(q_in.size, dtype=np.bool_)
     rest = 0
     for i in range(q_in.size):
         if q_in[i] <= 0.0:
             continue
-        lv = math.log(q_in[i]) - log_theta_min
-        if lv > 0.0:
-            rest += 1
-            continue
-        v = math.exp(lv)
+        if plain:
+            if q_in[i] > theta_min:
+                big[i] = True
+                rest += 1
+                continue
+            v = q_in[i] * inv_theta
+        else:
+            lv = math.log(q_in[i]) - log_theta_min
+            if lv > 0.0:
+                big[i] = True
+                rest += 1
+                continue
+            v = math.exp(lv)
         acc[1], comp[1] = neumaier_add(acc[1], comp[1], v)
         x = v * v
         acc[2], comp[2] = neumaier_add(acc[2], comp[2], x)
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
-    lq = np.empty(rest)
+    qv = np.empty(rest)
     rest = 0
     for i in range(q_in.size):
-        if q_in[i] > 0.0 and math.log(q_in[i]) > log_theta_min:
-            lq[rest] = -math.log(q_in[i])
+        if big[i]:
+            qv[rest] = -q_in[i]
             rest += 1
-    lq.sort()
-    lq = -lq  # log q of the other tokens, high to low
+    qv.sort()
+    qv = -qv  # the other tokens, high to low
+    lq = np.log(qv)
     cut = np.empty(M, dtype=np.int64)  # node m: lq[cut[m]:] are small
     pw = np.zeros((M, J + 1))  # node m: pw[m, j] = sum of (q t)^j over its small tokens
     ptr = rest
@@ -684,14 +862,19 @@ def sequential_mass_check(q_in, outside, n, refine):
         dp[:] = 0.0
         dp[0] = 1.0
         below_big = 1.0
+        et = math.exp(s) if s < 700.0 else 0.0
         for i in range(cut[m]):
-            ai, ei = _arrival(math.exp(lq[i] + s))
+            if et > 0.0:
+                ai, ei = _arrival(qv[i] * et)
+            else:
+                ai, ei = _arrival(math.exp(lq[i] + s))
             _add_token(dp, ai, ei)
-            below_big = 0.0
-            for j in range(n):
-                below_big += dp[j]
-            if below_big < SATURATED:  # later tokens only add arrivals
-                break
+            if i % 4 == 3 or i == cut[m] - 1:  # the sum every few tokens: it only falls
+                below_big = 0.0
+                for j in range(n):
+                    below_big += dp[j]
+                if below_big < SATURATED:  # later tokens only add arrivals
+                    break
         if below_big < SATURATED:
             total += weight
             continue
