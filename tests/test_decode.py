@@ -119,7 +119,16 @@ def test_rows_exact_values_and_summary(tmp_path):
         for k in r:
             if k.startswith("exact:") or k == "bound":
                 assert 1.0 <= r[k] <= depth + 1 + 1e-12
-        assert 1 <= r["emitted"] == len(r["tokens"]) <= depth + 1
+        assert 1 <= r["emitted"] <= depth + 1
+        assert len(r["tokens"]) == r["emitted"] - r.get("truncated", 0) >= 1
+    calls: dict = {}  # no EOS here: every prompt and cell gets exactly max_new_tokens, never more
+    for r in rows:
+        calls.setdefault((r["record"], r["T"], r["tree"], r["scheme"]), []).append(r)
+    for rs in calls.values():
+        rs.sort(key=lambda r: r["call"])
+        assert sum(len(r["tokens"]) for r in rs) == config.max_new_tokens
+        assert all("truncated" not in r for r in rs[:-1])  # only the last call may be cut
+    assert any("truncated" in r for r in rows)  # the cut is exercised (3 prompts x 4 cells)
     table = summarize(rows)
     assert all(t["speedup"] is not None and t["cost_ratio"] > 0 for t in table)
     for name in ("summary.md", "summary.csv", "summary.json"):

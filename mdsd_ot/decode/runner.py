@@ -9,6 +9,11 @@ tokens by multi-step speculative decoding with draft trees (docs/math.md#draft-t
    and the node-bound estimate are recorded;
 4. decoding continues along the driving verifier's actual sample (:func:`mdsd_ot.trees.verify_tree`).
 
+A call's row records ``emitted``, the number of tokens the driving verifier's sample produced (up to
+the first EOS): the sampled block efficiency. The continuation never exceeds ``max_new_tokens``: the
+last call's ``tokens`` keep only what fits, and ``truncated`` (present when positive) counts the
+tokens left out, so ``len(tokens) == emitted - truncated``.
+
 One JSON row per target call goes to ``positions.jsonl`` of a results folder (:mod:`mdsd_ot._store`:
 one writer, identity, checksummed rows, resume, shards, merge), all of a prompt's rows at once.
 """
@@ -118,9 +123,12 @@ def decode_prompt(
         emitted = verify_tree(tree, driver, rng)
         if eos is not None and eos in emitted:
             emitted = emitted[: emitted.index(eos) + 1]
+        kept = emitted[: config.max_new_tokens - made]  # never more than max_new_tokens in all
+        if len(kept) < len(emitted):
+            row["truncated"] = len(emitted) - len(kept)
         row.update(
             emitted=len(emitted),
-            tokens=emitted,
+            tokens=kept,
             draft_forwards=shape.depth,
             t_draft=t1 - t0,
             t_target=t2 - t1,
@@ -129,12 +137,12 @@ def decode_prompt(
         rows.append(row)
         if on_call is not None:
             on_call(row)
-        made += len(emitted)
+        made += len(kept)
         call += 1
-        if eos is not None and emitted[-1] == eos:
+        if made >= config.max_new_tokens or (eos is not None and emitted[-1] == eos):
             break
-        target_lm.commit(emitted)
-        draft_lm.commit(emitted)
+        target_lm.commit(kept)
+        draft_lm.commit(kept)
     return rows
 
 
