@@ -3,12 +3,17 @@ tree at V = 151,936 (Qwen2.5's vocabulary), as a ratio to one target forward of 
 
 Every node holds an LLM-like (p, q) pair; the tree is drafted with each scheme that fits a 4 x 4 tree
 (i.i.d., sequential without replacement, greedy, top-n) and every verifier valid for it is evaluated
-exactly (:func:`mdsd_ot.trees.expected_tokens`), plus the node-bound estimate. The baseline is one
+exactly (:func:`mdsd_ot.trees.expected_tokens`), plus the node-bound estimate: the per-scheme total
+is the overhead of one decoding call (a call's tree is drafted by one scheme); the sum over the four
+schemes is printed too. The baseline is one
 forward of the real target over prompt + tree (tree attention mask, KV cache of the prompt), measured
 in the same run, when ``--target`` (or ``$MODELS``) names the model folder; otherwise the absolute time
-is reported and the script says so.
+is reported and the script says so. Each quantity is the best of ``--repeat`` runs after a warm-up,
+timed in CPU time (``time.process_time``) as well as wall time: the ratio is CPU over CPU, so other
+processes on a shared machine do not bias it (the baseline runs on ``--threads`` torch threads, 1 by
+default, and the recursion on one core).
 
-    python benchmarks/bench_trees.py [--target $MODELS/qwen2.5-coder-1.5b-instruct] [--prompt-tokens 150]
+    NUMBA_NUM_THREADS=1 python benchmarks/bench_trees.py [--target $MODELS/qwen2.5-coder-1.5b-instruct]
 """
 
 from __future__ import annotations
@@ -50,76 +55,112 @@ def build_tree(scheme, rng, temperature):
     return DraftTree(shape, scheme, tokens, parent, np.stack(qs), ps)
 
 
-def time_recursions(temperature, rng):
+def _measured(scheme):
+    """What the decoder evaluates on a tree of this scheme: every valid verifier that runs at full V
+    (the LP-only ``optimal`` is left out: the decoder skips it beyond DECODE_OPTIMAL_MAX_V), then the
+    node-bound estimate."""
+    from mdsd_ot.decode.runner import runs_at
+
+    return [v for v in valid_verifiers(scheme) if runs_at(v, scheme, V)] + ["bound estimate"]
+
+
+def _evaluate(tree, name):
+    tree._prepared.clear()  # nothing reused across repetitions or verifiers
+    return bound_estimate(tree) if name == "bound estimate" else expected_tokens(tree, name)
+
+
+def time_recursions(temperature, rng, repeat):
+    """``(scheme, name, best CPU seconds, best wall seconds, value)``: best of ``repeat`` runs each,
+    after a warm-up of every measured quantity on another tree (first calls load compiled kernels)."""
     out = []
     for scheme in SCHEMES:
+        warm = build_tree(scheme, rng, temperature)
+        for name in _measured(scheme):
+            _evaluate(warm, name)
         tree = build_tree(scheme, rng, temperature)
-        names = [v for v in valid_verifiers(scheme) if v != "optimal"]
-        expected_tokens(build_tree(scheme, rng, temperature), names[0])  # warm-up (first calls compile)
-        for name in names:
-            tree._prepared.clear()
-            t0 = time.perf_counter()
-            value = expected_tokens(tree, name)
-            out.append((scheme, name, time.perf_counter() - t0, value))
-        tree._prepared.clear()
-        t0 = time.perf_counter()
-        value = bound_estimate(tree)
-        out.append((scheme, "bound estimate", time.perf_counter() - t0, value))
+        for name in _measured(scheme):
+            cpu, wall = [], []
+            for _ in range(repeat):
+                c0, t0 = time.process_time(), time.perf_counter()
+                value = _evaluate(tree, name)
+                cpu.append(time.process_time() - c0)
+                wall.append(time.perf_counter() - t0)
+            out.append((scheme, name, min(cpu), min(wall), value))
     return out
 
 
-def target_forward_time(path, prompt_tokens, repeat=3):
+def target_forward_time(path, prompt_tokens, threads, repeat=3):
+    """Best CPU and best wall seconds of one target forward over 1 pending + 16 tree positions."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from mdsd_ot.decode.models import TreeLM
 
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     lm = TreeLM(model)
     rng = np.random.default_rng(0)
     paths = [(int(a),) + (int(b),) * d for a in rng.integers(0, 1000, 4) for b in [7] for d in range(4)]
-    times = []
+    cpu, wall = [], []
     for _ in range(repeat):
         lm.reset(rng.integers(0, 1000, prompt_tokens).tolist())
         lm.forward([])  # the prompt into the cache, as in decoding
         lm.commit([5])  # one committed token pending, as after a call
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         lm.forward(paths)  # 1 pending + 16 tree positions
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    del model, lm
+    return min(cpu), min(wall)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default=None, help="target model folder for the baseline forward")
     ap.add_argument("--prompt-tokens", type=int, default=150)
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per quantity")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the baseline forward")
     args = ap.parse_args()
     target = args.target
     if target is None and os.environ.get("MODELS"):
         target = os.path.join(os.environ["MODELS"], "qwen2.5-coder-1.5b-instruct")
     base = None
     if target and os.path.isdir(target):
-        base = target_forward_time(target, args.prompt_tokens)
+        base = target_forward_time(target, args.prompt_tokens, args.threads)
     print(header("Exact tree recursion of every verifier, 4 x 4 tree, V = 151,936"))
+    print(
+        f"best of {args.repeat} runs per quantity, CPU time (time.process_time) and wall time; ratios "
+        f"are CPU time over CPU time (robust to other processes on the machine)\n"
+    )
     if base is None:
         print("no target model given (--target or $MODELS): absolute times only, no ratio\n")
     else:
         print(
-            f"baseline: one forward of the 1.5B target over 1 + 16 tree positions on a "
-            f"{args.prompt_tokens}-token KV cache: {base * 1e3:.0f} ms\n"
+            f"baseline: one forward of the 1.5B target (fp32, {args.threads} torch thread(s)) over "
+            f"1 + 16 tree positions on a {args.prompt_tokens}-token KV cache: "
+            f"{base[0] * 1e3:.0f} ms CPU, {base[1] * 1e3:.0f} ms wall\n"
         )
     rng = np.random.default_rng(0)
-    print("| T | scheme | verifier | time (ms) | / target forward | tokens per call |")
-    print("|---|---|---|---|---|---|")
+    print("| T | scheme | verifier | CPU (ms) | wall (ms) | CPU / target forward CPU | tokens per call |")
+    print("|---|---|---|---|---|---|---|")
+
+    def ratio(cpu, bold=False):
+        if not base:
+            return "-"
+        return f"**{cpu / base[0]:.3f}x**" if bold else f"{cpu / base[0]:.3f}x"
+
     for T in (0.3, 1.0):
-        total = 0.0
-        for scheme, name, dt, value in time_recursions(T, rng):
-            total += dt
-            ratio = f"{dt / base:.3f}x" if base else "-"
-            print(f"| {T} | {scheme} | {name} | {dt * 1e3:.1f} | {ratio} | {value:.3f} |")
-        ratio = f"{total / base:.2f}x" if base else "-"
-        print(f"| {T} | all | all | {total * 1e3:.0f} | {ratio} | |")
+        rows = time_recursions(T, rng, args.repeat)
+        for scheme, name, cpu, wall, value in rows:
+            times = f"{cpu * 1e3:.1f} | {wall * 1e3:.1f}"
+            print(f"| {T} | {scheme} | {name} | {times} | {ratio(cpu)} | {value:.3f} |")
+        for scheme in SCHEMES:  # one call's overhead: its tree has one scheme
+            cpu = sum(r[2] for r in rows if r[0] == scheme)
+            wall = sum(r[3] for r in rows if r[0] == scheme)
+            times = f"{cpu * 1e3:.0f} | {wall * 1e3:.0f}"
+            print(f"| {T} | {scheme} | all (one call) | {times} | {ratio(cpu, True)} | |")
+        cpu, wall = sum(r[2] for r in rows), sum(r[3] for r in rows)
+        print(f"| {T} | all four schemes | all | {cpu * 1e3:.0f} | {wall * 1e3:.0f} | {ratio(cpu)} | |")
 
 
 if __name__ == "__main__":

@@ -133,8 +133,10 @@ THETA_SAFE = 1e290
 #: position of the target's forward pass, so a larger tree is almost certainly a typo ("8,8,8,8,8").
 MAX_TREE_NODES = 4096
 
-#: The decoder evaluates the LP-based ``optimal`` verifier (one LP per tree node) only up to this
-#: vocabulary size; beyond it the node-bound estimate stands in for it.
+#: The decoder evaluates a verifier that needs an LP for the tree's draft scheme (``optimal`` under
+#: sequential, conditional-Poisson or top-n drafts: one LP per tree node) only up to this vocabulary
+#: size (``mdsd_ot.decode.runner.runs_at``); beyond it the node-bound estimate stands in for it. Under
+#: i.i.d., greedy and hub drafts ``optimal`` has a full-vocabulary construction and always runs.
 DECODE_OPTIMAL_MAX_V = 64
 
 # -- scaling out (mdsd_ot.scale) ------------------------------------------------------------------------

@@ -58,8 +58,30 @@ def complement_masses(q: np.ndarray) -> np.ndarray:
 
 
 def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` most likely tokens of ``q``, ties broken by token index (stable)."""
-    return np.argsort(-q, kind="stable")[:k].astype(np.int64)
+    """The ``k`` most likely tokens of ``q`` in decreasing order, ties broken by token index.
+
+    Exactly ``np.argsort(-q, kind="stable")[:k]`` (the reference, and the path for ``k >= V`` and for
+    input with NaN), in O(V + k log k): ``np.argpartition`` finds the k-th largest value ``v``; every
+    token above ``v`` is taken and the remaining places go to the lowest-index tokens equal to ``v``;
+    the ``k`` candidates are then sorted by value, ties by index.
+
+    >>> top_tokens(np.array([0.1, 0.3, 0.2, 0.3, 0.1]), 3).tolist()
+    [1, 3, 2]
+    """
+    q = np.asarray(q)
+    V = q.size
+    k = int(k)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    if k >= V or np.isnan(q).any():
+        return np.argsort(-q, kind="stable")[:k].astype(np.int64)
+    if k == 1:
+        return np.array([int(np.argmax(q))], dtype=np.int64)  # argmax returns the first maximum
+    v = q[np.argpartition(q, V - k)[V - k]]  # the k-th largest value
+    above = np.flatnonzero(q > v)
+    ties = np.flatnonzero(q == v)[: k - above.size]
+    sel = np.concatenate([above, ties])
+    return sel[np.lexsort((sel, -q[sel]))].astype(np.int64)
 
 
 def _as_mask(subset, V: int) -> np.ndarray:
@@ -355,8 +377,7 @@ def _without_sample(q, n, rng):
     with np.errstate(divide="ignore"):
         keys = np.log(q) + rng.gumbel(size=q.size)
     keys[q == 0] = -np.inf
-    order = np.argsort(-keys, kind="stable")
-    return order[:n]
+    return top_tokens(keys, n)  # the n largest keys in decreasing order: the draw order
 
 
 def _without_set_mass_rows(p, q, n, samples, rng):
@@ -463,7 +484,8 @@ def _greedy_dual(p, q, n):
     excess = (q_rest[gain] - p[gain]).sum() - p[top].sum()  # Q(H) - p(H) for H = Top + gain
     if excess <= 0.0:
         return 1.0, np.empty(0, dtype=np.int64)
-    return max(1.0 - float(excess), 0.0), np.union1d(top, np.flatnonzero(gain)).astype(np.int64)
+    gain[top] = True  # H = Top + gain (disjoint), as sorted token indices without a sort
+    return max(1.0 - float(excess), 0.0), np.flatnonzero(gain).astype(np.int64)
 
 
 def _greedy_sample_rows(q, n, samples, rng):

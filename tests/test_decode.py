@@ -9,20 +9,23 @@ from scipy import stats
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from mdsd_ot import _store  # noqa: E402
+from mdsd_ot import _store, optimal_acceptance  # noqa: E402
+from mdsd_ot._config import DECODE_OPTIMAL_MAX_V  # noqa: E402
 from mdsd_ot.backends.torch import to_distribution  # noqa: E402
 from mdsd_ot.decode import DecodeConfig, decode_prompt, merge, run_decode, summarize  # noqa: E402
 from mdsd_ot.decode.models import TreeLM  # noqa: E402
+from mdsd_ot.drafts import get_scheme  # noqa: E402
+from mdsd_ot.trees import DraftTree, expected_tokens, valid_verifiers  # noqa: E402
 
 V = 16
 torch.set_num_threads(1)  # tiny models: threads only add contention on the shared CPUs
 
 
-def tiny(kind="qwen2", seed=0, layers=2):
+def tiny(kind="qwen2", seed=0, layers=2, vocab=V):
     torch.manual_seed(seed)
     Config = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[kind]
     cfg = Config(
-        vocab_size=V,
+        vocab_size=vocab,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=layers,
@@ -116,7 +119,16 @@ def test_rows_exact_values_and_summary(tmp_path):
         for k in r:
             if k.startswith("exact:") or k == "bound":
                 assert 1.0 <= r[k] <= depth + 1 + 1e-12
-        assert 1 <= r["emitted"] == len(r["tokens"]) <= depth + 1
+        assert 1 <= r["emitted"] <= depth + 1
+        assert len(r["tokens"]) == r["emitted"] - r.get("truncated", 0) >= 1
+    calls: dict = {}  # no EOS here: every prompt and cell gets exactly max_new_tokens, never more
+    for r in rows:
+        calls.setdefault((r["record"], r["T"], r["tree"], r["scheme"]), []).append(r)
+    for rs in calls.values():
+        rs.sort(key=lambda r: r["call"])
+        assert sum(len(r["tokens"]) for r in rs) == config.max_new_tokens
+        assert all("truncated" not in r for r in rs[:-1])  # only the last call may be cut
+    assert any("truncated" in r for r in rows)  # the cut is exercised (3 prompts x 4 cells)
     table = summarize(rows)
     assert all(t["speedup"] is not None and t["cost_ratio"] > 0 for t in table)
     for name in ("summary.md", "summary.csv", "summary.json"):
@@ -153,6 +165,56 @@ def test_resume_and_shards_reproduce_one_run(tmp_path):
     other = DecodeConfig(**{**config.__dict__, "trees": ["3x2"]}).validate()
     with pytest.raises(_store.IdentityMismatch, match="trees"):
         run_decode(target, draft, records, tmp_path / "full", other, progress=False)
+    _cli_merge_of_decode_folders(tmp_path, target, draft, records, config, rows_of(full))
+
+
+def _cli_merge_of_decode_folders(tmp_path, target, draft, records, config, full_rows):
+    """``mdsd-ot merge`` on decode folders, with the study merge's rules: the merge equals the
+    unsharded run and can be redone; a destination that is a source or a run's folder, shards of
+    another run and a study folder are refused in one line (exit 2), nothing written or lost."""
+    import contextlib
+    import io
+
+    from mdsd_ot.cli import main
+
+    def cli(*args):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(["merge", *map(str, args)])
+        return code, out.getvalue(), err.getvalue()
+
+    s0, s1, m = tmp_path / "s0", tmp_path / "s1", tmp_path / "cli_merged"
+    for _ in range(2):  # merging again into a previous merge replaces it
+        code, out, err = cli(s0, s1, "--out", m, "--cost-ratio", "0.25")
+        assert code == 0, err
+        assert "merged 2 decode folders" in out and "tree decoding (merged)" in out
+    merged = sorted(json.dumps(_no_times(r), sort_keys=True) for r in _store.read_rows(m))
+    assert merged == full_rows
+    assert all(t["cost_ratio"] == 0.25 for t in json.loads((m / "summary.json").read_text()))
+    before = sorted((s0 / "positions.jsonl").read_bytes().splitlines())
+    code, _, err = cli(s0, s1, "--out", s0)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "also a source" in err
+    assert sorted((s0 / "positions.jsonl").read_bytes().splitlines()) == before
+    code, _, err = cli(s0, s1, "--out", tmp_path / "full")
+    assert code == 2 and "holds the results of a run" in err
+    seeded = DecodeConfig(**{**config.__dict__, "seed": 3}).validate()
+    run_decode(target, draft, records, tmp_path / "seed3", seeded, shard="1/2", progress=False)
+    code, _, err = cli(s0, tmp_path / "seed3", "--out", tmp_path / "m_bad")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "seed" in err
+    assert not (tmp_path / "m_bad" / "positions.jsonl").exists()
+    study = _store.ResultsFolder(tmp_path / "study", kind="study", identity={"x": 1}, shard="0/1", expected=0)
+    with study.open():
+        pass
+    code, _, err = cli(s0, tmp_path / "study", "--out", tmp_path / "m_mixed")
+    assert code == 2 and "not a 'decode' folder" in err
+    code, _, err = cli(tmp_path / "study", s0, "--out", tmp_path / "m_mixed")
+    assert code == 2 and "not a 'study' folder" in err
+    code, _, err = cli(tmp_path / "nowhere", "--out", tmp_path / "m_none")
+    assert code == 2 and "nowhere" in err
+
+
+def _no_times(r):
+    return {k: v for k, v in r.items() if not k.startswith("t_")}
 
 
 @pytest.mark.parametrize(
@@ -200,3 +262,55 @@ def test_command_line_decode_and_resume(tmp_path, capsys):
     assert main(args[:-2] + ["--seed", "1", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "seed" in err
+
+
+WIDE = 96  # a vocabulary above DECODE_OPTIMAL_MAX_V: the LP-based verifier is skipped, full-V ones run
+
+
+def test_optimal_is_reported_at_full_vocabulary(tmp_path):
+    """Above DECODE_OPTIMAL_MAX_V the decoder still reports ``optimal`` where it has a full-vocabulary
+    construction (i.i.d. and greedy drafts) and leaves it out where it would be an LP per node (top_n);
+    every reported value lies in [1, depth + 1]."""
+    assert WIDE > DECODE_OPTIMAL_MAX_V
+    target, draft = tiny("qwen2", 11, vocab=WIDE), tiny("llama", 12, vocab=WIDE)
+    records = [{"id": "w0", "prompt_ids": [3, 7, 1]}]
+    config = _cells_config(
+        trees=["2x1", "2x2"], schemes=["with_replacement", "greedy", "top_n"], max_new_tokens=4
+    )
+    rows = _store.read_rows(run_decode(target, draft, records, tmp_path / "wide", config, progress=False))
+    assert {r["scheme"] for r in rows} == {"with_replacement", "greedy", "top_n"}
+    for r in rows:
+        reported = {k.split(":")[1] for k in r if k.startswith("exact:")}
+        want = set(valid_verifiers(r["scheme"])) - ({"optimal"} if r["scheme"] == "top_n" else set())
+        assert reported == want, (r["scheme"], reported)
+        assert "errors" not in r
+        depth = 1 if r["tree"] == "2x1" else 2
+        for k in reported:
+            assert 1.0 <= r[f"exact:{k}"] <= depth + 1 + 1e-12
+
+
+@pytest.mark.parametrize("scheme", ["with_replacement", "greedy"])
+def test_one_node_tree_optimal_attains_one_plus_alpha_star_at_full_vocabulary(scheme):
+    """On the root laws of a tiny V = 96 model (top-k 20 truncated), a one-level tree of 2 drafts
+    averaged over the scheme's exact tuple law: ``optimal`` gives 1 + alpha* (alpha* from the LP, an
+    independent oracle) to 1e-9 and is at least every other valid verifier's value (one step: the
+    optimal verifier maximises the acceptance)."""
+    target, draft = tiny("qwen2", 13, vocab=WIDE), tiny("qwen2", 14, vocab=WIDE)
+    prompt = [5, 2, 9]
+    p = to_distribution(plain_logits(target, prompt), temperature=0.9, top_k=20).double().numpy()
+    q = to_distribution(plain_logits(draft, prompt), temperature=0.9, top_k=20).double().numpy()
+    p, q = p / p.sum(), q / q.sum()
+    n = 2
+    tuples, probs = get_scheme(scheme).tuple_law(q, n)
+    memo = {}  # one prepared verifier per name for all the trees (same root laws)
+    trees = [
+        DraftTree((n,), scheme, [-1, *x.tolist()], [-1, 0, 0], q[None], np.vstack([p] * 3), memo=memo)
+        for x in tuples
+    ]
+    names = valid_verifiers(scheme)
+    means = {name: sum(w * expected_tokens(t, name) for t, w in zip(trees, probs)) for name in names}
+    lp = optimal_acceptance(p, q, n, sampling=scheme, method="lp")
+    assert lp.success
+    assert abs(means["optimal"] - (1.0 + lp.value)) <= 1e-9, (means, lp.value)
+    for name, value in means.items():
+        assert value <= means["optimal"] + 1e-9, (name, value, means["optimal"])

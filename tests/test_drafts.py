@@ -131,3 +131,55 @@ def test_scheme_errors():
         get_scheme("bogus")
     with pytest.raises(TypeError, match="Generator"):
         get_scheme("with_replacement").sample(q, 2, rng=42)
+
+
+def _stable_top(q, k):
+    """The reference: a full stable sort (ties by index)."""
+    return np.argsort(-np.asarray(q), kind="stable")[: max(k, 0)]
+
+
+def test_top_tokens_equals_the_stable_sort_on_ties():
+    """O(V) selection == the stable argsort, tokens and order, ties at the k-th value included."""
+    from mdsd_ot.drafts import top_tokens
+
+    rng = np.random.default_rng(17)
+    for _ in range(400):  # small V, every k, heavy ties
+        V = int(rng.integers(1, 14))
+        q = rng.integers(0, 4, size=V).astype(float) * rng.choice([1.0, 5e-324, 1e-300])
+        for k in range(V + 2):
+            got = top_tokens(q, k)
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, _stable_top(q, k))
+    V = 151_936  # a real vocabulary: a few distinct values, ties straddle every boundary
+    cases = {
+        "ties": rng.integers(0, 50, V).astype(float),
+        "few levels": rng.choice([0.0, 1e-9, 3e-5, 3e-5, 0.2], V),
+        "one-hot": np.eye(1, V, 12345).ravel(),
+        "all equal": np.full(V, 1.0 / V),
+        "signed zeros": np.where(rng.random(V) < 0.5, -0.0, 0.0) + (rng.random(V) < 0.001) * 0.5,
+        "subnormal": rng.integers(0, 3, V) * 5e-324,
+        "float32": rng.integers(0, 7, V).astype(np.float32),
+        "with inf": np.where(rng.random(V) < 1e-4, np.inf, rng.integers(0, 3, V).astype(float)),
+        "with nan": np.where(rng.random(V) < 1e-4, np.nan, rng.integers(0, 3, V).astype(float)),
+        "dirichlet": rng.dirichlet(np.full(V, 0.05)),
+    }
+    for name, q in cases.items():
+        ks = {0, 1, 2, 3, 4, 8, 16, 1000, V // 2, V - 1, V, V + 5} | set(rng.integers(1, V, 4).tolist())
+        for k in sorted(ks):
+            np.testing.assert_array_equal(top_tokens(q, k), _stable_top(q, k), err_msg=f"{name}, k={k}")
+
+
+def test_sequential_draws_unchanged_by_the_selection():
+    """Sequential drafts (Gumbel-top-n, the draw order) equal the stable sort of the same keys."""
+    from mdsd_ot.drafts import get_scheme
+
+    q = np.random.default_rng(3).dirichlet(np.full(500, 0.1))
+    q[::7] = 0.0
+    q /= q.sum()
+    for n in (1, 2, 5, 40):
+        got = get_scheme("without_replacement").sample(q, n, np.random.default_rng(n))
+        g = np.random.default_rng(n)
+        with np.errstate(divide="ignore"):
+            keys = np.log(q) + g.gumbel(size=q.size)
+        keys[q == 0] = -np.inf
+        np.testing.assert_array_equal(got, _stable_top(keys, n))

@@ -17,7 +17,7 @@ torch and transformers are imported inside the functions.
 
 from .config import DEFAULT_DRIVER, DecodeConfig, driver_for
 from .report import measured_cost_ratio, summarize, write_report
-from .runner import decode_identity, decode_prompt, merge, open_decode, run_decode, run_shard
+from .runner import decode_identity, decode_prompt, merge, open_decode, run_decode, run_shard, runs_at
 
 __all__ = [
     "DecodeConfig",
@@ -29,6 +29,7 @@ __all__ = [
     "decode_identity",
     "open_decode",
     "merge",
+    "runs_at",
     "summarize",
     "write_report",
     "measured_cost_ratio",

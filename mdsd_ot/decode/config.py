@@ -12,6 +12,11 @@ from ..trees import parse_shape, valid_verifiers
 
 __all__ = ["DecodeConfig", "DEFAULT_DRIVER", "driver_for"]
 
+#: Version of the rows' meaning, part of the identity so that a folder is never resumed with rows of
+#: another meaning: 2 = the last call's tokens cut to ``max_new_tokens`` (``truncated``); folders
+#: written before (no ``row_format``) let the last call overshoot.
+ROW_FORMAT = 2
+
 #: The verifier whose sample continues the decoding, per draft scheme (the library's own verifier
 #: for the scheme; ``naive`` attains alpha* for deterministic ``top_n`` drafts). Every other valid
 #: verifier is evaluated exactly on the same trees.
@@ -62,7 +67,8 @@ class DecodeConfig:
     bound : bool
         Also record the node-bound estimate (:func:`mdsd_ot.trees.bound_estimate`).
     max_new_tokens : int
-        Tokens to generate per prompt and cell (the last call may pass it; EOS stops earlier).
+        Tokens to generate per prompt and cell (EOS stops earlier). The last call's tokens are cut to
+        fit; its row keeps the sampled count in ``emitted`` and the cut in ``truncated``.
     max_records : int or None
         The first prompts only (before sharding).
     top_k, top_p, seed, device, dtype, threads
@@ -167,4 +173,5 @@ class DecodeConfig:
         d = asdict(self)
         for k in ("target", "draft", "tokenizer", "prompts", "max_records", "device", "threads"):
             d.pop(k)
+        d["row_format"] = ROW_FORMAT
         return d

@@ -9,6 +9,11 @@ tokens by multi-step speculative decoding with draft trees (docs/math.md#draft-t
    and the node-bound estimate are recorded;
 4. decoding continues along the driving verifier's actual sample (:func:`mdsd_ot.trees.verify_tree`).
 
+A call's row records ``emitted``, the number of tokens the driving verifier's sample produced (up to
+the first EOS): the sampled block efficiency. The continuation never exceeds ``max_new_tokens``: the
+last call's ``tokens`` keep only what fits, and ``truncated`` (present when positive) counts the
+tokens left out, so ``len(tokens) == emitted - truncated``.
+
 One JSON row per target call goes to ``positions.jsonl`` of a results folder (:mod:`mdsd_ot._store`:
 one writer, identity, checksummed rows, resume, shards, merge), all of a prompt's rows at once.
 """
@@ -27,13 +32,34 @@ from .._config import DECODE_OPTIMAL_MAX_V
 from ..trees import bound_estimate, draft_tree, expected_tokens, parse_shape, verify_tree
 from .config import DecodeConfig, driver_for
 
-__all__ = ["decode_prompt", "run_decode", "run_shard", "decode_identity", "open_decode", "merge"]
+__all__ = ["decode_prompt", "run_decode", "run_shard", "decode_identity", "open_decode", "merge", "runs_at"]
 
 KIND = "decode"
 
 
 def _np(t):
     return t.detach().to("cpu").numpy()
+
+
+def runs_at(verifier, scheme, vocab: int) -> bool:
+    """Whether the decoder evaluates ``verifier`` exactly on trees of ``scheme`` at vocabulary ``vocab``.
+
+    Asked of the verifier, not of its name: a verifier with a ``covers(sampling)`` method (the
+    ``optimal`` verifier) that does not cover ``scheme`` would solve an LP per node (over every draft
+    set), so it runs only up to :data:`mdsd_ot._config.DECODE_OPTIMAL_MAX_V` tokens; every other
+    verifier, and ``optimal`` under i.i.d., greedy and hub drafts (full-vocabulary constructions,
+    docs/math.md#optimal-verifier-full-v), runs at any vocabulary size.
+
+    >>> runs_at("optimal", "with_replacement", 151_936), runs_at("optimal", "top_n", 151_936)
+    (True, False)
+    """
+    from ..verifiers import get_verifier
+
+    v = get_verifier(verifier)
+    covers = getattr(v, "covers", None)
+    if covers is None or covers(scheme):
+        return True
+    return int(vocab) <= DECODE_OPTIMAL_MAX_V
 
 
 def decode_prompt(
@@ -80,7 +106,7 @@ def decode_prompt(
         t2 = time.perf_counter()
         row = {"record": record, "T": T, "tree": tree_label, "scheme": scheme, "call": call, "driver": driver}
         for name in names:
-            if name == "optimal" and tree.vocab > DECODE_OPTIMAL_MAX_V:
+            if not runs_at(name, scheme, tree.vocab):
                 continue
             try:
                 row[f"exact:{name}"] = expected_tokens(tree, name)
@@ -97,9 +123,12 @@ def decode_prompt(
         emitted = verify_tree(tree, driver, rng)
         if eos is not None and eos in emitted:
             emitted = emitted[: emitted.index(eos) + 1]
+        kept = emitted[: config.max_new_tokens - made]  # never more than max_new_tokens in all
+        if len(kept) < len(emitted):
+            row["truncated"] = len(emitted) - len(kept)
         row.update(
             emitted=len(emitted),
-            tokens=emitted,
+            tokens=kept,
             draft_forwards=shape.depth,
             t_draft=t1 - t0,
             t_target=t2 - t1,
@@ -108,12 +137,12 @@ def decode_prompt(
         rows.append(row)
         if on_call is not None:
             on_call(row)
-        made += len(emitted)
+        made += len(kept)
         call += 1
-        if eos is not None and emitted[-1] == eos:
+        if made >= config.max_new_tokens or (eos is not None and emitted[-1] == eos):
             break
-        target_lm.commit(emitted)
-        draft_lm.commit(emitted)
+        target_lm.commit(kept)
+        draft_lm.commit(kept)
     return rows
 
 
@@ -306,10 +335,20 @@ def run_shard(config: DecodeConfig, shard, out_dir, *, progress: bool = True) ->
         run_decode(target, draft, records, folder, config, tokenizer=tok, progress=progress)
 
 
-def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)") -> Path:
-    """Combine decode folders (shards) of one identity into ``dest`` and write its report."""
+def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)", cost_ratio=None) -> Path:
+    """Combine decode folders (shards, resumed runs) of one identity into ``dest`` and write its report
+    (``mdsd-ot merge`` on decode folders).
+
+    The same rules as the study's merge (:func:`mdsd_ot._store.merge_folders`): ``dest`` may not be
+    a source nor the folder of a run (``StoreError``); sources of different identities are refused
+    naming each difference (``IdentityMismatch``), so are study folders; missing shards, damaged or
+    unfinished records and sources still being written are warned about; a record present in several
+    sources is kept once (first wins). ``cost_ratio`` as in :func:`.report.write_report`.
+    """
     from .report import write_report
 
     dest = Path(dest)
-    _store.merge_folders(sources, dest, kind=KIND, finalize=lambda d: write_report(d, title=title))
+    _store.merge_folders(
+        sources, dest, kind=KIND, finalize=lambda d: write_report(d, title=title, cost_ratio=cost_ratio)
+    )
     return dest

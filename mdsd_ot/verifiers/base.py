@@ -163,23 +163,8 @@ def sample_index(w: np.ndarray, u: float) -> int:
 
 
 def top_k(q: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` most likely tokens, ties broken by index: the same as ``drafts.top_tokens``, in O(V).
-
-    ``np.argpartition`` finds the k-th largest value ``v``; every token above ``v`` is taken and the
-    remaining places go to the lowest-index tokens equal to ``v``.
-    """
-    V = q.size
-    if k <= 0:
-        return np.empty(0, dtype=np.int64)
-    if k == 1:
-        return np.array([int(np.argmax(q))], dtype=np.int64)  # argmax returns the first maximum
-    if k >= V:
-        return top_tokens(q, k)
-    v = q[np.argpartition(-q, k - 1)[k - 1]]
-    above = np.flatnonzero(q > v)
-    ties = np.flatnonzero(q == v)[: k - above.size]
-    sel = np.concatenate([above, ties])
-    return sel[np.lexsort((sel, -q[sel]))].astype(np.int64)
+    """The ``k`` most likely tokens, ties broken by index, in O(V): :func:`mdsd_ot.drafts.top_tokens`."""
+    return top_tokens(q, k)
 
 
 def sample_drafts_batch(scheme, q: np.ndarray, n: int, samples: int, rng: np.random.Generator):

@@ -48,9 +48,13 @@ def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | 
 
 
 class _PreparedNaive(PreparedVerifier):
-    def __init__(self, verifier, p, q, n, scheme):
-        super().__init__(verifier, p, q, n, scheme)
-        self.pi = inclusion_probabilities(q, n, scheme.name)
+    @property
+    def pi(self):
+        """Inclusion probabilities, computed on first use: the output law (``p``) does not need them,
+        so the exact tree recursion (docs/math.md#tree-recursion) never pays for them."""
+        if "_pi" not in self.__dict__:
+            self._pi = inclusion_probabilities(self.q, self.n, self.scheme.name)
+        return self._pi
 
     def _verify(self, drafts, rng):
         return sample_index(self.p, rng.random())
