@@ -1,6 +1,6 @@
 """Scaling out: the shards of a sharded job as Ray tasks, faults survived, one merged result.
 
-A *sharded job kind* (the study; the tree decoder once it exists) is three functions named in a
+A *sharded job kind* (the study, the tree decoder) is three functions named in a
 :class:`JobKind`: ``run_shard(job, shard, out_dir) -> None`` runs shard ``"i/N"`` of ``job`` in
 its own results folder and resumes from what that folder already holds; ``merge(sources, dest)``
 combines the shard folders into the result a single process gives; ``count(job) -> int``
@@ -21,27 +21,27 @@ Design (README, "Scaling out: Ray and Slurm"):
 * **One task per shard, more shards than workers** (by default four per task slot, at most one per
   record): a retried shard repeats little, and fast workers take more shards.
 * **Models are loaded once per worker process**: the job kind keeps them in a per-process cache
-  (``mdsd_ot.study.job.cached_models``), and the tasks are declared with ``max_calls=0`` so that
-  Ray reuses a worker for the next shard (its default for GPU tasks is a new process per task).
+  (``mdsd_ot.study.job.cached_models``, shared by the decoder's tasks), and the tasks are declared
+  with ``max_calls=0`` so that Ray reuses a worker for the next shard (its default for GPU tasks is
+  a new process per task).
 * **The driver** holds the lock of ``OUT/shards`` (a second driver on the same folder is refused),
   polls the shards' ``done.txt`` files for one progress bar over all shards, waits for every
   task (a failed shard does not stop the others: their records are kept), then merges with the job
   kind's own merge into ``OUT`` (the same summary files as a single-process run).
-* **Application errors are not retried** (bad input, a folder of another study: they would fail
+* **Application errors are not retried** (bad input, a folder of another run: they would fail
   again); worker deaths are, up to ``max_retries`` times each.
 
-Plugging in a job kind (for example the tree decoder, once ``mdsd_ot.decode`` exposes these
-functions)::
+Plugging in a job kind (as the tree decoder does below)::
 
-    register(JobKind("decode", run_shard="mdsd_ot.decode:run_shard",
-                     merge="mdsd_ot.decode:merge", count="mdsd_ot.decode:count_records"))
+    register(JobKind("decode", run_shard="mdsd_ot.decode.job:shard_task",
+                     merge="mdsd_ot.decode.job:merge_shards", count="mdsd_ot.decode.job:count_records"))
 
 and its command takes the same ``--ray`` options through ``mdsd_ot.commands._ray``. The entry
 points are named by import path, so that importing this module imports neither ray nor
 the job's dependencies, and a kind registered at run time reaches workers that can import it.
 
 >>> sorted(JOB_KINDS)
-['study']
+['decode', 'study']
 >>> shard_folder("out", 3, 16).as_posix()
 'out/shards/shard-03-of-16'
 >>> parse_memory("8G")
@@ -137,6 +137,14 @@ register(
         run_shard="mdsd_ot.study.job:shard_task",
         merge="mdsd_ot.study.job:merge_shards",
         count="mdsd_ot.study.job:count_records",
+    )
+)
+register(
+    JobKind(
+        "decode",
+        run_shard="mdsd_ot.decode.job:shard_task",
+        merge="mdsd_ot.decode.job:merge_shards",
+        count="mdsd_ot.decode.job:count_records",
     )
 )
 
@@ -422,10 +430,11 @@ def run_sharded(
     Parameters
     ----------
     kind : str or JobKind
-        A name of :data:`JOB_KINDS` (``"study"``) or a :class:`JobKind`.
+        A name of :data:`JOB_KINDS` (``"study"``, ``"decode"``) or a :class:`JobKind`.
     job
-        The job description its entry points take (``mdsd_ot.study.job.StudyJob``); it is pickled
-        to the workers, so it names files every worker can read.
+        The job description its entry points take (``mdsd_ot.study.job.StudyJob``; for
+        ``"decode"`` a ``mdsd_ot.decode.DecodeConfig`` with ``target`` and ``draft``); it is
+        pickled to the workers, so it names files every worker can read.
     out : path
         Output folder, on a file system every worker and the driver share: shard ``i`` of ``N``
         writes ``out/shards/shard-i-of-N``, and the merged result (the summary files of a

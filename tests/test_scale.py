@@ -206,8 +206,8 @@ def test_refusals_before_any_work(tmp_path):
     ):
         with pytest.raises(ValueError, match=match):
             scale.run_sharded("study", job, tmp_path / "x", **bad)
-    with pytest.raises(ValueError, match="unknown job kind 'decode'; registered: study"):
-        scale.run_sharded("decode", job, tmp_path / "x")
+    with pytest.raises(ValueError, match="unknown job kind 'train'; registered: decode, study"):
+        scale.run_sharded("train", job, tmp_path / "x")
     with pytest.raises(ValueError, match="module:function"):
         scale.register(scale.JobKind("bad", run_shard="nothing", merge="m:f"))
     assert scale.parse_memory("1.5G") == 3 * 2**29 and scale.parse_memory(4096) == 4096

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from . import _ray
+
 HELP = "tree decoding on a target/draft pair: tokens per target call of every verifier (exact), resumable"
 
 
@@ -39,6 +41,7 @@ def add_arguments(parser):
         help="draft/target forward cost for the speedup model (default: measured)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _ray.add_arguments(parser)  # --ray [ADDRESS], --shards, --ray-cpus/-gpus/-memory/-retries
 
 
 def run(args) -> int:
@@ -46,6 +49,7 @@ def run(args) -> int:
     from ..decode import DecodeConfig, run_shard, write_report
     from .study import _floats
 
+    _ray.check(args)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     config = DecodeConfig(
         target=args.target,
@@ -68,6 +72,8 @@ def run(args) -> int:
         threads=args.threads,
     ).validate()
     t0 = time.time()
+    if args.ray is not None:
+        return _run_on_ray(config, args, t0)
     with _store.one_line_warnings("mdsd-ot decode"):
         run_shard(config, args.shard, args.out, progress=not args.no_progress)
         if args.shard is None and args.cost_ratio is not None:
@@ -77,4 +83,26 @@ def run(args) -> int:
         from pathlib import Path
 
         print((Path(args.out) / "summary.md").read_text())
+    return 0
+
+
+def _run_on_ray(config, args, t0) -> int:
+    """``--ray``: every shard as a Ray task, merged into ``--out`` (README: Scaling out)."""
+    from dataclasses import replace
+
+    from .. import _store
+    from ..decode import write_report
+
+    # a worker's current folder is not ours: local paths go absolute
+    local = {k: _ray.absolute(getattr(config, k)) for k in ("target", "draft", "tokenizer")}
+    if str(config.prompts).lower() not in ("humaneval", "human-eval", "human_eval"):
+        local["prompts"] = _ray.absolute(config.prompts)
+    out = _ray.run("decode", replace(config, **local), args, "mdsd-ot decode")
+    if out is None:
+        return 2
+    if args.cost_ratio is not None:
+        with _store.one_line_warnings("mdsd-ot decode"):
+            write_report(out, cost_ratio=args.cost_ratio)
+    print(f"decode written to {out} in {time.time() - t0:.1f} s")
+    print((out / "summary.md").read_text())
     return 0

@@ -293,10 +293,16 @@ def run_decode(
     return folder.path
 
 
-def run_shard(config: DecodeConfig, shard, out_dir, *, progress: bool = True) -> None:
+def run_shard(
+    config: DecodeConfig, shard, out_dir, *, progress: bool = True, models=None, previous=None
+) -> None:
     """Decode one shard ``"i/N"`` of ``config``'s prompts into ``out_dir``: a plain function for
     schedulers (Ray, Slurm, a shell loop). It loads the models itself, and resumes from the rows
-    already in ``out_dir`` (same identity, else refused); merge the shards with :func:`merge`."""
+    already in ``out_dir`` (same identity, else refused); merge the shards with :func:`merge`.
+
+    ``models(config) -> (target, draft, tokenizer)`` replaces the loading (a per-process cache,
+    :mod:`mdsd_ot.decode.job`); ``previous``, an identity recorded earlier for the same model files,
+    skips re-hashing those unchanged (the folder's own recorded identity comes first)."""
     import sys
 
     from ..study.collection import load_models, load_prompts
@@ -309,7 +315,7 @@ def run_shard(config: DecodeConfig, shard, out_dir, *, progress: bool = True) ->
     if config.target is None or config.draft is None:
         raise ValueError("run_shard needs config.target and config.draft (model folders or hub names)")
     records = load_prompts(config.prompts)
-    previous = (_store.peek_config(out_dir) or {}).get("identity")
+    previous = (_store.peek_config(out_dir) or {}).get("identity") or previous
     identity = decode_identity(
         config,
         records,
@@ -323,7 +329,9 @@ def run_shard(config: DecodeConfig, shard, out_dir, *, progress: bool = True) ->
         i, n = _shard(folder.shard)
         left = [r for _, r in _mine(records, config, i, n) if r["id"] not in folder.done]
         target = draft = tok = None
-        if left:
+        if left and models is not None:
+            target, draft, tok = models(config)
+        elif left:
             target, draft, tok = load_models(
                 config.target,
                 config.draft,

@@ -1,0 +1,407 @@
+"""The tree decoder scaled out (``mdsd-ot decode --ray``, ``mdsd_ot.scale.run_sharded("decode", ...)``
+and a Slurm-style array of processes): the merged result is that of one process, also when workers
+are killed in the middle of a write and when a whole run is interrupted and started again.
+
+The oracle of every comparison is an uninterrupted single-process ``mdsd-ot decode`` (no ``--ray``,
+no ``--shard``) of the same run in a fresh folder. Rows are compared as a multiset with their three
+stopwatch fields (``t_draft``, ``t_target``, ``t_exact``) left out; every other field (tokens
+emitted, each verifier's exact expectation, the bound estimate) must be equal, with no (record, T,
+tree, scheme, call) twice. The summary files must be byte-identical when the speedup model's cost
+ratio is given (``--cost-ratio``); the measured one is a ratio of stopwatch times, so without it
+the summary tables are compared with ``cost_ratio`` and ``speedup`` left out.
+One Ray cluster (2 CPUs) serves the module; the Ray tests are skipped without ``ray``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdsd_ot import _store, scale
+from mdsd_ot.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+V = 16
+SUMMARIES = ("summary.md", "summary.csv", "summary.json")
+COST = 0.25
+TEMPERATURES = (1.0, 0.5)
+TREES = ("2x2", "1x3")
+SCHEMES = ("with_replacement", "top_n")
+MAX_NEW = 5
+OPTIONS = [
+    "--trees",
+    " ".join(TREES),
+    "--schemes",
+    ",".join(SCHEMES),
+    "--temperatures",
+    ",".join(map(str, TEMPERATURES)),
+    "--verifiers",
+    "naive,rrs,spectr",
+    "--max-new-tokens",
+    str(MAX_NEW),
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--cost-ratio",
+    str(COST),
+    "--no-progress",
+]
+PROMPTS = 5  # three shards get 2, 2 and 1 prompts
+TIMINGS = ("t_draft", "t_target", "t_exact")
+
+
+def _records(n=PROMPTS):
+    rng = np.random.default_rng(7)
+    return [{"id": f"r{i}", "prompt_ids": rng.integers(0, V, 2 + i % 3).tolist()} for i in range(n)]
+
+
+def _save_models(root: Path) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    for name, seed, Config in (
+        ("target", 1, transformers.Qwen2Config),
+        ("draft", 2, transformers.LlamaConfig),
+    ):
+        torch.manual_seed(seed)
+        cfg = Config(
+            vocab_size=V,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        with torch.no_grad():  # spread the logits so that the laws are far from uniform
+            model.lm_head.weight.mul_(20.0)
+        with contextlib.redirect_stderr(open(os.devnull, "w")):
+            model.save_pretrained(root / name)
+
+
+def _key(r):
+    return (r["record"], r["T"], r["tree"], r["scheme"], r["call"])
+
+
+def _rows(folder):
+    """The rows of a folder without their stopwatch fields, sorted; asserts no duplicate call."""
+    rows = _store.read_rows(folder)
+    keys = [_key(r) for r in rows]
+    assert len(keys) == len(set(keys)), "duplicate rows"
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in TIMINGS}, sort_keys=True) for r in rows)
+
+
+def _table(folder):
+    drop = ("cost_ratio", "speedup")
+    table = json.loads((folder / "summary.json").read_text())
+    assert all(isinstance(t["cost_ratio"], float) and t["cost_ratio"] > 0 for t in table)
+    return [{k: v for k, v in t.items() if k not in drop} for t in table]
+
+
+class Lab:
+    """Saved tiny random models, a prompts file, and the single-process reference run."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        _save_models(root)
+        self.prompts = root / "prompts.jsonl"
+        self.prompts.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+        self.reference = root / "reference"
+        assert main(self.argv(self.reference)) == 0
+        rows = _store.read_rows(self.reference)
+        # the reference decoded every prompt in every cell, to MAX_NEW tokens or to one EOS token
+        made, last = {}, {}
+        for r in sorted(rows, key=lambda r: r["call"]):
+            cell = (r["record"], r["T"], r["tree"], r["scheme"])
+            made[cell] = made.get(cell, 0) + r["emitted"]
+            last[cell] = r["tokens"][-1]
+        assert len(made) == PROMPTS * len(TEMPERATURES) * len(TREES) * len(SCHEMES)
+        assert len({last[c] for c in made if made[c] < MAX_NEW}) <= 1
+        assert sum(made.values()) >= len(made) * MAX_NEW // 2
+        self._n = 0
+
+    def argv(self, out, *extra):
+        return [
+            "decode",
+            "--target",
+            str(self.root / "target"),
+            "--draft",
+            str(self.root / "draft"),
+            "--prompts",
+            str(self.prompts),
+            "--out",
+            str(out),
+            *OPTIONS,
+            *extra,
+        ]
+
+    def job(self):
+        from mdsd_ot.decode import DecodeConfig
+
+        return DecodeConfig(
+            target=str(self.root / "target"),
+            draft=str(self.root / "draft"),
+            prompts=str(self.prompts),
+            trees=list(TREES),
+            schemes=list(SCHEMES),
+            temperatures=list(TEMPERATURES),
+            verifiers=["naive", "rrs", "spectr"],
+            max_new_tokens=MAX_NEW,
+            device="cpu",
+            threads=1,
+        )
+
+    def fresh(self, name="run") -> Path:
+        self._n += 1
+        return self.root / f"{name}{self._n}"
+
+    def assert_same_as_reference(self, out: Path, cost_given: bool = True) -> None:
+        assert _rows(out) == _rows(self.reference)
+        if not cost_given:  # measured cost ratio: everything else equal, then the same bytes at COST
+            from mdsd_ot.decode import write_report
+
+            assert _table(out) == _table(self.reference)
+            write_report(out, cost_ratio=COST, plots=False)
+        for name in SUMMARIES:
+            assert (out / name).read_bytes() == (self.reference / name).read_bytes(), name
+
+
+def _no_duplicates(shard_dir: Path) -> None:
+    """Each record's done line and rows appear once in a shard folder's files (no stray copies)."""
+    done = [json.loads(line)["id"] for line in (shard_dir / _store.DONE).read_text().splitlines()]
+    assert len(done) == len(set(done))
+    rows = [json.loads(line) for line in (shard_dir / _store.ROWS).read_text().splitlines()]
+    keys = [_key(r) for r in rows]
+    assert len(keys) == len(set(keys))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    return Lab(tmp_path_factory.mktemp("scale_decode"))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster (2 CPUs) for the module: starting one takes seconds."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+# ------------------------------------------------------------------ no Ray needed (fast lane)
+
+
+def test_decode_kind_is_registered_and_light():
+    code = (
+        "import sys, mdsd_ot, mdsd_ot.scale as s, mdsd_ot.cli\n"
+        "k = s.JOB_KINDS['decode']\n"
+        "print([k.entry(w).__name__ for w in ('run_shard', 'merge', 'count')])\n"
+        "mdsd_ot.cli.build_parser()\n"
+        "print(sorted(m for m in ('ray', 'torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["['shard_task', 'merge_shards', 'count_records']", "[]"]
+
+
+def test_count_and_refusals(tmp_path, capsys):
+    from mdsd_ot.decode import DecodeConfig
+    from mdsd_ot.decode.job import count_records, shard_task
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in _records(7)))
+    assert count_records(DecodeConfig(prompts=str(prompts))) == 7
+    assert count_records({"prompts": str(prompts), "max_records": 3}) == 3
+    with pytest.raises(TypeError, match="a decode job is a DecodeConfig"):
+        count_records(str(prompts))
+    with pytest.raises(ValueError, match="needs target and draft"):
+        shard_task(DecodeConfig(prompts=str(prompts)), "0/2", tmp_path / "s")
+    # an output folder holding an unsharded decode run is not replaced by a sharded one
+    single = tmp_path / "single"
+    single.mkdir()
+    cfg = {"format": 2, "kind": "decode", "shard": "0/1", "identity": {}}
+    (single / _store.CONFIG).write_text(json.dumps(cfg))
+    job = DecodeConfig(target="t", draft="d", prompts=str(prompts))
+    with pytest.raises(_store.StoreError, match="unsharded run"):
+        scale.run_sharded("decode", job, single)
+    base = ["decode", "--target", "t", "--draft", "d", "--prompts", str(prompts)]
+    assert main(base + ["--shards", "2"]) == 2
+    assert "--shards goes with --ray" in capsys.readouterr().err
+    assert main(base + ["--ray", "--shard", "0/2"]) == 2
+    assert "--shard and --ray exclude each other" in capsys.readouterr().err
+
+
+def test_worker_loads_the_models_once_and_hashes_them_once(tmp_path, monkeypatch):
+    """Two shards run by one process (as one Ray worker runs them): one model load, the model
+    files hashed for the first shard folder only (the merged result: the Ray tests below)."""
+    from mdsd_ot.decode import DecodeConfig
+    from mdsd_ot.decode import job as decode_job
+    from mdsd_ot.study import job as study_job
+
+    _save_models(tmp_path)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in _records(3)))
+    config = DecodeConfig(
+        target=str(tmp_path / "target"),
+        draft=str(tmp_path / "draft"),
+        prompts=str(prompts),
+        trees=["2x2"],
+        temperatures=[0.7],
+        verifiers=["rrs"],
+        max_new_tokens=3,
+        device="cpu",
+        threads=1,
+    )
+    loads, hashed = [], []
+    load, sha = study_job.load_models, _store._sha256_file
+    monkeypatch.setattr(study_job, "_MODELS", {})
+    monkeypatch.setattr(decode_job, "_IDENTITY", {})
+    monkeypatch.setattr(study_job, "load_models", lambda *a, **k: loads.append(a) or load(*a, **k))
+    monkeypatch.setattr(_store, "_sha256_file", lambda f: hashed.append(f) or sha(f))
+    decode_job.shard_task(config, "0/2", tmp_path / "s0")
+    first = len(hashed)
+    assert len(loads) == 1 and first > 0
+    decode_job.shard_task(config, "1/2", tmp_path / "s1")
+    assert len(loads) == 1 and len(hashed) == first
+    assert [len(_store.scan_folder(tmp_path / f"s{i}").valid) for i in range(2)] == [2, 1]
+
+
+# ---------------------------------------------------------------------------- on a Ray cluster
+
+
+@pytest.mark.slow
+def test_ray_decode_equals_single_process(lab, cluster, capsys, monkeypatch):
+    out = lab.fresh()
+    monkeypatch.chdir(lab.root)  # relative paths: the driver makes them absolute for the workers
+    argv = [a.replace(str(lab.root) + os.sep, "") for a in lab.argv(out, "--ray", "--shards", "3")]
+    assert "target" in argv and out.name in argv
+    assert main(argv) == 0
+    lab.assert_same_as_reference(out)
+    folders = [scale.shard_folder(out, i, 3) for i in range(3)]
+    assert [len(_store.scan_folder(f).valid) for f in folders] == [2, 2, 1]
+    assert [scale.attempts(f) for f in folders] == [1, 1, 1]  # one task per shard, no retry
+    assert _store.read_config(out)["shard"] == "merged"
+    # the same command again: a finished run is merged again, nothing recomputed or duplicated
+    before = {f: (f / _store.ROWS).read_bytes() for f in folders}
+    assert main(lab.argv(out, "--ray")) == 0  # the split of 3 is found in the folder
+    assert {f: (f / _store.ROWS).read_bytes() for f in folders} == before
+    lab.assert_same_as_reference(out)
+    # another run in the same folder: every shard refuses it (not retried), nothing changes
+    capsys.readouterr()
+    assert main(lab.argv(out, "--ray", "--max-new-tokens", "4")) == 2
+    err = capsys.readouterr().err
+    assert "3 of 3 shards did not finish; shard 0/3: IdentityMismatch" in err
+    assert "max_new_tokens: 4 now, 5 before" in err
+    assert [scale.attempts(f) for f in folders] == [3, 3, 3]
+    lab.assert_same_as_reference(out)
+    # the Python equivalent, default number of shards (4 per slot, at most one per prompt),
+    # measured cost ratio
+    out2 = scale.run_sharded("decode", lab.job(), lab.fresh(), progress=False)
+    assert len(list((out2 / scale.SHARDS).glob("shard-*"))) == PROMPTS
+    lab.assert_same_as_reference(out2, cost_given=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "plan",
+    [
+        # os._exit half-way through writing the rows of the shard's second prompt
+        dict(shard="0/3", step="rows", count=2, torn=0.5),
+        # SIGKILL half-way through writing the done line of the shard's first prompt
+        dict(shard="1/3", step="done", count=1, torn=0.5, signal=int(signal.SIGKILL)),
+    ],
+    ids=["exit-torn-rows", "sigkill-torn-done"],
+)
+def test_worker_killed_mid_decode_gives_identical_result(lab, cluster, plan):
+    out = lab.fresh()
+    marker = out.parent / f"{out.name}.fault"
+    plan = dict(plan, marker=str(marker))
+    scale.run_sharded("decode", lab.job(), out, shards=3, max_retries=2, progress=False, _fault=plan)
+    assert marker.exists()  # the fault fired
+    i = int(plan["shard"].split("/")[0])
+    folders = [scale.shard_folder(out, k, 3) for k in range(3)]
+    assert [scale.attempts(f) for f in folders] == [2 if k == i else 1 for k in range(3)]
+    for f in folders:
+        _no_duplicates(f)
+    lab.assert_same_as_reference(out, cost_given=False)
+
+
+@pytest.mark.slow
+def test_interrupted_decode_resumes_without_duplicates(lab, cluster, capsys):
+    out = lab.fresh()
+    marker = out.parent / f"{out.name}.fault"
+    plan = dict(shard="0/3", step="done", count=2, torn=0.3, marker=str(marker))
+    # no retries: the run stops with shard 0 half done; the other shards run to the end
+    with pytest.raises(scale.ShardsFailed, match=r"1 of 3 shards did not finish; shard 0/3: its worker died"):
+        scale.run_sharded("decode", lab.job(), out, shards=3, max_retries=0, progress=False, _fault=plan)
+    first = scale.shard_folder(out, 0, 3)
+    assert len(_store.scan_folder(first).valid) == 1  # one prompt finished before the kill
+    assert not (out / "summary.md").exists()
+    # the same command resumes: the torn done line is dropped, the prompt decoded once
+    assert main(lab.argv(out, "--ray")) == 0
+    for k in range(3):
+        _no_duplicates(scale.shard_folder(out, k, 3))
+    assert scale.attempts(first) == 2
+    lab.assert_same_as_reference(out)
+
+
+# ------------------------------------------------------------------------- a Slurm job array
+
+
+@pytest.mark.slow
+def test_slurm_decode_recipe_as_local_processes(lab):
+    """examples/slurm/decode_array.sh run as the array's tasks would be (in parallel, one process
+    each, SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT set), then examples/slurm/decode_merge.sh."""
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    out = lab.fresh("slurm")
+    bindir = str(Path(sys.executable).parent)  # where mdsd-ot and python of this environment are
+    options = OPTIONS[2:-3]  # all but --trees (TREES=...), --cost-ratio and --no-progress
+    env = dict(
+        os.environ,
+        PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+        PYTHON=sys.executable,
+        TARGET=str(lab.root / "target"),
+        DRAFT=str(lab.root / "draft"),
+        OUT=str(out),
+        TREES=" ".join(TREES),
+        DECODE_ARGS=" ".join(["--prompts", str(lab.prompts), *options]),
+        SLURM_ARRAY_TASK_COUNT="2",
+        MDSD_OT_QUIET="1",
+    )
+    tasks = [
+        subprocess.Popen(
+            ["bash", str(ROOT / "examples/slurm/decode_array.sh")],
+            env=dict(env, SLURM_ARRAY_TASK_ID=str(i)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for t in tasks:
+        stdout, stderr = t.communicate(timeout=300)
+        assert t.returncode == 0, stderr[-2000:]
+    merged = subprocess.run(
+        ["bash", str(ROOT / "examples/slurm/decode_merge.sh")],
+        env=dict(env, COST_RATIO=str(COST)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    assert "warning" not in merged.stderr.lower()
+    lab.assert_same_as_reference(out / "merged")
+    assert sorted(_store.read_config(out / "merged")["shards"]) == ["0/2", "1/2"]
