@@ -205,11 +205,17 @@ def test_verifier_checks_find_planted_violations(an, synth):
         r["verifier:rrs_without_replacement@3"] = (
             r["bound:without_replacement@3"] + z * r["verifier:rrs_without_replacement@3:se"]
         )
+    # a Monte Carlo value stored without a standard error (se = 0): above by 1e-12, within 1e-9
+    del mc[2]["verifier:rrs_without_replacement@4:se"]
+    mc[2]["verifier:rrs_without_replacement@4"] = mc[2]["bound:without_replacement@4"] + 1e-12
     planted[4]["verifier:naive@2"] = None
     del planted[6]["bound:greedy@3"]
     got = an.verifier_checks(planted)
-    assert (got["exact_above"], got["mc_above_3se"], got["mc_above_any"]) == (1, 1, 2)
-    assert abs(got["mc_worst_z"] - 5.0) < 1e-9 and abs(got["exact_worst"] - 1e-6) < 1e-15
+    assert (got["exact_above"], got["mc_above_3se"], got["mc_above_tol"], got["mc_above_any"]) == (1, 1, 2, 3)
+    assert (got["mc"], got["mc_zero_se"], got["exact"]) == (clean["mc"], 1, clean["exact"] - 2)
+    se = mc[0]["verifier:rrs_without_replacement@3:se"]
+    assert abs(got["mc_worst"] - 5.0 * se) < 1e-12 and got["mc_worst_se"] == se
+    assert abs(got["exact_worst"] - 1e-6) < 1e-15
     assert got["failed"] == 1 and got["no_bound"] == 1  # verifier:greedy@3 lost its bound
 
 
@@ -347,7 +353,13 @@ def test_report_claims_match_the_rows(an, joined):
     ties = sum(v["ties"] for v in t2.values())
     assert sum(v["lower"] for v in t2.values()) == 0
     assert f"{higher:,} of the 10,350" in text and f"other {ties:,} pairs are ties" in text
-    assert sum(v["ties_at_one"] for v in t2.values()) == ties  # every tie is at 1
+    at_one = sum(v["ties_at_one"] for v in t2.values())
+    assert f"Of the ties, {at_one:,} have both bounds within 1e-9 of 1" in text
+    assert f"the other {ties - at_one} are ties below 1" in text
+    # SpecTr is never below RRS (beyond 1e-9) at any (position, temperature, n)
+    cells = [p for n in NS for p in an.ordering(rows, n).values()]
+    assert sum(p["count"] for p in cells) == 31_050 and sum(p["lower"] for p in cells) == 0
+    assert "never below RRS's by more than 1e-9 at any of the 31,050" in text
     chk = an.verifier_checks(rows)
     assert chk["exact_above"] == 0 and chk["mc_above_3se"] == 0 and chk["failed"] == 0
     assert chk["mc"] == 2_340 and chk["no_bound"] == 0  # RSD n = 3, 4: 234 positions x 5 T x 2
@@ -356,9 +368,10 @@ def test_report_claims_match_the_rows(an, joined):
     assert f"{chk['mc_above_any']} of them above it at all" in text
 
 
-def test_analyses_reproduce(an):
-    rows, worst = an.load(DATA, EXT)
+def test_analyses_reproduce(an, joined):
+    rows, worst = joined
     assert an.report(rows, worst) == (DATA / "analyses.md").read_text()
+    assert an.bounds_summary(rows) == json.loads((EXT / "bounds_summary.json").read_text())
 
 
 def test_gap_vs_n_reproduces_the_summary(capsys):
