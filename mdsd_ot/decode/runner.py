@@ -47,10 +47,10 @@ def runs_at(verifier, scheme, vocab: int) -> bool:
     Asked of the verifier, not of its name: a verifier with a ``covers(sampling)`` method (the
     ``optimal`` verifier) that does not cover ``scheme`` would solve an LP per node (over every draft
     set), so it runs only up to :data:`mdsd_ot._config.DECODE_OPTIMAL_MAX_V` tokens; every other
-    verifier, and ``optimal`` under i.i.d., greedy and hub drafts (full-vocabulary constructions,
-    docs/math.md#optimal-verifier-full-v), runs at any vocabulary size.
+    verifier, and ``optimal`` where its scheme has a full-vocabulary construction
+    (``DraftScheme.optimal_at_full_v``; docs/math.md#optimal-verifier-full-v), runs at any size.
 
-    >>> runs_at("optimal", "with_replacement", 151_936), runs_at("optimal", "top_n", 151_936)
+    >>> runs_at("optimal", "with_replacement", 151_936), runs_at("optimal", "without_replacement", 151_936)
     (True, False)
     """
     from ..verifiers import get_verifier
