@@ -36,3 +36,15 @@ def random_pair(rng, V, *, zeros=True):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster (2 CPUs) per test module that asks for it (tests/test_scale*.py):
+    starting one takes seconds. Skips the test when ray is not installed."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()

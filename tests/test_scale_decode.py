@@ -190,17 +190,6 @@ def lab(tmp_path_factory):
     return Lab(tmp_path_factory.mktemp("scale_decode"))
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """One local Ray cluster (2 CPUs) for the module: starting one takes seconds."""
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 # ------------------------------------------------------------------ no Ray needed (fast lane)
 
 
