@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _kernels
-from ._config import NAIVE_POLY_MAX_N, PLAN_WORKSPACE_MAX_V, QUAD_MAX_REFINE, RECHECK_TOL
+from ._config import NAIVE_POLY_MAX_N, PLAN_WORKSPACE_MAX_V, QUAD_MAX_REFINE, RECHECK_TOL, VALUE_TOL
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
 from ._validate import check_n, check_pair
 from .drafts import get_scheme, with_mass_from_sums
@@ -435,11 +435,46 @@ def _v_rsd2(plan: _Plan, ns):
     return [1.0 - float(tables[9] if n == 2 else tables[6][0]) for n in ns]
 
 
+def _v_optimal(plan: _Plan, ns):
+    """The full-vocabulary optimal verifier for i.i.d. drafts (docs/math.md#optimal-verifier-full-v):
+    ``sum min(p, r)`` for the law ``r`` its interval-class rule induces, from its public ``prepare``,
+    cross-checked against the plan's with-replacement bound ``alpha*`` (the verifier attains it): a
+    disagreement by more than ``VALUE_TOL`` is returned as an error, not as a value."""
+    from .verifiers import VERIFIERS
+
+    verifier = VERIFIERS["optimal"]
+    bounds = plan.scans(ns) if not plan.same else {}
+    out = []
+    for n in ns:
+        try:
+            value = float(verifier.prepare(plan.p, plan.q, n, sampling="with_replacement").acceptance())
+        except ValueError as exc:
+            out.append(exc)
+            continue
+        bound = 1.0 if plan.same else max(1.0 - float(bounds[n][0]), 0.0)
+        if not abs(value - bound) <= VALUE_TOL:
+            value = RuntimeError(
+                f"internal error: the optimal verifier accepts {value!r} but alpha* (with replacement, "
+                f"n={n}) is {bound!r}; please report this input"
+            )
+        out.append(value)
+    return out
+
+
+def _optimal_in_plan(n) -> bool:
+    from .verifiers import VERIFIERS
+
+    verifier = VERIFIERS["optimal"]
+    return verifier.scheme == "with_replacement" and verifier.covers("with_replacement")
+
+
 #: ``name -> (ns_supported, function(plan, ns) -> list of acceptances)`` for verifiers evaluated from
 #: the plan's tables (each under its own default scheme). ``ns_supported(n)`` says which n the
-#: function covers; other n go through :func:`mdsd_ot.verifier_acceptance`. The full-vocabulary
-#: optimal verifier registers here: ``PLAN_VERIFIERS["optimal"] = (lambda n: True, fn)``, where ``fn``
-#: may read ``plan.sorted`` (``ps, qs, P, Q, R`` along the q/p order) and ``plan.order``.
+#: function covers; other n go through :func:`mdsd_ot.verifier_acceptance`. ``function`` may read
+#: ``plan.p``, ``plan.q``, ``plan.sorted`` (``ps, qs, P, Q, R`` along the q/p order), ``plan.order``
+#: and ``plan.scans(ns)``, and must not keep them (work arrays reused by the next position); a value
+#: it cannot vouch for is returned as an exception instance (recorded in ``errors``). The
+#: full-vocabulary optimal verifier (i.i.d. drafts) is registered here.
 PLAN_VERIFIERS: dict[str, tuple[Callable, Callable]] = {
     "naive": (lambda n: True, _v_naive),
     "rrs": (lambda n: True, _v_rrs),
@@ -447,6 +482,7 @@ PLAN_VERIFIERS: dict[str, tuple[Callable, Callable]] = {
     "greedy": (lambda n: True, _v_greedy),
     "spechub": (lambda n: n == 2, _v_spechub),
     "rrs_without_replacement": (lambda n: n <= 2, _v_rsd2),
+    "optimal": (_optimal_in_plan, _v_optimal),
 }
 
 
@@ -556,6 +592,10 @@ def _run(plan, p, q, bounds, verifiers, named, *, seed, mc_samples) -> PositionE
         values = PLAN_VERIFIERS[name][1](plan, ns)
         scheme = get_verifier(name).scheme
         for n, value in zip(ns, values):
+            if isinstance(value, Exception):  # a value the plan could not vouch for
+                result.verifiers[(name, n)] = None
+                result.errors[_verifier_key(name, n)] = str(value)
+                continue
             result.verifiers[(name, n)] = VerifierAcceptance(_unit(value), 0.0, "exact", name, scheme, n)
     return result
 

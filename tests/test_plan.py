@@ -319,3 +319,33 @@ def test_torch_batch_equals_numpy_plan():
         ref.update(evaluate_position(P[b], Q[b], [2], schemes=("without_replacement",), verifiers=()).row())
         for key, values in out.items():
             assert abs(float(values[b]) - ref[key]) <= TOL, (b, key)
+
+
+def test_optimal_verifier_in_the_plan(monkeypatch):
+    """The full-vocabulary optimal verifier (i.i.d. drafts) through the plan's hook: equal to
+    ``verifier_acceptance("optimal")`` to 1e-12 and to the with-replacement bound alpha* (LP-tested
+    elsewhere) to 1e-9, across the domain; a disagreement with alpha* is an error, not a value."""
+    assert "optimal" in PLAN_VERIFIERS and PLAN_VERIFIERS["optimal"][0](2)
+    for label, p, q in CASES:
+        if p.size > 60:
+            continue
+        res = evaluate_position(p, q, NS, schemes=["with_replacement"], verifiers=["optimal"])
+        for n in NS:
+            got = res.verifiers[("optimal", n)]
+            assert got is not None and got.method == "exact", (label, n, res.errors)
+            ref = verifier_acceptance("optimal", p, q, n).value
+            assert abs(got.value - ref) <= TOL, (label, n, got.value, ref)
+            assert abs(got.value - res.bounds[("with_replacement", n)]) <= 1e-9, (label, n)
+    rng = np.random.default_rng(31)
+    V = 3000
+    z = rng.standard_normal(V) * 2.5
+    p, q = _norm(np.exp(z)), _norm(np.exp(z + rng.standard_normal(V)))
+    res = evaluate_position(p, q, (2, 4), schemes=[], verifiers=["optimal"])
+    for n in (2, 4):
+        assert abs(res.verifiers[("optimal", n)].value - verifier_acceptance("optimal", p, q, n).value) <= TOL
+        assert abs(res.verifiers[("optimal", n)].value - optimal_acceptance(p, q, n).value) <= 1e-9
+    # the plan's own cross-check: a construction off alpha* is reported, not stored
+    monkeypatch.setattr(plan, "VALUE_TOL", -1.0)
+    res = evaluate_position(p, q, [2], schemes=[], verifiers=["optimal"])
+    assert res.verifiers[("optimal", 2)] is None
+    assert "internal error" in res.errors["verifier:optimal@2"]
