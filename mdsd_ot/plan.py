@@ -9,27 +9,28 @@ bits of the ratio, O(V) for spread-out ratios) and every quantity is a pass over
 ==============================  =====================================================================
 quantity                        from the shared tables
 ==============================  =====================================================================
-with replacement, any n         prefix sums of p and q along the order (one scan per n)
+with replacement, any n         prefix sums of p and q along the order (pruned scans, all n)
 without replacement, n = 2      the same, plus the prefix sum of ``q_i / (1 - q_i)``
 without replacement, n >= 3     the quadrature scan on the sorted arrays (its own preparation)
 conditional Poisson             ``log e_n`` prefixes for every n in one pass
-greedy, hub                     the top of q (one O(V) selection) and one pass for every n
-naive (i.i.d.)                  one pass for every n
-rrs, spectr                     ratio tables read off the order (no second sort)
-rrs_without_replacement, n = 2  the tokens with p > q in the order (no second sort)
+greedy, hub                     the top of q (from the summary pass) and blocked sums for every n
+naive (i.i.d.)                  moments ``sum p q (1 - q)^j`` (no logarithm), four per pass
+rrs, spectr                     searches on the ratios along the order and its prefix/suffix sums
+rrs_without_replacement, n = 2  in the backward pass of the tables (a search per token with q > p)
+optimal (i.i.d., full V)        its public ``prepare``, cross-checked against alpha* of the plan
 ==============================  =====================================================================
 
 Every bound's certificate is re-checked as :func:`mdsd_ot.optimal_acceptance` does it, by code that
-does not run the scans: plain masked sums in token-index order for the prefix certificates, an
-independent check of the top tokens and the rest mass for greedy drafts, and
-:meth:`mdsd_ot.drafts.DraftScheme.mass` (the independent quadrature) for sequential sampling with
-n >= 3 and for conditional Poisson. A value whose re-check fails is recomputed by the one-at-a-time
-API, and left out (``None``, with the message in ``errors``) if that fails too.
+does not run the scans: plain sums over the certificate (no prefix table) for the prefix
+certificates, an independent check of the top tokens, the rest mass and the objective for greedy
+drafts, and :meth:`mdsd_ot.drafts.DraftScheme.mass` (the independent quadrature) for sequential
+sampling with n >= 3 and for conditional Poisson. A value whose re-check fails is recomputed by the
+one-at-a-time API, and left out (``None``, with the message in ``errors``) if that fails too.
 
-Verifiers without a plan kernel (RSD with n >= 3, any verifier under a non-default scheme, the LP
-``optimal`` verifier) go through :func:`mdsd_ot.verifier_acceptance`, so their value is exactly the
-one-at-a-time one. A verifier whose acceptance follows from the plan's tables registers a function
-in :data:`PLAN_VERIFIERS` (the hook for the full-vocabulary optimal verifier).
+Verifiers without a plan function (RSD with n >= 3, any verifier under a non-default scheme) go
+through :func:`mdsd_ot.verifier_acceptance`, so their value is exactly the one-at-a-time one. A
+verifier whose acceptance follows from the plan's tables registers a function in
+:data:`PLAN_VERIFIERS`.
 """
 
 from __future__ import annotations
