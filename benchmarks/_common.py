@@ -21,6 +21,18 @@ def best_time(fn, *, repeat: int = 7, number: int = 1) -> float:
     return min(times)
 
 
+def best_cpu_time(fn, *, repeat: int = 7) -> float:
+    """Best CPU time (``time.process_time``, this process's threads) of one call over ``repeat`` runs:
+    on a machine shared with other jobs, wall time mostly measures their load."""
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
 def llm_like_pair(V: int, rng: np.random.Generator, *, temperature: float = 1.0):
     """A target/draft pair shaped like LLM next-token distributions: heavy-tailed logits, the draft a
     noisy copy of the target."""

@@ -66,6 +66,19 @@ PRUNE_STATES = 1_000_000
 #: below it, n eps <= 7e-15 (docs/math.md#with-replacement).
 POWER_FROM_REST_N = 64
 
+#: Up to this many drafts the evaluation plan's naive verifier takes 1 - (1 - q)^n as
+#: q (1 + m + ... + m^(n-1)) with m = 1 - q summed directly (positive terms: about n ulps, no
+#: logarithm per token); above it, -expm1(n log m) (docs/math.md#evaluation-plan).
+NAIVE_POLY_MAX_N = 64
+
+#: Block length of the evaluation plan's blocked sums: non-negative terms added in any order inside a
+#: block (SIMD), blocks accumulated with compensation; error <= (PLAN_BLOCK - 1) eps of the sum.
+PLAN_BLOCK = 128
+
+#: The evaluation plan keeps its O(V) work arrays between calls (per thread) up to this vocabulary
+#: size; above it they are allocated per call.
+PLAN_WORKSPACE_MAX_V = 1 << 19
+
 #: Vocabulary size from which the binned prefix scan (O(V) plus ~16k bins) replaces a full sort.
 BINNED_MIN_V = 16_384
 

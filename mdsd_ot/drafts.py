@@ -218,6 +218,10 @@ class DraftScheme:
     #: ``Q(H) <= q(H)`` for every ``H``, so that ``p == q`` gives ``alpha* = 1`` (a verifier may output
     #: the draft law unchanged). False for deterministic drafts (``top_n``: ``alpha* = p(Top_n)``).
     q_dominates: bool = True
+    #: The draft set is the ``n - 1`` most likely tokens of q and one draw from the rest (greedy, and hub
+    #: through its sets): the evaluation plan computes the bound from its fused top-of-q sums
+    #: (docs/math.md#greedy-and-hub).
+    top_family: bool = False
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, q: np.ndarray, n: int) -> None:
@@ -710,6 +714,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _inclusion=_greedy_inclusion,
             reference_verifier="greedy",
             optimal_at_full_v="greedy",
+            top_family=True,
         ),
         DraftScheme(
             "hub",
@@ -728,6 +733,7 @@ SCHEMES: dict[str, DraftScheme] = {
             same_sets_as="greedy",
             reference_verifier="spechub",
             optimal_at_full_v="spechub",
+            top_family=True,
         ),
         DraftScheme(
             "conditional_poisson",

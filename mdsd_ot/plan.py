@@ -9,42 +9,45 @@ bits of the ratio, O(V) for spread-out ratios) and every quantity is a pass over
 ==============================  =====================================================================
 quantity                        from the shared tables
 ==============================  =====================================================================
-with replacement, any n         prefix sums of p and q along the order (one scan per n)
+with replacement, any n         prefix sums of p and q along the order (pruned scans, all n)
 without replacement, n = 2      the same, plus the prefix sum of ``q_i / (1 - q_i)``
 without replacement, n >= 3     the quadrature scan on the sorted arrays (its own preparation)
 conditional Poisson             ``log e_n`` prefixes for every n in one pass
-greedy, hub                     the top of q (one O(V) selection) and one pass for every n
-naive (i.i.d.)                  one pass for every n
-rrs, spectr                     ratio tables read off the order (no second sort)
-rrs_without_replacement, n = 2  the tokens with p > q in the order (no second sort)
+greedy, hub                     the top of q (from the summary pass) and blocked sums for every n
+naive (i.i.d.)                  moments ``sum p q (1 - q)^j`` (no logarithm), four per pass
+rrs, spectr                     searches on the ratios along the order and its prefix/suffix sums
+rrs_without_replacement, n = 2  in the backward pass of the tables (a search per token with q > p)
+optimal (i.i.d., full V)        its public ``prepare``, cross-checked against alpha* of the plan
 ==============================  =====================================================================
 
 Every bound's certificate is re-checked as :func:`mdsd_ot.optimal_acceptance` does it, by code that
-does not run the scans: plain masked sums in token-index order for the prefix certificates, an
-independent check of the top tokens and the rest mass for greedy drafts, and
-:meth:`mdsd_ot.drafts.DraftScheme.mass` (the independent quadrature) for sequential sampling with
-n >= 3 and for conditional Poisson. A value whose re-check fails is recomputed by the one-at-a-time
-API, and left out (``None``, with the message in ``errors``) if that fails too.
+does not run the scans: plain sums over the certificate (no prefix table) for the prefix
+certificates, an independent check of the top tokens, the rest mass and the objective for greedy
+drafts, and :meth:`mdsd_ot.drafts.DraftScheme.mass` (the independent quadrature) for sequential
+sampling with n >= 3 and for conditional Poisson. A value whose re-check fails is recomputed by the
+one-at-a-time API, and left out (``None``, with the message in ``errors``) if that fails too.
 
-Verifiers without a plan kernel (RSD with n >= 3, any verifier under a non-default scheme, the LP
-``optimal`` verifier) go through :func:`mdsd_ot.verifier_acceptance`, so their value is exactly the
-one-at-a-time one. A verifier whose acceptance follows from the plan's tables registers a function
-in :data:`PLAN_VERIFIERS` (the hook for the full-vocabulary optimal verifier).
+Verifiers without a plan function (RSD with n >= 3, any verifier under a non-default scheme) go
+through :func:`mdsd_ot.verifier_acceptance`, so their value is exactly the one-at-a-time one. A
+verifier whose acceptance follows from the plan's tables registers a function in
+:data:`PLAN_VERIFIERS`.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from . import _kernels
-from ._config import QUAD_MAX_REFINE, RECHECK_TOL
+from ._config import NAIVE_POLY_MAX_N, PLAN_WORKSPACE_MAX_V, QUAD_MAX_REFINE, RECHECK_TOL, VALUE_TOL
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
-from ._kernels import verifiers as _verifier_kernels
 from ._validate import check_n, check_pair
-from .drafts import complement_masses, get_scheme, with_mass_from_sums
+from .drafts import get_scheme, with_mass_from_sums
 
 __all__ = [
     "PositionEvaluation",
@@ -52,6 +55,7 @@ __all__ = [
     "evaluate_positions",
     "evaluate_checked",
     "PLAN_VERIFIERS",
+    "PlanVerifier",
     "DEFAULT_SCHEMES",
     "DEFAULT_VERIFIERS",
 ]
@@ -99,78 +103,192 @@ class PositionEvaluation:
 
 
 # ------------------------------------------------------------------------------------ the plan
-class _Plan:
-    """Shared tables of one validated, normalised position, built on first use."""
+def _ints(ns):
+    return np.array(sorted(set(ns)), dtype=np.int64)
 
-    def __init__(self, p: np.ndarray, q: np.ndarray):
+
+class _Workspace(threading.local):
+    """The plan's O(V) work arrays, kept between calls in each thread (fresh page-faulted buffers of
+    a few MB per position cost as much as a pass over them). Up to ``PLAN_WORKSPACE_MAX_V`` tokens;
+    a plan evaluated while another runs in the same thread (re-entrance) gets fresh arrays."""
+
+    def __init__(self):
+        self.buffers = {}
+        self.busy = False
+
+    def take(self, V: int):
+        if self.busy or V > PLAN_WORKSPACE_MAX_V:
+            return _Buffers({}, V)
+        self.busy = True
+        return _Buffers(self.buffers, V, release=self)
+
+
+class _Buffers:
+    def __init__(self, store, V, release=None):
+        self.store = store
+        self.V = V
+        self.release = release
+
+    def get(self, name, size, dtype=np.float64):
+        buf = self.store.get(name)
+        if buf is None or buf.size < size or buf.dtype != dtype:
+            buf = np.empty(size, dtype=dtype)
+            self.store[name] = buf
+        return buf[:size]
+
+    def close(self):
+        if self.release is not None:
+            self.release.busy = False
+            self.release = None
+
+
+_WORKSPACE = _Workspace()
+
+
+class _Plan:
+    """Shared tables of one validated, normalised position (the passes of :mod:`._kernels.plan`).
+
+    The summary of q (pass 1) is taken on construction; the order, its tables (passes 2-3) and the
+    token sums (pass 4) on first use, for every quantity requested in ``need`` (a request for more
+    later reruns that pass). ``need`` keys: ``greedy`` and ``naive`` (the n of the greedy family and of
+    the naive verifier), ``wor2`` (sequential n = 2: the table of ``q / (1 - q)``), ``rsd2`` (RSD with
+    two drafts). The arrays live in the thread's
+    workspace until :meth:`close` (a function registered in :data:`PLAN_VERIFIERS` must not keep them).
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, *, greedy=(), naive=(), wor2=False, rsd2=False):
         self.p = p
         self.q = q
         self.V = p.size
-        self.same = bool(np.array_equal(p, q))
+        self.need = {"greedy": set(greedy), "naive": set(naive), "wor2": wor2, "rsd2": rsd2}
+        K = max(self.need["greedy"], default=2) - 1
+        total, support, same, big, big_rest, self._top, self.tail = _kernels.plan.q_summary(p, q, K)
+        self.total, self.support, self.same = float(total), int(support), bool(same)
+        self.big, self.big_rest = int(big), float(big_rest)
+        self._buf = _WORKSPACE.take(self.V)
+        self._order = self._tables = None
         self._cache = {}
 
-    def _get(self, name, build):
-        if name not in self._cache:
-            self._cache[name] = build()
-        return self._cache[name]
+    def close(self):
+        """Hand the work arrays back to the thread's workspace."""
+        self._buf.close()
+
+    # -- passes 2 and 3
+    def _order_pass(self):
+        if self._order is None:
+            V, buf = self.V, self._buf
+            order, rs = buf.get("order", V, np.int64), buf.get("rs", V)
+            _kernels.plan.ratio_order_into(
+                self.p, self.q, order, rs, buf.get("bits", V, np.int64), buf.get("bins", 2 * V + 2, np.int32)
+            )
+            self._order = order, rs
+        return self._order
 
     @property
     def order(self):
-        return self._get("order", lambda: _kernels.plan.ratio_order(self.p, self.q))
+        return self._order_pass()[0]
+
+    @property
+    def rs(self):
+        """``q/p`` along the order (non-increasing; ``inf`` for ``p = 0 < q``, ``0`` for ``q = 0``)."""
+        return self._order_pass()[1]
+
+    def tables(self, *, wor2=False, rsd2=False):
+        """``(ps, qs, P, Q, R, Ps, D, S, big_pos, rsd_rejection)`` (:func:`_kernels.plan.order_tables`)
+        with at least the flags asked for here."""
+        need = self.need
+        if self._tables is not None and not ((wor2 and not need["wor2"]) or (rsd2 and not need["rsd2"])):
+            return self._tables
+        need["wor2"] = need["wor2"] or wor2
+        need["rsd2"] = need["rsd2"] or rsd2
+        order, rs = self._order_pass()
+        V, buf = self.V, self._buf
+        ps, qs = buf.get("ps", V), buf.get("qs", V)
+        P, Q, R, Ps, D, S = (buf.get(x, V + 1) for x in ("P", "Q", "R", "Ps", "D", "S"))
+        big_pos, rej = _kernels.plan.order_tables(
+            self.p, self.q, order, rs, self.total, self.big, self.big_rest, need["wor2"], need["rsd2"],
+            ps, qs, P, Q, R, Ps, D, S,
+        )  # fmt: skip
+        self._tables = (ps, qs, P, Q, R, Ps, D, S, int(big_pos), float(rej))
+        self._cache.pop("scans", None)
+        return self._tables
 
     @property
     def sorted(self):
         """``(ps, qs, P, Q, R)``: p and q in the plan's order, prefix sums, suffix sums of q."""
+        return self.tables()[:5]
 
-        def build():
-            o = self.order
-            ps = np.ascontiguousarray(self.p[o])
-            qs = np.ascontiguousarray(self.q[o])
-            return ps, qs, _kernels.prefix_sums(ps), _kernels.prefix_sums(qs), _kernels.suffix_sums(qs)
-
-        return self._get("sorted", build)
-
-    @property
-    def rank(self):
-        def build():
-            r = np.empty(self.V, dtype=np.int64)
-            r[self.order] = np.arange(self.V, dtype=np.int64)
-            return r
-
-        return self._get("rank", build)
-
-    @property
-    def ratios(self):
-        return self._get("ratios", lambda: _kernels.plan.ratio_tables(*self.sorted[:2]))
-
-    def top(self, k: int):
-        """The ``k`` most likely tokens of q in rank order (ties by index); grows on demand."""
-        if k > self.V:  # the kernel writes k entries: never ask it for more tokens than there are
-            raise ValueError(f"asked for the top {k} tokens of a vocabulary of {self.V}")
-        have = self._cache.get("top")
-        if have is None or have.size < k:
-            have = _kernels.plan.top_of_q(self.q, max(k, 1))
-            self._cache["top"] = have
-        return have[:k]
-
-    def greedy(self, ns):
-        """``{n: greedy_sums row}`` (:func:`_kernels.plan.greedy_sums`) for every n of the greedy family
-        (one pass for all the n registered in ``greedy_ns`` and these)."""
-        have = self._cache.setdefault("greedy", {})
-        missing = [n for n in ns if n not in have]
-        if missing:
-            support = int(np.count_nonzero(self.q > 0))  # greedy drafts need n tokens with q > 0
-            want = sorted(n for n in set(missing) | set(self._cache.get("greedy_ns", ())) if n <= support)
-            if any(n > support for n in missing):
-                raise ValueError(f"greedy drafts need at least max(n) tokens with q > 0, q has {support}")
-            top = self.top(max(want) - 1)
-            sums = _kernels.plan.greedy_sums(self.p, self.q, top, np.array(want, dtype=np.int64))
-            have.update(zip(want, sums))
+    def scans(self, ns):
+        """``{n: (D, k)}`` of the prefix scans (:func:`_kernels.plan.prefix_scans`): with replacement for
+        ``n >= 1`` (n = 1: every prefix scheme), sequential n = 2 under the key ``0``."""
+        have = self._cache.get("scans", {})
+        if not set(ns) <= set(have):
+            tables = self.tables(wor2=0 in ns)
+            ps, qs, P, Q, R, Ps, D, S, big_pos, _ = tables
+            want = _ints(set(ns) | set(have))
+            big_q = float(self.q[self.big]) if self.big >= 0 else 0.0
+            out = _kernels.plan.prefix_scans(P, Q, R, S, big_q, self.big_rest, big_pos, want)
+            have = dict(zip(want.tolist(), out))
+            self._cache["scans"] = have
         return have
 
-    @property
-    def complement(self):
-        return self._get("complement", lambda: complement_masses(self.q))
+    def mask(self, k: int):
+        """The first ``k`` tokens of the order, as a boolean mask."""
+        mask = np.zeros(self.V, dtype=bool)
+        mask[self.order[:k]] = True
+        return mask
+
+    # -- passes 1 and 4
+    def top(self, k: int):
+        """The ``k`` most likely tokens of q in rank order (ties by index)."""
+        if self._top.size < k:
+            self.need["greedy"].add(k + 1)
+            summary = _kernels.plan.q_summary(self.p, self.q, k)
+            self._top, self.tail = summary[5], summary[6]  # the tail is the mass outside this top
+            self._cache.pop("greedy", None)
+        return self._top[:k]
+
+    def _rest(self, n, tail):
+        """The q mass outside ``top[:n - 1]``: ``tail`` (outside all of the top) plus the rest of it."""
+        return math.fsum([tail] + [float(self.q[i]) for i in self._top[n - 1 :]])
+
+    def greedy(self, ns):
+        """``{n: (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+)}`` for every n of the greedy
+        family (:func:`_kernels.plan.greedy_sums`; one pass for all the requested n)."""
+        if any(n > self.support for n in ns):  # callers check the scheme first; never divide by 0 here
+            raise ValueError(f"greedy drafts need at least max(n) tokens with q > 0, q has {self.support}")
+        have = self._cache.get("greedy", {})
+        if not set(ns) <= set(have):
+            self.need["greedy"] = {n for n in self.need["greedy"] | set(ns) if n <= self.support}
+            want = _ints(self.need["greedy"])
+            self.top(int(want[-1]) - 1)
+            rest = np.array([self._rest(n, self.tail) for n in want.tolist()])
+            sums = _kernels.plan.greedy_sums(self.p, self.q, self._top, want, rest)
+            have = dict(zip(want.tolist(), sums))
+            self._cache["greedy"] = have
+        return have
+
+    def naive(self, ns):
+        """``{n: (sum p pi, sum p (1 - pi))}`` for i.i.d. drafts (:func:`_kernels.plan.naive_moments`)."""
+        have = self._cache.get("naive", {})
+        if not set(ns) <= set(have):
+            self.need["naive"] |= set(ns)
+            want = sorted(self.need["naive"])
+            poly = [n for n in want if n <= NAIVE_POLY_MAX_N]
+            have = {}
+            if poly:
+                M, total_p = _kernels.plan.naive_moments(
+                    self.p, self.q, self.total, self.big, self.big_rest, max(poly)
+                )
+                run = np.cumsum(M)  # positive terms: accept_n = M_0 + ... + M_{n-1}
+                for n in poly:
+                    accept = min(float(run[n - 1]), float(total_p))
+                    have[n] = (accept, float(total_p) - accept)
+            for n in want:
+                if n > NAIVE_POLY_MAX_N:
+                    have[n] = _kernels.plan.naive_log(self.p, self.q, self.total, self.big, self.big_rest, n)
+            self._cache["naive"] = have
+        return have
 
 
 # -------------------------------------------------------------------------------------- bounds
@@ -183,7 +301,7 @@ def _bound_kind(scheme, n: int, same: bool) -> str:
         return "same"
     if scheme.kernel_code is not None:
         return "sequential" if scheme.is_quadrature(n) else "prefix"
-    if "greedy" in (scheme.name, scheme.same_sets_as):
+    if scheme.top_family:
         return "greedy"
     return "closed_form"
 
@@ -200,62 +318,74 @@ def _closed_form_bound(plan: _Plan, s: str, n: int):
 
 def _prefix_bounds(plan: _Plan, requests):
     """Values and prefix lengths of the prefix-optimal schemes (sequential n >= 3 excluded)."""
-    ps, qs, P, Q, R = plan.sorted
     out = {}
-    code = {key: get_scheme(key[0]).kernel_code for key in requests}  # 0 with, 1 without, 2 CP
+    code = {key: get_scheme(key[0]).kernel_code for key in requests}  # 0 with, 1 without (n <= 2), 2 CP
     cp = sorted({n for (s, n) in requests if code[(s, n)] == 2 and n > 1})
-    L = _kernels.log_esp_prefix_many(qs, np.array(cp, dtype=np.int64)) if cp else None
-    rest_s = None
+    keys = {(s, n): (n if (n == 1 or code[(s, n)] == 0) else 0) for s, n in requests}
+    scans = plan.scans({k for key, k in keys.items() if code[key] != 2 or key[1] == 1})
+    L = None
+    if cp:
+        ps, qs, P, Q, _ = plan.sorted
+        L = _kernels.log_esp_prefix_many(qs, np.array(cp, dtype=np.int64))
     for s, n in requests:
-        if n == 1 or code[(s, n)] == 0:
-            d, k = _kernels.scan_with_replacement_sums(P, Q, R, n)
-        elif code[(s, n)] == 1:  # n == 2
-            if rest_s is None:
-                rest_s = _kernels.complement_masses_kernel(qs)
-            d, k = _kernels.scan_without_replacement_2_sums(P, Q, R, qs, rest_s)
-        else:  # conditional Poisson
+        if code[(s, n)] == 2 and n > 1:
             d, k = _kernels.scan_conditional_poisson_sums(L[cp.index(n)], P, Q)
+        else:
+            d, k = scans[keys[(s, n)]]
         out[(s, n)] = (max(1.0 - float(d), 0.0), int(k))
     return out
 
 
 def _recheck_prefixes(plan: _Plan, solved):
-    """Re-evaluate ``p(H) + 1 - Q(H)`` of every prefix certificate by plain masked sums (no prefix
-    sums); returns ``{(scheme, n): |difference|}``. Conditional Poisson goes through
+    """Re-evaluate ``p(H) + 1 - Q(H)`` of every prefix certificate ``H`` (the first ``k`` tokens of the
+    order) by code that shares nothing with the scans but p and q along the order: plain (numpy
+    pairwise) sums over ``H`` and its complement, no prefix table, the total and the largest token of
+    q found again; returns ``{(scheme, n): |difference|}``. Conditional Poisson goes through
     :meth:`DraftScheme.mass` (its own ``log e_n`` of the masked draft)."""
-    keys = [key for key in solved if key[0] != "conditional_poisson"]
+    code = {key: get_scheme(key[0]).kernel_code for key in solved}  # 0 with, 1 without (n <= 2), 2 CP
+    keys = [key for key in solved if code[key] != 2]
     diffs = {}
     if keys:
-        ks = np.array([solved[key][1] for key in keys], dtype=np.int64)
-        sums = _kernels.plan.prefix_certificate_sums(plan.p, plan.q, plan.rank, ks)
-        for (s, n), row in zip(keys, sums):
-            p_in, q_in, q_out, odds, big_q, big_rest, big_in = row
-            if n == 1 or s == "with_replacement":
+        po, qo = plan.sorted[:2]
+        total = float(qo.sum())
+        b = int(np.argmax(qo))  # the only rank whose 1 - q can cancel (q > total / 2)
+        big = bool(qo[b] > 0.5 * total)
+        big_rest = float(qo[:b].sum() + qo[b + 1 :].sum()) if big else 1.0
+        for s, n in keys:
+            value, k = solved[(s, n)]
+            p_in = float(po[:k].sum())
+            q_in = float(qo[:k].sum())
+            q_out = float(qo[k:].sum())
+            if n == 1 or code[(s, n)] == 0:
                 mass = with_mass_from_sums(q_in, q_out, n)
             else:  # W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i), the big token's term as q (R / (1 - q))
-                mass = q_in - q_out * odds - (big_q * (q_out / big_rest) if big_in else 0.0)
-            diffs[(s, n)] = abs(p_in + 1.0 - mass - solved[(s, n)][0])
+                head = qo[:k]
+                odds = head / (total - head)
+                if big and b < k:
+                    odds[b] = 0.0
+                big_term = float(qo[b]) * (q_out / big_rest) if (big and b < k) else 0.0
+                mass = q_in - q_out * float(odds.sum()) - big_term
+            diffs[(s, n)] = abs(p_in + 1.0 - mass - value)
     for s, n in solved:
-        if s == "conditional_poisson":
+        if code[(s, n)] == 2:
             value, k = solved[(s, n)]
-            mask = np.zeros(plan.V, dtype=bool)
-            mask[plan.order[:k]] = True
+            mask = plan.mask(k)
             check = float(plan.p[mask].sum()) + 1.0 - get_scheme(s).mass(plan.q, n, mask)
             diffs[(s, n)] = abs(check - value)
     return diffs
 
 
-def _sequential_bound(plan: _Plan, n: int):
-    """Sequential sampling with n >= 3: the pruned quadrature scan on the plan's arrays, re-checked by
-    the independent quadrature with the refinement loop of :func:`mdsd_ot.optimal_acceptance`."""
+def _sequential_bound(plan: _Plan, s: str, n: int):
+    """A scheme whose Q(H) is a quadrature at this n (sequential sampling, n >= 3): the pruned
+    quadrature scan on the plan's arrays, re-checked by the independent quadrature with the refinement
+    loop of :func:`mdsd_ot.optimal_acceptance`."""
     ps, qs = plan.sorted[:2]
-    scheme = get_scheme("without_replacement")
+    scheme = get_scheme(s)
     refine = 0
     while True:
         d, k = _kernels.solve_sorted(ps, qs, n, scheme.kernel_code, refine)
         value = max(1.0 - float(d), 0.0)
-        mask = np.zeros(plan.V, dtype=bool)
-        mask[plan.order[: int(k)]] = True
+        mask = plan.mask(int(k))
         check = float(plan.p[mask].sum()) + 1.0 - scheme.mass(plan.q, n, mask, refine=refine)
         diff = abs(check - value)
         if diff <= RECHECK_TOL or refine == QUAD_MAX_REFINE:
@@ -264,18 +394,27 @@ def _sequential_bound(plan: _Plan, n: int):
 
 
 def _greedy_bounds(plan: _Plan, ns):
-    """Greedy (and hub) closed forms for every n, each re-checked (:func:`greedy_certificate`)."""
+    """Greedy (and hub) closed forms for every n, each re-checked: the top of q verified and the mass
+    outside it summed again (:func:`_kernels.plan.top_check`), then the objective of the certificate
+    ``Top + {q' > p}`` by masked sums (:func:`_kernels.plan.greedy_certificates`)."""
     sums = plan.greedy(ns)
     out = {}
+    check_ns = []
     for n in ns:
-        p_top, gain = sums[n][0], sums[n][4]
+        p_top, gain = sums[n][0], sums[n][3]
         excess = gain - p_top  # Q(H) - p(H) for H = Top + {q' > p} (docs/math.md#greedy-and-hub)
         if excess <= 0.0:
             out[n] = (1.0, 0.0)  # the empty set certifies 1
-            continue
-        value = max(1.0 - float(excess), 0.0)
-        check = _kernels.plan.greedy_certificate(plan.p, plan.q, plan.top(n - 1), n)
-        out[n] = (value, abs(check - value) if np.isfinite(check) else np.inf)
+        else:
+            out[n] = (max(1.0 - float(excess), 0.0), np.inf)
+            check_ns.append(n)
+    if check_ns:
+        ok, tail = _kernels.plan.top_check(plan.q, plan._top)
+        if ok:
+            rest = np.array([plan._rest(n, tail) for n in check_ns])
+            checks = _kernels.plan.greedy_certificates(plan.p, plan.q, plan._top, _ints(check_ns), rest)
+            for n, check in zip(check_ns, checks):
+                out[n] = (out[n][0], abs(float(check) - out[n][0]) if np.isfinite(check) else np.inf)
     return out
 
 
@@ -289,80 +428,104 @@ def _unit(x):
 def _v_naive(plan: _Plan, ns):
     from .verifiers.base import accept_fraction
 
-    sums = _kernels.plan.naive_with_sums(plan.p, plan.q, plan.complement, np.array(ns, dtype=np.int64))
-    return [accept_fraction(float(a), float(r)) for a, r in sums]
+    sums = plan.naive(ns)
+    return [accept_fraction(float(sums[n][0]), float(sums[n][1])) for n in ns]
 
 
 def _v_rrs(plan: _Plan, ns):
-    from .verifiers.specinfer import rrs_chain
-
-    t, P, Q = plan.ratios[4:]
-    return [1.0 - r for r in rrs_chain(t, P, Q, ns)]
+    ps, qs, _, _, R, Ps = plan.tables()[:6]
+    targets = _ints(ns)
+    rej = dict(zip(targets.tolist(), _kernels.plan.rrs_chain_order(plan.rs, ps, qs, Ps, R, targets)))
+    return [1.0 - float(rej[n]) for n in ns]
 
 
 def _v_spectr(plan: _Plan, ns):
-    from .verifiers.spectr import accept_any, kseq_rho_sorted
-
-    t, P_up, Q_up, Q_hi = plan.ratios[:4]
-    ps = plan.sorted[0]
-    t_max = float(t[-1]) if t.size and not np.any(ps[t.size :] > 0) else np.inf
-    total = float(plan.q.sum())
-    out = []
-    for n in ns:
-        rho = kseq_rho_sorted(t, Q_up, P_up, Q_hi, n, t_max)
-        k = int(np.searchsorted(t, rho, side="left"))  # tokens with p / rho < q: the first k
-        beta = Q_hi[k] + P_up[k] / rho  # sum min(q, p / rho)
-        reject = max(Q_up[k] - P_up[k] / rho, 0.0)  # sum (q - p / rho)_+
-        out.append(accept_any(beta / total, reject / total, n))
-    return out
+    ps, qs, P, Q, R = plan.tables()[:5]
+    t_max = _kernels.plan.largest_ratio(plan.rs, ps, qs)
+    return [float(_kernels.plan.spectr_order(plan.rs, P, Q, R, t_max, n)) for n in ns]
 
 
 def _v_greedy(plan: _Plan, ns):
     from .verifiers.base import accept_fraction
 
     sums = plan.greedy(ns)
-    return [accept_fraction(float(sums[n][0] + sums[n][2]), float(sums[n][3])) for n in ns]
+    return [accept_fraction(float(sums[n][0] + sums[n][1]), float(sums[n][2])) for n in ns]
 
 
 def _v_spechub(plan: _Plan, ns):
     from .verifiers.base import accept_fraction
 
-    p_top, _, s, rejected, reject = plan.greedy([2])[2]  # S, sum (p - q')_+, sum (q' - p)_+
-    a = int(plan.top(1)[0])
-    hub = min(float(plan.p[a]), float(reject))
-    return [accept_fraction(float(s) + hub, float(rejected) + (float(plan.p[a]) - hub)) for _ in ns]
+    _, s, rejected, reject = plan.greedy([2])[2]  # sum min(p, q'), (p - q')_+, (q' - p)_+
+    pa = float(plan.p[plan.top(1)[0]])
+    hub = min(pa, float(reject))
+    return [accept_fraction(float(s) + hub, float(rejected) + (pa - hub)) for _ in ns]
 
 
 def _v_rsd2(plan: _Plan, ns):
-    from .verifiers.rsd import rsd_rejection
+    tables = plan.tables(rsd2=2 in ns)
+    # n = 2: RSD's closed form on the order; n = 1: one speculative-sampling step, sum (p - q)_+
+    return [1.0 - float(tables[9] if n == 2 else tables[6][0]) for n in ns]
 
+
+def _v_optimal(plan: _Plan, ns):
+    """The full-vocabulary optimal verifier for i.i.d. drafts (docs/math.md#optimal-verifier-full-v):
+    ``sum min(p, r)`` for the law ``r`` its interval-class rule induces, from its public ``prepare``,
+    cross-checked against the plan's with-replacement bound ``alpha*`` (the verifier attains it): a
+    disagreement by more than ``VALUE_TOL`` is returned as an error, not as a value."""
+    from .verifiers import VERIFIERS
+
+    verifier = VERIFIERS["optimal"]
+    bounds = plan.scans(ns) if not plan.same else {}
     out = []
     for n in ns:
-        if n == 2:
-            p, q, o = plan.p, plan.q, plan.order
-            idx = np.ascontiguousarray(o[p[o] > q[o]])  # the tokens with p > q in increasing p/q
-            tv = float(np.maximum(p - q, 0.0).sum())
-            with np.errstate(divide="ignore"):  # q = 0: key +inf
-                key = np.log((p[idx] - q[idx]) / tv) - np.log(q[idx]) if tv > 0 else np.zeros(idx.size)
-            rej = _verifier_kernels.rsd2_rejection_keyed(p, q, plan.complement, idx, key, tv)
-        else:  # n = 1: one speculative-sampling step
-            rej = rsd_rejection(plan.p, plan.q, 1)
-        out.append(1.0 - float(rej))
+        try:
+            value = float(verifier.prepare(plan.p, plan.q, n, sampling="with_replacement").acceptance())
+        except ValueError as exc:
+            out.append(exc)
+            continue
+        bound = 1.0 if plan.same else max(1.0 - float(bounds[n][0]), 0.0)
+        if not abs(value - bound) <= VALUE_TOL:
+            value = RuntimeError(
+                f"internal error: the optimal verifier accepts {value!r} but alpha* (with replacement, "
+                f"n={n}) is {bound!r}; please report this input"
+            )
+        out.append(value)
     return out
 
 
-#: ``name -> (ns_supported, function(plan, ns) -> list of acceptances)`` for verifiers evaluated from
-#: the plan's tables (each under its own default scheme). ``ns_supported(n)`` says which n the
-#: function covers; other n go through :func:`mdsd_ot.verifier_acceptance`. The full-vocabulary
-#: optimal verifier registers here: ``PLAN_VERIFIERS["optimal"] = (lambda n: True, fn)``, where ``fn``
-#: may read ``plan.sorted`` (``ps, qs, P, Q, R`` along the q/p order) and ``plan.order``.
-PLAN_VERIFIERS: dict[str, tuple[Callable, Callable]] = {
-    "naive": (lambda n: True, _v_naive),
-    "rrs": (lambda n: True, _v_rrs),
-    "spectr": (lambda n: True, _v_spectr),
-    "greedy": (lambda n: True, _v_greedy),
-    "spechub": (lambda n: n == 2, _v_spechub),
-    "rrs_without_replacement": (lambda n: n <= 2, _v_rsd2),
+def _optimal_in_plan(n) -> bool:
+    from .verifiers import VERIFIERS
+
+    verifier = VERIFIERS["optimal"]  # its default scheme must be the plan's with-replacement scan
+    return get_scheme(verifier.scheme).kernel_code == 0 and verifier.covers(verifier.scheme)
+
+
+class PlanVerifier(NamedTuple):
+    """How the plan evaluates one registry verifier (under the verifier's own default scheme).
+
+    ``covers(n)`` says which n ``evaluate`` handles (other n go through
+    :func:`mdsd_ot.verifier_acceptance`); ``evaluate(plan, ns)`` returns one acceptance per n and may
+    read ``plan.p``, ``plan.q``, ``plan.sorted`` (``ps, qs, P, Q, R`` along the q/p order),
+    ``plan.order`` and ``plan.scans(ns)``, but must not keep them (work arrays are reused by the next
+    position); a value it cannot vouch for is returned as an exception instance (recorded in
+    ``errors``). ``needs(n)`` names the passes to prepare so that each runs once:
+    ``{"greedy": n}`` (the top of q for n drafts), ``{"naive": n}``, ``{"rsd2": True}``."""
+
+    covers: Callable
+    evaluate: Callable
+    needs: Callable = lambda n: {}
+
+
+#: ``registry name -> PlanVerifier``: verifiers evaluated from the plan's tables. The full-vocabulary
+#: optimal verifier (i.i.d. drafts) is registered here.
+PLAN_VERIFIERS: dict[str, PlanVerifier] = {
+    "naive": PlanVerifier(lambda n: True, _v_naive, lambda n: {"naive": n}),
+    "rrs": PlanVerifier(lambda n: True, _v_rrs),
+    "spectr": PlanVerifier(lambda n: True, _v_spectr),
+    "greedy": PlanVerifier(lambda n: True, _v_greedy, lambda n: {"greedy": n}),
+    "spechub": PlanVerifier(lambda n: n == 2, _v_spechub, lambda n: {"greedy": 2}),
+    "rrs_without_replacement": PlanVerifier(lambda n: n <= 2, _v_rsd2, lambda n: {"rsd2": n == 2}),
+    "optimal": PlanVerifier(_optimal_in_plan, _v_optimal),
 }
 
 
@@ -375,21 +538,56 @@ def _verifier_key(name, n):
     return f"verifier:{name}@{n}"
 
 
+def _check_scheme(scheme, q, n, support):
+    """``scheme.check(q, n)`` from the support size counted once (the scheme's own message on failure)."""
+    if (scheme.fixed_n is None or n == scheme.fixed_n) and support >= scheme._min_support(n):
+        return
+    scheme.check(q, n)
+
+
 def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEvaluation:
     """The plan for validated, normalised ``p``, ``q``; ``bounds`` a list of ``(scheme, n)``,
     ``verifiers`` a list of ``(name, n)`` (names resolved to registry names)."""
+    from .verifiers import get_verifier
+
+    # what the passes must compute, so that each runs once
+    named = [(get_verifier(name), n) for name, n in verifiers]
+    asks = []
+    for s, n in bounds:
+        scheme = get_scheme(s)
+        kind = _bound_kind(scheme, n, same=False)
+        if kind == "greedy":
+            asks.append({"greedy": n})
+        elif kind == "prefix" and scheme.kernel_code == 1 and n == 2:
+            asks.append({"wor2": True})
+    for v, n in named:
+        entry = PLAN_VERIFIERS.get(v.name)
+        if entry is not None and entry.covers(n):
+            asks.append(entry.needs(n))
+    need = {"greedy": set(), "naive": set(), "wor2": False, "rsd2": False}
+    for ask in asks:
+        for key, value in ask.items():
+            if isinstance(need[key], set):
+                need[key].add(value)
+            else:
+                need[key] = need[key] or bool(value)
+    plan = _Plan(p, q, **need)
+    try:
+        return _run(plan, p, q, bounds, verifiers, named, seed=seed, mc_samples=mc_samples)
+    finally:
+        plan.close()
+
+
+def _run(plan, p, q, bounds, verifiers, named, *, seed, mc_samples) -> PositionEvaluation:
     from . import api
     from .verifiers import VerifierAcceptance, get_verifier, verifier_acceptance
 
-    plan = _Plan(p, q)
-    family = {n for s, n in bounds if s in ("greedy", "hub")}
-    plan._cache["greedy_ns"] = sorted(family | {n for v, n in verifiers if v in ("greedy", "spechub")})
     result = PositionEvaluation()
     # -- bounds
     runnable = []
     for s, n in bounds:
         try:
-            get_scheme(s).check(q, n)
+            _check_scheme(get_scheme(s), q, n, plan.support)
         except ValueError as exc:
             result.bounds[(s, n)] = None
             result.errors[_bound_key(s, n)] = str(exc)
@@ -407,7 +605,7 @@ def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEv
     diffs.update(_recheck_prefixes(plan, solved))
     for (s, n), kind in kinds.items():
         if kind == "sequential":
-            values[(s, n)], diffs[(s, n)] = _sequential_bound(plan, n)
+            values[(s, n)], diffs[(s, n)] = _sequential_bound(plan, s, n)
     family = sorted({n for (s, n), kind in kinds.items() if kind == "greedy"})
     if family:
         greedy = _greedy_bounds(plan, family)
@@ -424,17 +622,16 @@ def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEv
             result.errors[_bound_key(s, n)] = res.message
     # -- verifiers
     fused: dict[str, list] = {}
-    for name, n in verifiers:
-        v = get_verifier(name)
+    for (name, n), (v, _) in zip(verifiers, named):
         try:
             v.check_n(n)
-            v.resolve_scheme(None).check(q, n)
+            _check_scheme(v.resolve_scheme(None), q, n, plan.support)
         except ValueError as exc:
             result.verifiers[(name, n)] = None
             result.errors[_verifier_key(name, n)] = str(exc)
             continue
         entry = PLAN_VERIFIERS.get(v.name)
-        if entry is not None and entry[0](n):
+        if entry is not None and entry.covers(n):
             fused.setdefault(v.name, []).append(n)
             continue
         kw = {"rng": np.random.default_rng(seed)}
@@ -446,9 +643,13 @@ def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEv
             result.verifiers[(name, n)] = None
             result.errors[_verifier_key(name, n)] = str(exc)
     for name, ns in fused.items():
-        values = PLAN_VERIFIERS[name][1](plan, ns)
+        values = PLAN_VERIFIERS[name].evaluate(plan, ns)
         scheme = get_verifier(name).scheme
         for n, value in zip(ns, values):
+            if isinstance(value, Exception):  # a value the plan could not vouch for
+                result.verifiers[(name, n)] = None
+                result.errors[_verifier_key(name, n)] = str(value)
+                continue
             result.verifiers[(name, n)] = VerifierAcceptance(_unit(value), 0.0, "exact", name, scheme, n)
     return result
 
@@ -514,7 +715,7 @@ def evaluate_position(
     ns = sorted({check_n(n) for n in ns})
     schemes = [get_scheme(s).name for s in schemes]
     names = [get_verifier(v).name for v in verifiers]
-    bounds = [(s, n) for s in schemes for n in ns if not (s == "hub" and n != 2)]
+    bounds = [(s, n) for s in schemes for n in ns if get_scheme(s).fixed_n in (None, n)]
     pairs = [(v, n) for v in names for n in ns if not (get_verifier(v).fixed_n not in (None, n))]
     return _evaluate(p, q, bounds, pairs, seed=seed, mc_samples=mc_samples)
 

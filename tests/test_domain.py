@@ -381,7 +381,8 @@ def test_study_stores_only_checked_values(monkeypatch):
     assert all(r["bound:with_replacement@2"] is not None for r in rows)  # the API recovered the value
     monkeypatch.undo()
 
-    monkeypatch.setitem(plan.PLAN_VERIFIERS, "rrs", (lambda n: True, lambda pl, ns: [1.0 for _ in ns]))
+    always_one = plan.PlanVerifier(lambda n: True, lambda pl, ns: [1.0 for _ in ns])
+    monkeypatch.setitem(plan.PLAN_VERIFIERS, "rrs", always_one)
     rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=["rrs"])
     for r in rows:
         assert r["verifier:rrs@2"] is None

@@ -13,7 +13,7 @@ import pytest
 from mdsd_ot import _kernels, optimal_acceptance, plan, verifier_acceptance
 from mdsd_ot._kernels import plan as kplan
 from mdsd_ot.drafts import top_tokens
-from mdsd_ot.plan import PLAN_VERIFIERS, evaluate_position
+from mdsd_ot.plan import PLAN_VERIFIERS, PlanVerifier, evaluate_position
 
 TOL = 1e-12
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson", "top_n")
@@ -142,7 +142,8 @@ def test_row_format_and_monte_carlo_fallback():
 
 def test_ratio_order_is_the_sorting_theorem_order():
     """The bucket sort equals a stable sort of ``order_keys`` (q/p descending, p = 0 < q first,
-    q = 0 last, ties and infinite runs in index order), including one bucket of every token."""
+    q = 0 last, ties and infinite runs in index order), including one bucket of every token; the
+    ratios along it are q/p exactly (inf for p = 0 < q, 0 for q = 0)."""
     rng = np.random.default_rng(11)
     for V in (1, 2, 7, 100, 5000):
         for kind in ("random", "ties", "zeros", "equal"):
@@ -155,20 +156,73 @@ def test_ratio_order_is_the_sorting_theorem_order():
             elif kind == "equal":
                 q = p.copy()
             expected = np.argsort(_kernels.order_keys(p, q), kind="stable")
-            assert np.array_equal(kplan.ratio_order(p, q), expected), (V, kind)
+            order, rs = kplan.ratio_order(p, q)
+            assert np.array_equal(order, expected), (V, kind)
+            po, qo = p[order], q[order]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(qo == 0, 0.0, np.where(po == 0, np.inf, qo / po))
+            assert np.array_equal(rs, ratio), (V, kind)
 
 
-def test_top_of_q_and_greedy_certificate():
+def test_q_summary_and_top_check():
+    """The top of q (ties by index) and the mass outside it against ``drafts.top_tokens`` and a
+    direct sum; the big token and its complement; a wrong top is caught by ``top_check``."""
     rng = np.random.default_rng(12)
     q = rng.integers(0, 5, 50).astype(float)
+    p = _norm(rng.random(50))
     for k in (1, 3, 10):
-        assert np.array_equal(kplan.top_of_q(q, k), top_tokens(q, k))
-    p, qn = _norm(rng.random(50)), _norm(q)
-    good = kplan.top_of_q(qn, 4)
-    assert np.isfinite(kplan.greedy_certificate(p, qn, good, 5))
+        total, support, same, big, big_rest, top, tail = kplan.q_summary(p, q, k)
+        assert np.array_equal(top, top_tokens(q, k))
+        assert tail == pytest.approx(np.delete(q, top).sum(), rel=1e-15)
+        assert support == np.count_nonzero(q) and not same and big == -1
+        assert total == pytest.approx(q.sum(), rel=1e-15)
+        ok, tail2 = kplan.top_check(q, top)
+        assert ok and tail2 == pytest.approx(tail, rel=1e-15)
+    qn = _norm(q)
+    good = kplan.q_summary(p, qn, 4)[5]
     wrong = good.copy()
     wrong[-1] = np.argsort(qn)[0]  # the least likely token instead of the fourth most likely
-    assert np.isnan(kplan.greedy_certificate(p, qn, wrong, 5))
+    assert not kplan.top_check(qn, wrong)[0]
+    assert not kplan.top_check(qn, good[::-1].copy())[0]  # not in rank order
+    qb = np.full(40, 1e-12 / 39)
+    qb[7] = 1.0 - 1e-12
+    total, _, _, big, big_rest, top, _ = kplan.q_summary(p[:40], qb, 1)
+    assert big == 7 and big_rest == pytest.approx(1e-12, rel=1e-12)
+
+
+def test_plan_rechecks_pass_without_fallback(monkeypatch):
+    """Every re-check of the plan passes on the whole domain of CASES: no value is recomputed by the
+    one-at-a-time API (a re-check that failed on valid input would hide a bug behind the fallback)."""
+    from mdsd_ot import api
+
+    calls = []
+    real_api = api.optimal_acceptance
+    monkeypatch.setattr(api, "optimal_acceptance", lambda *a, **k: calls.append(a[2:]) or real_api(*a, **k))
+    for label, p, q in CASES:
+        evaluate_position(p, q, NS, schemes=SCHEMES, verifiers=[])
+        assert not calls, (label, calls)
+
+
+def test_many_n_and_every_path():
+    """n past the naive verifier's polynomial range and the power chain (64), many greedy n (top of
+    q grown on demand), against the one-at-a-time API."""
+    rng = np.random.default_rng(21)
+    ns = (1, 2, 5, 64, 65, 200)
+    V = 300
+    for label, p, q in [
+        ("dirichlet", rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))),
+        ("peaked", rng.dirichlet(np.full(V, 0.05)), rng.dirichlet(np.full(V, 0.05))),
+        ("one-hot q", _norm(rng.random(V)), _norm(np.r_[1.0, np.full(V - 1, 1e-13)])),
+    ]:
+        support = np.count_nonzero(q)
+        use = [n for n in ns if n <= support]
+        res = evaluate_position(
+            p, q, use, schemes=("with_replacement", "greedy"), verifiers=("naive", "rrs", "spectr", "greedy")
+        )
+        for (s, n), value in res.bounds.items():
+            assert abs(value - optimal_acceptance(p, q, n, sampling=s).value) <= TOL, (label, s, n)
+        for (name, n), r in res.verifiers.items():
+            assert abs(r.value - verifier_acceptance(name, p, q, n).value) <= TOL, (label, name, n)
 
 
 def test_failed_recheck_falls_back_to_the_api(monkeypatch):
@@ -176,13 +230,14 @@ def test_failed_recheck_falls_back_to_the_api(monkeypatch):
     recomputed by the one-at-a-time API (so the plan never returns an unchecked bound)."""
     rng = np.random.default_rng(4)
     p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
-    real = _kernels.scan_with_replacement_sums
+    real = kplan.prefix_scans
 
-    def wrong(P, Q, R, n):
-        d, k = real(P, Q, R, n)
-        return d + 1e-3, k
+    def wrong(*args):
+        out = real(*args)
+        out[:, 0] += 1e-3
+        return out
 
-    monkeypatch.setattr(_kernels, "scan_with_replacement_sums", wrong)
+    monkeypatch.setattr(kplan, "prefix_scans", wrong)
     calls = []
     from mdsd_ot import api
 
@@ -219,7 +274,7 @@ def test_hook_for_plan_verifiers(monkeypatch):
         seen.append((pl.sorted[0].size, tuple(ns)))
         return [0.5 for _ in ns]
 
-    monkeypatch.setitem(PLAN_VERIFIERS, "optimal", (lambda n: True, optimal_from_plan))
+    monkeypatch.setitem(PLAN_VERIFIERS, "optimal", PlanVerifier(lambda n: True, optimal_from_plan))
     res = evaluate_position([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [2], schemes=[], verifiers=["optimal"])
     assert res.verifiers[("optimal", 2)].value == 0.5 and seen == [(3, (2,))]
 
@@ -283,3 +338,33 @@ def test_n_beyond_the_support_is_an_error_not_a_crash():
     assert res.bounds[("with_replacement", 99)] == pytest.approx(
         optimal_acceptance(p, q, 99).value, abs=1e-12
     )
+
+
+def test_optimal_verifier_in_the_plan(monkeypatch):
+    """The full-vocabulary optimal verifier (i.i.d. drafts) through the plan's hook: equal to
+    ``verifier_acceptance("optimal")`` to 1e-12 and to the with-replacement bound alpha* (LP-tested
+    elsewhere) to 1e-9, across the domain; a disagreement with alpha* is an error, not a value."""
+    assert "optimal" in PLAN_VERIFIERS and PLAN_VERIFIERS["optimal"].covers(2)
+    for label, p, q in CASES:
+        if p.size > 60:
+            continue
+        res = evaluate_position(p, q, NS, schemes=["with_replacement"], verifiers=["optimal"])
+        for n in NS:
+            got = res.verifiers[("optimal", n)]
+            assert got is not None and got.method == "exact", (label, n, res.errors)
+            ref = verifier_acceptance("optimal", p, q, n).value
+            assert abs(got.value - ref) <= TOL, (label, n, got.value, ref)
+            assert abs(got.value - res.bounds[("with_replacement", n)]) <= 1e-9, (label, n)
+    rng = np.random.default_rng(31)
+    V = 3000
+    z = rng.standard_normal(V) * 2.5
+    p, q = _norm(np.exp(z)), _norm(np.exp(z + rng.standard_normal(V)))
+    res = evaluate_position(p, q, (2, 4), schemes=[], verifiers=["optimal"])
+    for n in (2, 4):
+        assert abs(res.verifiers[("optimal", n)].value - verifier_acceptance("optimal", p, q, n).value) <= TOL
+        assert abs(res.verifiers[("optimal", n)].value - optimal_acceptance(p, q, n).value) <= 1e-9
+    # the plan's own cross-check: a construction off alpha* is reported, not stored
+    monkeypatch.setattr(plan, "VALUE_TOL", -1.0)
+    res = evaluate_position(p, q, [2], schemes=[], verifiers=["optimal"])
+    assert res.verifiers[("optimal", 2)] is None
+    assert "internal error" in res.errors["verifier:optimal@2"]
