@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._config import ENUMERATION_MAX_TUPLES, PARALLEL_MIN_ENTRIES
+from ._config import ENUMERATION_MAX_TUPLES, PARALLEL_MIN_ENTRIES, PLAIN_ESP_MIN
 from ._validate import check_choice
 
 __all__ = ["DraftScheme", "SCHEMES", "get_scheme", "complement_masses", "top_tokens"]
@@ -155,11 +155,61 @@ def _merged_sequential_mass(q_in: np.ndarray, outside: float, n: int) -> float:
     return float(_sequential_tuple_probs(q_ext, tuples).sum())
 
 
-def _log_elementary_symmetric(x: np.ndarray, n: int) -> float:
-    """``log e_n(x)``; the DP runs on logarithms, so no range is lost (see ``_kernels``)."""
-    from . import _kernels
+def _elementary_symmetric_tree(x: np.ndarray, n: int) -> tuple[float, int]:
+    """``e_n(x) = m * 2**k`` as ``(m, k)`` (``m = 0``: fewer than n positive entries), by a pairwise
+    product of the polynomials ``1 + x_i t`` truncated at degree n, in numpy.
 
-    return float(_kernels.log_esp_prefix(np.ascontiguousarray(x, dtype=np.float64), n)[-1])
+    The conditional-Poisson re-check (docs/math.md#conditional-poisson): an algorithm independent of
+    the solver's sequential DP (``_kernels.esp_prefix_scaled``). Each coefficient is a mantissa in
+    [1/2, 1) and an integer exponent (so no range is lost); the terms of a product coefficient are
+    positive and added after alignment to the largest, so the relative error is at most about
+    ``(n + 2) log2(V)`` ulps."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[x > 0]
+    if x.size < n:
+        return 0.0, 0
+    size = x.size + (x.size % 2)  # an even number of leaves; odd levels get one identity row below
+    # Plain float64 first: with x <= 1 no coefficient overflows, and a term lost to underflow moves the
+    # result by at most 2^-1074 per operation, negligible when e_n >= 2^-900 (else: exponents below)
+    c = np.zeros((size, n + 1))
+    c[:, 0] = 1.0
+    c[: x.size, 1] = x
+    if x.max() <= 1.0:
+        while c.shape[0] > 1:
+            if c.shape[0] % 2:
+                c = np.vstack([c, np.eye(1, n + 1)])
+            a, b = c[0::2], c[1::2]
+            out = a * b[:, :1]
+            for i in range(1, n + 1):
+                out[:, i:] += a[:, : n + 1 - i] * b[:, i : i + 1]
+            c = out
+        if c[0, n] >= PLAIN_ESP_MIN:
+            m0, k0 = np.frexp(c[0, n])
+            return float(m0), int(k0)
+    m = np.zeros((size, n + 1))
+    k = np.full((size, n + 1), _NO_EXPONENT, dtype=np.int64)
+    m[:, 0], k[:, 0] = 0.5, 1  # the constant 1
+    m[: x.size, 1], k[: x.size, 1] = np.frexp(x)
+    while m.shape[0] > 1:
+        if m.shape[0] % 2:
+            m = np.vstack([m, 0.5 * np.eye(1, n + 1)])
+            k = np.vstack([k, np.where(np.eye(1, n + 1, dtype=bool), 1, _NO_EXPONENT)])
+        ma, mb, ka, kb = m[0::2], m[1::2], k[0::2], k[1::2]
+        mo = np.zeros_like(ma)
+        ko = np.full_like(ka, _NO_EXPONENT)
+        for d in range(n + 1):
+            tm = ma[:, : d + 1] * mb[:, d::-1]  # terms a_i b_(d - i), i = 0..d
+            tk = ka[:, : d + 1] + kb[:, d::-1]
+            tk = np.where(tm > 0, tk, _NO_EXPONENT)
+            top = tk.max(axis=1)
+            total = np.ldexp(tm, tk - top[:, None]).sum(axis=1)
+            mo[:, d], shift = np.frexp(total)
+            ko[:, d] = np.where(total > 0, top + shift, _NO_EXPONENT)
+        m, k = mo, ko
+    return float(m[0, n]), int(k[0, n])
+
+
+_NO_EXPONENT = -(1 << 40)  # the exponent of a zero coefficient: below every other after alignment
 
 
 # ----------------------------------------------------------------------------------------- schemes
@@ -607,8 +657,12 @@ def _cp_tuples(q, n):
 
 
 def _cp_mass(q, n, mask):
-    log_in = _log_elementary_symmetric(q[mask], n)
-    return 0.0 if log_in == -np.inf else float(np.exp(log_in - _log_elementary_symmetric(q, n)))
+    """``e_n(q on H) / e_n(q)`` by the pairwise product (independent of the solver's DP)."""
+    m_in, k_in = _elementary_symmetric_tree(q[mask], n)
+    if m_in == 0.0:
+        return 0.0
+    m_all, k_all = _elementary_symmetric_tree(q, n)
+    return float(np.ldexp(m_in / m_all, k_in - k_all))
 
 
 # top-n (deterministic) ---------------------------------------------------------------------------

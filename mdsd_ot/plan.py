@@ -323,13 +323,14 @@ def _prefix_bounds(plan: _Plan, requests):
     cp = sorted({n for (s, n) in requests if code[(s, n)] == 2 and n > 1})
     keys = {(s, n): (n if (n == 1 or code[(s, n)] == 0) else 0) for s, n in requests}
     scans = plan.scans({k for key, k in keys.items() if code[key] != 2 or key[1] == 1})
-    L = None
+    M = E = None
     if cp:
         ps, qs, P, Q, _ = plan.sorted
-        L = _kernels.log_esp_prefix_many(qs, np.array(cp, dtype=np.int64))
+        M, E = _kernels.esp_prefix_scaled(qs, np.array(cp, dtype=np.int64))
     for s, n in requests:
         if code[(s, n)] == 2 and n > 1:
-            d, k = _kernels.scan_conditional_poisson_sums(L[cp.index(n)], P, Q)
+            j = cp.index(n)
+            d, k = _kernels.scan_conditional_poisson_sums(M[j], E[j], P, Q)
         else:
             d, k = scans[keys[(s, n)]]
         out[(s, n)] = (max(1.0 - float(d), 0.0), int(k))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import mpmath
 import numpy as np
 import pytest
 from oracles import (
@@ -30,9 +31,11 @@ from oracles import (
     top_indices,
 )
 
-from mdsd_ot import get_scheme, optimal_acceptance, optimal_acceptance_batch
+from mdsd_ot import _kernels, get_scheme, optimal_acceptance, optimal_acceptance_batch
 from mdsd_ot._config import SUM_TOL
 from mdsd_ot.compare import compare
+from mdsd_ot.drafts import _elementary_symmetric_tree
+from mdsd_ot.plan import evaluate_position
 from mdsd_ot.verifiers import verifier_acceptance
 
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
@@ -567,6 +570,61 @@ def test_conditional_poisson_against_50_digits(kind, n):
         p, q = rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
     r = optimal_acceptance(p, q, n, sampling="conditional_poisson")
     assert r.success and abs(r.value - float(mp_conditional_poisson(p, q, n))) <= TOL
+
+
+def _llm_pair_near_one_hot(V, seed, T):
+    """A study-like position: logits with one dominant token (alpha* about 1 - 1e-6), draft logits
+    perturbed, both at temperature T."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal(V) * 3.0
+    z[7] = z.max() + 25.0
+    zq = z + 0.5 * rng.standard_normal(V)
+    p, q = np.exp((z - z.max()) / T), np.exp((zq - zq.max()) / T)
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("V", [30_000, pytest.param(152_064, marks=pytest.mark.slow)], ids=["V30k", "V152k"])
+@pytest.mark.parametrize("n", [3, 4])
+def test_conditional_poisson_llm_sized_near_one_hot_against_50_digits(V, n):
+    """Regression: the elementary symmetric polynomials were a DP on logarithms, which loses an ulp
+    of |log e_j| per token (1e-12 relative at V = 152,064); the study refused two such values when
+    the certificate re-check (the same DP) missed 1e-12. Now a compensated DP on mantissas and binary
+    exponents (solver) and a pairwise product (re-check): both at rounding level, every value kept."""
+    p, q = _llm_pair_near_one_hot(V, n, 0.9)
+    ref = float(mp_conditional_poisson(p, q, n))
+    r = optimal_acceptance(p, q, n, sampling="conditional_poisson")
+    assert r.success and abs(r.value - ref) <= 1e-14, (r.value, ref, r.message)
+    res = evaluate_position(p, q, [n], schemes=["conditional_poisson"], verifiers=[])
+    assert abs(res.bounds[("conditional_poisson", n)] - ref) <= 1e-14, res.errors
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6])
+def test_elementary_symmetric_solver_and_recheck_against_50_digits(n):
+    """``e_n`` from the solver's scaled DP (every prefix) and the re-check's pairwise product, with
+    magnitudes from 1 down to subnormals in one vector (the range a log-free float64 DP loses),
+    against a 50-digit DP: relative error <= 1e-14 at every prefix; zero while fewer than n tokens
+    are positive."""
+    rng = np.random.default_rng(n)
+    V = 600
+    x = 10.0 ** rng.uniform(-320, 0, V)
+    x[rng.random(V) < 0.1] = 0.0
+    x[:3] = [0.0, 0.5, 0.0]  # a zero first, then fewer than n positive entries for a while
+    M, E = _kernels.esp_prefix_scaled(x, np.array([n], dtype=np.int64))
+    with mpmath.workdps(50):
+        e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
+        for k in range(V + 1):
+            got = mpmath.ldexp(mpmath.mpf(float(M[0, k])), int(E[0, k]))
+            if e[n] == 0:
+                assert M[0, k] == 0.0, k
+            else:
+                assert abs(got / e[n] - 1) <= 1e-14, (k, float(got / e[n] - 1))
+            if k == V // 2 or k == V:
+                m, kk = _elementary_symmetric_tree(x[:k], n)
+                tree = mpmath.ldexp(mpmath.mpf(m), kk)
+                assert abs(tree / e[n] - 1) <= 1e-14, (k, float(tree / e[n] - 1))
+            if k < V and x[k] > 0:
+                for j in range(n, 0, -1):
+                    e[j] += mpmath.mpf(float(x[k])) * e[j - 1]
 
 
 # ---------------------------------------------------------------------------- known bugs (strict)
