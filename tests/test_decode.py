@@ -236,6 +236,20 @@ def test_config_errors_are_actionable(kw, match):
         DecodeConfig(**kw).validate()
 
 
+def test_default_driver_is_the_schemes_own_verifier():
+    """Each scheme's default driver is the verifier it owns (``reference_verifier``; ``naive`` for a
+    scheme without one) and is valid for it, so that every scheme decodes without ``driver=``."""
+    from mdsd_ot.decode import DEFAULT_DRIVER
+    from mdsd_ot.drafts import SCHEMES
+    from mdsd_ot.trees import valid_verifiers
+
+    assert set(DEFAULT_DRIVER) == set(SCHEMES)
+    for name, scheme in SCHEMES.items():
+        assert DEFAULT_DRIVER[name] == (scheme.reference_verifier or "naive"), name
+        assert DEFAULT_DRIVER[name] in valid_verifiers(name), name
+        DecodeConfig(schemes=[name], trees=["2,2"]).validate()
+
+
 def test_command_line_decode_and_resume(tmp_path, capsys):
     """``mdsd-ot decode`` on two tiny models saved to disk: rows, summary, a second run resumes (nothing
     left), a changed parameter is refused in one line with exit status 2."""
