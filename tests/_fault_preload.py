@@ -37,6 +37,8 @@ def _warm_up():
     import tempfile
     from pathlib import Path
 
+    from tiny_models import tiny_lm
+
     from mdsd_ot import study
     from mdsd_ot.cli import main
 
@@ -47,18 +49,8 @@ def _warm_up():
         contextlib.redirect_stderr(io.StringIO()),
     ):
         tmp = Path(tmp)
-        torch.manual_seed(0)
-        cfg = transformers.Qwen2Config(
-            vocab_size=12,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=64,
-        )
-        for name in ("t", "d"):
-            transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp / name)
+        for name, seed in (("t", 0), ("d", None)):  # one seed: the draft continues the target's draws
+            tiny_lm(12, seed=seed).save_pretrained(tmp / name)
         (tmp / "p.jsonl").write_text(json.dumps({"prompt_ids": [1, 2], "completion_ids": [3, 4]}))
         main(
             [

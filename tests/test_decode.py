@@ -9,6 +9,8 @@ from scipy import stats
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tiny_models import tiny_lm  # noqa: E402
+
 from mdsd_ot import _store, optimal_acceptance  # noqa: E402
 from mdsd_ot._config import DECODE_OPTIMAL_MAX_V  # noqa: E402
 from mdsd_ot.backends.torch import to_distribution  # noqa: E402
@@ -22,18 +24,11 @@ torch.set_num_threads(1)  # tiny models: threads only add contention on the shar
 
 
 def tiny(kind="qwen2", seed=0, layers=2, vocab=V):
-    torch.manual_seed(seed)
-    Config = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[kind]
-    cfg = Config(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    """This file's size of tiny model (wider than the study's: four heads, two layers)."""
+    return tiny_lm(
+        vocab, seed=seed, kind=kind, hidden=32, intermediate=64, layers=layers, heads=4, kv_heads=2,
+        max_positions=256,
+    )  # fmt: skip
 
 
 def plain_logits(model, ids):
@@ -234,6 +229,20 @@ def _no_times(r):
 def test_config_errors_are_actionable(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
         DecodeConfig(**kw).validate()
+
+
+def test_default_driver_is_the_schemes_own_verifier():
+    """Each scheme's default driver is the verifier it owns (``reference_verifier``; ``naive`` for a
+    scheme without one) and is valid for it, so that every scheme decodes without ``driver=``."""
+    from mdsd_ot.decode import DEFAULT_DRIVER
+    from mdsd_ot.drafts import SCHEMES
+    from mdsd_ot.trees import valid_verifiers
+
+    assert set(DEFAULT_DRIVER) == set(SCHEMES)
+    for name, scheme in SCHEMES.items():
+        assert DEFAULT_DRIVER[name] == (scheme.reference_verifier or "naive"), name
+        assert DEFAULT_DRIVER[name] in valid_verifiers(name), name
+        DecodeConfig(schemes=[name], trees=["2,2"]).validate()
 
 
 def test_command_line_decode_and_resume(tmp_path, capsys):

@@ -10,7 +10,6 @@ One Ray cluster (2 CPUs) serves the whole module; Ray tests are skipped without 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pickle
@@ -66,25 +65,14 @@ class Lab:
     """Saved tiny random models, a prompts file, and the single-process reference run."""
 
     def __init__(self, root: Path):
-        torch = pytest.importorskip("torch")
-        transformers = pytest.importorskip("transformers")
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+        from tiny_models import save_tiny_lm, tiny_lm
+
         self.root = root
         for name, seed in (("target", 1), ("draft", 2)):
-            torch.manual_seed(seed)
-            cfg = transformers.Qwen2Config(
-                vocab_size=V,
-                hidden_size=16,
-                intermediate_size=32,
-                num_hidden_layers=1,
-                num_attention_heads=2,
-                num_key_value_heads=1,
-                max_position_embeddings=64,
-            )
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
-            with torch.no_grad():  # spread the logits so that the distributions are far from uniform
-                model.lm_head.weight.mul_(40.0)
-            with contextlib.redirect_stderr(open(os.devnull, "w")):
-                model.save_pretrained(root / name)
+            # spread the logits so that the distributions are far from uniform
+            save_tiny_lm(tiny_lm(V, seed=seed, spread=40.0), root / name)
         self.prompts = root / "prompts.jsonl"
         self.prompts.write_text("".join(json.dumps(r) + "\n" for r in _records()))
         self.reference = root / "reference"

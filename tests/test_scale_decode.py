@@ -14,7 +14,6 @@ One Ray cluster (2 CPUs) serves the module; the Ray tests are skipped without ``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -66,27 +65,13 @@ def _records(n=PROMPTS):
 
 
 def _save_models(root: Path) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    for name, seed, Config in (
-        ("target", 1, transformers.Qwen2Config),
-        ("draft", 2, transformers.LlamaConfig),
-    ):
-        torch.manual_seed(seed)
-        cfg = Config(
-            vocab_size=V,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=64,
-        )
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
-        with torch.no_grad():  # spread the logits so that the laws are far from uniform
-            model.lm_head.weight.mul_(20.0)
-        with contextlib.redirect_stderr(open(os.devnull, "w")):
-            model.save_pretrained(root / name)
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tiny_models import save_tiny_lm, tiny_lm
+
+    for name, seed, kind in (("target", 1, "qwen2"), ("draft", 2, "llama")):
+        # spread the logits so that the laws are far from uniform
+        save_tiny_lm(tiny_lm(V, seed=seed, kind=kind, spread=20.0), root / name)
 
 
 def _key(r):

@@ -14,26 +14,15 @@ from mdsd_ot._config import VALUE_TOL
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tiny_models import tiny_lm  # noqa: E402
+
 from mdsd_ot import study  # noqa: E402
 
 V = 12  # small enough for an exhaustive oracle over all 2^V subsets
 
 
 def _tiny_lm(seed):
-    torch.manual_seed(seed)
-    cfg = transformers.Qwen2Config(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():  # spread the logits so that distributions are far from uniform
-        model.lm_head.weight.mul_(40.0)
-    return model.eval()
+    return tiny_lm(V, seed=seed, spread=40.0)  # spread: distributions far from uniform
 
 
 @pytest.fixture(scope="module")

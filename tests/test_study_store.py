@@ -29,6 +29,8 @@ pytestmark = pytest.mark.slow  # fault injection / fuzzing / statistics: the ful
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tiny_models import save_tiny_lm, tiny_lm  # noqa: E402
+
 from mdsd_ot import _store, study  # noqa: E402
 from mdsd_ot.cli import main  # noqa: E402
 
@@ -51,20 +53,7 @@ OPTIONS = [
 
 
 def _tiny_lm(seed, hidden=16):
-    torch.manual_seed(seed)
-    cfg = transformers.Qwen2Config(
-        vocab_size=V,
-        hidden_size=hidden,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(40.0)
-    return model.eval()
+    return tiny_lm(V, seed=seed, hidden=hidden, spread=40.0)
 
 
 def _records():
@@ -91,8 +80,7 @@ class Lab:
     def __init__(self, root: Path):
         self.root = root
         for name, seed in (("target", 1), ("draft", 2), ("other", 3)):
-            with contextlib.redirect_stderr(open(os.devnull, "w")):
-                _tiny_lm(seed).save_pretrained(root / name)
+            save_tiny_lm(_tiny_lm(seed), root / name)
         self.prompts = _write_prompts(root / "prompts.jsonl", _records())
         self._n = 0
         self.ctx = None

@@ -436,3 +436,64 @@ def test_torch_rows_are_rechecked(sampling):
     tb._recheck(ps, qs, k, 2, sampling, value)  # the right values pass
     with pytest.raises(RuntimeError, match="internal error: the torch bound of row 1"):
         tb._recheck(ps, qs, k, 2, sampling, value + torch.tensor([0.0, 1e-9, 0.0], dtype=torch.float64))
+
+
+# ------------------------------------------------------------- registries (schemes and verifiers)
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
+def test_prefix_family_masses_equal_enumeration(sampling):
+    """Each torch prefix family's ``mass`` along an order and its ``check`` at a prefix equal Q(H) by
+    enumeration of draft tuples, for every prefix and every n the family covers (near one-hot rows too)."""
+    from mdsd_ot.drafts import get_scheme
+
+    scheme = get_scheme(sampling)
+    rng = np.random.default_rng(11)
+    rows = [rng.dirichlet(np.full(6, 0.6)) for _ in range(3)]
+    rows.append(np.array([1 - 3e-12, 1e-12, 1e-12, 1e-12, 0.0, 0.0]))
+    Q = torch.tensor(np.array(rows))
+    P = torch.tensor(rng.dirichlet(np.ones(6), size=len(rows)))
+    order = tb.sorted_prefix_order(P, Q)
+    sr = tb._SortedRows.of(P, Q, order)
+    for n in (1, 2, 3, 4):
+        if not tb._family_covers(scheme, n):
+            assert tb.PREFIX_FAMILIES[scheme.kernel_code].max_n < n
+            continue
+        fam = tb._family(scheme, n)
+        mass = fam.mass(sr, n)
+        for b, q in enumerate(rows):
+            for k in range(7):
+                H = order[b, :k].tolist()
+                ref = _draft_set_mass(q, H, n, sampling if n > 1 else "with_replacement")
+                assert abs(float(mass[b, k]) - ref) <= 1e-13, (n, b, k)
+                inside = torch.zeros_like(sr.ps, dtype=torch.bool)
+                inside[:, :k] = True
+                zero = torch.zeros_like(sr.ps)
+                q_h = torch.where(inside, sr.qs, zero).sum(-1)
+                out_h = torch.where(inside, zero, sr.qs).sum(-1)
+                got = fam.check(sr.ps, sr.qs, inside, q_h, out_h, n)
+                assert abs(float(got[b]) - ref) <= 1e-13, (n, b, k)
+
+
+def test_samplings_and_batch_verifiers_come_from_the_registries():
+    """``SAMPLINGS`` lists the schemes with a torch prefix family; ``BATCH_VERIFIERS`` the registry."""
+    from mdsd_ot.drafts import SCHEMES
+
+    assert tb.SAMPLINGS == tuple(s for s, sc in SCHEMES.items() if sc.kernel_code in tb.PREFIX_FAMILIES)
+    assert set(tb.SAMPLINGS) == {"with_replacement", "without_replacement"}
+    assert tb.BATCH_VERIFIERS == tuple(tb.TORCH_VERIFIERS)
+
+
+def test_a_batch_verifier_is_a_registry_entry(monkeypatch):
+    """A verifier added to ``TORCH_VERIFIERS`` is evaluated by ``evaluate_batch`` with no other edit, for
+    the n it covers; names outside the registries are skipped, unknown names rejected."""
+    rng = np.random.default_rng(2)
+    P = torch.tensor(rng.dirichlet(np.ones(9), size=2))
+    Q = torch.tensor(rng.dirichlet(np.ones(9), size=2))
+    entry = tb.BatchVerifier(lambda n: n == 3, lambda b, ns: {n: b.pt[:, 0] * 0 + n for n in ns})
+    monkeypatch.setitem(tb.TORCH_VERIFIERS, "spectr", entry)
+    out = tb.evaluate_batch(
+        P, Q, [2, 3], schemes=["conditional_poisson", "top_n"], verifiers=["spectr", "optimal"]
+    )
+    assert set(out) == {"verifier:spectr@3"}
+    assert out["verifier:spectr@3"].tolist() == [3.0, 3.0]
+    with pytest.raises(ValueError, match="unknown"):
+        tb.evaluate_batch(P, Q, [2], schemes=["nope"], verifiers=())

@@ -34,10 +34,12 @@ Tie and boundary conventions
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .._config import NAIVE_POLY_MAX_N, POWER_FROM_REST_N, RECHECK_TOL, SUM_TOL
 from .._validate import check_bool, check_n
+from ..drafts import SCHEMES, get_scheme
 from . import TORCH_HINT
 
 __all__ = [
@@ -50,9 +52,6 @@ __all__ = [
     "greedy_bounds",
     "SAMPLINGS",
 ]
-
-#: Sampling schemes :func:`sorted_prefix_bound` evaluates.
-SAMPLINGS = ("with_replacement", "without_replacement")
 
 
 def require_torch():
@@ -348,113 +347,196 @@ def _prefix_sums(x):
     return out
 
 
+class _SortedRows:
+    """p and q of (B, V) rows along one order, their prefix sums ``P``, ``Q`` (k = 0..V) and, on first
+    use, the suffix sums ``R`` of q (``R[k]`` the mass of ranks ``k..V-1``, outside ``H_k``, summed
+    directly; ``R[V] = 0``)."""
+
+    def __init__(self, ps, qs, P=None, Q=None, R=None):
+        self.ps, self.qs = ps, qs
+        self.P = _prefix_sums(ps) if P is None else P  # P[k] = p(H_k), k = 0..V
+        self.Q = _prefix_sums(qs) if Q is None else Q
+        self._R = R
+
+    @classmethod
+    def of(cls, pt, qt, order):
+        torch = require_torch()
+        return cls(torch.gather(pt, -1, order), torch.gather(qt, -1, order))
+
+    @property
+    def R(self):
+        if self._R is None:
+            torch = require_torch()
+            self._R = torch.flip(_prefix_sums(torch.flip(self.qs, [-1])), [-1])
+        return self._R
+
+
+# -- torch mirrors of the sorted-prefix kernel families (DraftScheme.kernel_code; the numpy/numba
+# originals are mdsd_ot._kernels.scans and DraftScheme.mass, docs/math.md#draft-schemes)
+def _with_prefix_mass(rows: _SortedRows, n: int):
+    """``Q(H_k) = q(H_k)^n`` along the order."""
+    torch = require_torch()
+    Q = rows.Q
+    # Q_k <= 1 in exact arithmetic; a rounded prefix sum of 1 + 2e-16 must not make
+    # Q_k**n exceed Q_k (p == q would then give 1 - 2e-16 instead of exactly 1)
+    QH = torch.minimum(Q**n, Q)
+    if n > POWER_FROM_REST_N:  # x^n multiplies x's rounding by n: use the outside mass
+        R = rows.R
+        QH = torch.minimum(torch.where(R < 0.5, torch.exp(n * torch.log1p(-R)), QH), Q)
+    return QH
+
+
+def _with_check_mass(ps, qs, inside, q_h, out_h, n):
+    """``q(H)^n`` from the masked sums ``q_h = q(H)`` and ``out_h`` (the mass outside H)."""
+    torch = require_torch()
+    mass = torch.minimum(q_h**n, q_h)
+    if n > POWER_FROM_REST_N:
+        mass = torch.where(out_h < 0.5, torch.minimum(torch.exp(n * torch.log1p(-out_h)), q_h), mass)
+    return mass
+
+
+def _wor2_prefix_mass(rows: _SortedRows, n: int):
+    """Sequential ``W_2(H_k) = q(H_k) - R_k sum_{i in H_k} q_i / (1 - q_i)`` along the order."""
+    torch = require_torch()
+    qs, Q, R = rows.qs, rows.Q, rows.R
+    zero = torch.zeros_like(qs[:, :1])
+    others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
+    # q_i / (1 - q_i) overflows when 1 - q_i is denormal. Only a token with q_i > 3/4
+    # ("big"; at most one per row) can have 1 - q_i < 1/4: its term R_k q_b / (1 - q_b)
+    # is evaluated as q_b * (R_k / (1 - q_b)), a ratio <= 1 while b is in H_k.
+    big = others < 0.25
+    small = ~big & (qs > 0)
+    term = torch.where(small, qs / torch.where(small, others, torch.ones_like(others)), torch.zeros_like(qs))
+    S = _prefix_sums(term)
+    has_big = big.any(-1, keepdim=True)
+    rank_b = torch.argmax(big.to(torch.int8), -1, keepdim=True)
+    q_b = torch.where(has_big, torch.gather(qs, -1, rank_b), torch.zeros_like(zero))
+    o_b = torch.where(has_big, torch.gather(others, -1, rank_b), torch.ones_like(zero))
+    ks = torch.arange(Q.shape[-1], device=Q.device).unsqueeze(0)
+    in_h = has_big & (ks > rank_b)
+    BIG = torch.where(in_h, q_b * (R / o_b), torch.zeros_like(R))
+    return Q - R * S - BIG
+
+
+def _wor2_check_mass(ps, qs, inside, q_h, out_h, n):
+    """``W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)`` by masked sums, each ``1 - q_i`` from the row
+    total, the largest token's by a direct sum of the others."""
+    torch = require_torch()
+    zero = torch.zeros_like(ps)
+    total = qs.sum(-1, keepdim=True)
+    rest = total - qs
+    top = torch.argmax(qs, -1, keepdim=True)
+    rest_top = torch.where(torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs).sum(-1)
+    rest = rest.scatter(-1, top, rest_top.unsqueeze(-1))
+    safe = inside & (qs > 0)
+    # R / (1 - q_i) <= 1 inside H, so q_i (R / (1 - q_i)) cannot overflow
+    ratio = torch.where(safe, out_h.unsqueeze(-1) / torch.where(safe, rest, torch.ones_like(rest)), zero)
+    return q_h - (qs * ratio).sum(-1)
+
+
+class PrefixFamily(NamedTuple):
+    """The torch mirror of one sorted-prefix kernel family (a value of ``DraftScheme.kernel_code``).
+
+    ``max_n``: the largest n evaluated here (None: any; beyond it, :func:`mdsd_ot.optimal_acceptance`).
+    ``mass(rows, n)``: ``Q(H_k)`` for k = 0..V along the order of a :class:`_SortedRows`.
+    ``check(ps, qs, inside, q_h, out_h, n)``: ``Q(H)`` of each row's certificate ``H`` (the mask
+    ``inside``) re-evaluated by masked sums, without prefix sums (``q_h = q(H)``, ``out_h`` the mass
+    outside H summed directly). Each is tested against the numpy scheme (``DraftScheme.mass``)."""
+
+    max_n: int | None
+    mass: Callable
+    check: Callable
+
+
+#: ``kernel_code -> PrefixFamily``: the sorted-prefix families the torch backend evaluates. A scheme
+#: whose ``kernel_code`` is a key here is evaluated by :func:`sorted_prefix_bound` (n = 1 is ``q(H)``
+#: under every scheme: the i.i.d. family's formula).
+PREFIX_FAMILIES: dict[int, PrefixFamily] = {
+    0: PrefixFamily(None, _with_prefix_mass, _with_check_mass),  # with replacement: q(H)^n
+    1: PrefixFamily(2, _wor2_prefix_mass, _wor2_check_mass),  # sequential, n <= 2: W_2
+}
+_IID = 0  # the family of i.i.d. drafts, Q(H) = q(H)^n
+
+#: Sampling schemes :func:`sorted_prefix_bound` evaluates (those with a torch prefix family).
+SAMPLINGS = tuple(name for name, s in SCHEMES.items() if s.kernel_code in PREFIX_FAMILIES)
+
+
+def _prefix_scheme(sampling):
+    """The registry scheme ``sampling`` (a name or a ``DraftScheme``) if the torch backend evaluates it."""
+    name = getattr(sampling, "name", sampling)
+    if not isinstance(name, str) or name not in SAMPLINGS:
+        raise ValueError(
+            f"unknown sampling {sampling!r} for the torch backend; choose one of "
+            f"{list(SAMPLINGS)} (others: use mdsd_ot.optimal_acceptance)"
+        )
+    return get_scheme(name)
+
+
+def _family(scheme, n: int) -> PrefixFamily:
+    """The prefix family evaluating ``scheme`` with ``n`` drafts (one draft: ``Q(H) = q(H)``, the i.i.d.
+    family's formula, under every prefix scheme)."""
+    return PREFIX_FAMILIES[_IID if n == 1 else scheme.kernel_code]
+
+
+def _family_covers(scheme, n: int) -> bool:
+    fam = PREFIX_FAMILIES.get(scheme.kernel_code)
+    return fam is not None and (fam.max_n is None or n <= fam.max_n)
+
+
 def _scan(pt, qt, order, ns, sampling, tables=None):
     """{n: (alpha* per row, first optimal prefix length)} for (B, V) float64 rows sharing ``order``
-    (or the ``tables = (ps, qs, P, Q, R)`` of that order, ``R`` possibly ``None``)."""
+    (or the :class:`_SortedRows` ``tables`` of that order)."""
     torch = require_torch()
-    if tables is None:
-        ps = torch.gather(pt, -1, order)
-        qs = torch.gather(qt, -1, order)
-        P = _prefix_sums(ps)  # P[k] = p(H_k), k = 0..V
-        Q = _prefix_sums(qs)
-        R = None
-    else:
-        ps, qs, P, Q, R = tables
-    zero = torch.zeros_like(ps[:, :1])
-    S = BIG = None
+    scheme = _prefix_scheme(sampling)
+    rows = _SortedRows.of(pt, qt, order) if tables is None else tables
     out = {}
     for n in ns:
-        if sampling == "with_replacement" or n == 1:
-            # Q_k <= 1 in exact arithmetic; a rounded prefix sum of 1 + 2e-16 must not make
-            # Q_k**n exceed Q_k (p == q would then give 1 - 2e-16 instead of exactly 1)
-            QH = torch.minimum(Q**n, Q)
-            if n > POWER_FROM_REST_N:  # x^n multiplies x's rounding by n: use the outside mass
-                if R is None:
-                    R = torch.flip(_prefix_sums(torch.flip(qs, [-1])), [-1])
-                QH = torch.minimum(torch.where(R < 0.5, torch.exp(n * torch.log1p(-R)), QH), Q)
-        else:
-            if S is None:
-                # R[k] = q mass of ranks k..V-1 (outside H_k), a direct suffix sum; R[V] = 0.
-                if R is None:
-                    R = torch.flip(_prefix_sums(torch.flip(qs, [-1])), [-1])
-                others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
-                # q_i / (1 - q_i) overflows when 1 - q_i is denormal. Only a token with q_i > 3/4
-                # ("big"; at most one per row) can have 1 - q_i < 1/4: its term R_k q_b / (1 - q_b)
-                # is evaluated as q_b * (R_k / (1 - q_b)), a ratio <= 1 while b is in H_k.
-                big = others < 0.25
-                small = ~big & (qs > 0)
-                term = torch.where(
-                    small, qs / torch.where(small, others, torch.ones_like(others)), torch.zeros_like(qs)
-                )
-                S = _prefix_sums(term)
-                has_big = big.any(-1, keepdim=True)
-                rank_b = torch.argmax(big.to(torch.int8), -1, keepdim=True)
-                q_b = torch.where(has_big, torch.gather(qs, -1, rank_b), torch.zeros_like(zero))
-                o_b = torch.where(has_big, torch.gather(others, -1, rank_b), torch.ones_like(zero))
-                ks = torch.arange(Q.shape[-1], device=Q.device).unsqueeze(0)
-                in_h = has_big & (ks > rank_b)
-                BIG = torch.where(in_h, q_b * (R / o_b), torch.zeros_like(R))
-            QH = Q - R * S - BIG
-        best, k = torch.max(QH - P, dim=-1)  # first maximiser; the k = 0 term is 0, so best >= 0
+        QH = _family(scheme, n).mass(rows, n)
+        best, k = torch.max(QH - rows.P, dim=-1)  # first maximiser; the k = 0 term is 0, so best >= 0
         value = (1.0 - best).clamp(0.0, 1.0)
-        _recheck(ps, qs, k, n, sampling, value)
+        _recheck(rows.ps, rows.qs, k, n, scheme, value)
         out[n] = (value, k)
     return out
 
 
 def _recheck(ps, qs, k, n, sampling, value):
     """Re-evaluate every row's certificate ``p(H) + 1 - Q(H)`` at its prefix ``H`` by another route
-    (plain masked sums, no prefix sums; each ``1 - q_i`` from the row total, the largest token's by a
-    direct sum of the others) and raise ``RuntimeError`` naming the rows where it differs from
-    ``value`` by more than ``RECHECK_TOL``: no unchecked bound leaves the backend.
+    (plain masked sums, no prefix sums: :attr:`PrefixFamily.check`) and raise ``RuntimeError`` naming the
+    rows where it differs from ``value`` by more than ``RECHECK_TOL``: no unchecked bound leaves the
+    backend.
     """
     torch = require_torch()
+    scheme = _prefix_scheme(sampling)
     inside = torch.arange(ps.shape[-1], device=ps.device).unsqueeze(0) < k.unsqueeze(-1)
     zero = torch.zeros_like(ps)
     p_h = torch.where(inside, ps, zero).sum(-1)
     q_h = torch.where(inside, qs, zero).sum(-1)
     out_h = torch.where(inside, zero, qs).sum(-1)  # the mass outside H, summed directly
-    if sampling == "with_replacement" or n == 1:
-        mass = torch.minimum(q_h**n, q_h)
-        if n > POWER_FROM_REST_N:
-            mass = torch.where(out_h < 0.5, torch.minimum(torch.exp(n * torch.log1p(-out_h)), q_h), mass)
-    else:  # W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)
-        total = qs.sum(-1, keepdim=True)
-        rest = total - qs
-        top = torch.argmax(qs, -1, keepdim=True)
-        rest_top = torch.where(
-            torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs
-        ).sum(-1)
-        rest = rest.scatter(-1, top, rest_top.unsqueeze(-1))
-        safe = inside & (qs > 0)
-        # R / (1 - q_i) <= 1 inside H, so q_i (R / (1 - q_i)) cannot overflow
-        ratio = torch.where(safe, out_h.unsqueeze(-1) / torch.where(safe, rest, torch.ones_like(rest)), zero)
-        mass = q_h - (qs * ratio).sum(-1)
+    mass = _family(scheme, n).check(ps, qs, inside, q_h, out_h, n)
     check = p_h + 1.0 - mass
     bad = torch.nonzero((check - value).abs() > RECHECK_TOL).flatten()
     if bad.numel():
         i = int(bad[0])
         raise RuntimeError(
-            f"internal error: the torch bound of row {i} ({sampling}, n={n}) is {float(value[i])!r} but its "
-            f"certificate re-evaluates to {float(check[i])!r}; {bad.numel()} row(s) differ by more than "
+            f"internal error: the torch bound of row {i} ({scheme.name}, n={n}) is {float(value[i])!r} but "
+            f"its certificate re-evaluates to {float(check[i])!r}; {bad.numel()} row(s) differ by more than "
             f"{RECHECK_TOL:g}; please report this input"
         )
 
 
 def _prepare(p, q, ns, sampling, normalize):
-    """Validate inputs of the bound functions; return (pt, qt, ns, squeeze) with 2-D float64 rows."""
+    """Validate inputs of the bound functions; return (pt, qt, ns, squeeze) with 2-D float64 rows.
+    ``sampling``: a scheme of :data:`SAMPLINGS` whose n and support are checked too, or None."""
     require_torch()
     ns = [check_n(n) for n in ns]
-    if sampling not in SAMPLINGS:
-        raise ValueError(
-            f"unknown sampling {sampling!r} for the torch backend; choose one of "
-            f"{list(SAMPLINGS)} (others: use mdsd_ot.optimal_acceptance)"
-        )
-    if sampling == "without_replacement" and max(ns) > 2:
-        raise ValueError(
-            "the torch backend evaluates sequential without-replacement sampling for n <= 2 only; "
-            "use mdsd_ot.optimal_acceptance(p, q, n, sampling='without_replacement') for n > 2"
-        )
+    scheme = None if sampling is None else _prefix_scheme(sampling)
+    if scheme is not None and ns:
+        top = PREFIX_FAMILIES[scheme.kernel_code].max_n
+        if top is not None and max(ns) > top:
+            raise ValueError(
+                f"the torch backend evaluates {scheme.name!r} sampling for n <= {top} only; "
+                f"use mdsd_ot.optimal_acceptance(p, q, n, sampling={scheme.name!r}) for n > {top}"
+            )
     pt = _as_float64_tensor(p, "p")
     qt = _as_float64_tensor(q, "q")
     if pt.shape != qt.shape:
@@ -467,11 +549,14 @@ def _prepare(p, q, ns, sampling, normalize):
     # rescale to sum to one exactly as mdsd_ot.optimal_acceptance does (a change of ~1e-16 here)
     pt = pt / pt.sum(-1, keepdim=True)
     qt = qt / qt.sum(-1, keepdim=True)
-    if sampling == "without_replacement" and max(ns) == 2 and bool(((qt > 0).sum(-1) < 2).any()):
-        raise ValueError(
-            "sampling without replacement with n = 2 needs at least 2 tokens with q > 0 in "
-            "every row; a row of q is one-hot"
-        )
+    if scheme is not None and ns:
+        need = max(scheme._min_support(n) for n in ns)
+        have = int((qt > 0).sum(-1).min())
+        if have < need:
+            raise ValueError(
+                f"sampling {scheme.name!r} with n = {max(ns)} needs at least {need} tokens with q > 0 in "
+                f"every row; a row of q has {have}" + (" (it is one-hot)" if have == 1 else "")
+            )
     return pt, qt, ns, squeeze
 
 
@@ -518,7 +603,7 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
         ``{n: torch.Tensor float64 of shape (B,) (or ())}``.
     """
     torch = require_torch()
-    pt, qt, ns, squeeze = _prepare(p, q, list(ns), "with_replacement", normalize)
+    pt, qt, ns, squeeze = _prepare(p, q, list(ns), None, normalize)
     need = max(ns)
     if bool(((qt > 0).sum(-1) < need).any()):
         raise ValueError(f"greedy drafts with n = {need} need at least {need} tokens with q > 0 in every row")
@@ -542,10 +627,6 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
 
 
 # ------------------------------------------------------------------ the evaluation plan, batched
-#: Verifiers :func:`evaluate_batch` evaluates on the tensors' device (each under its own scheme).
-BATCH_VERIFIERS = ("naive", "rrs", "spectr", "greedy", "spechub", "rrs_without_replacement")
-
-
 def _complement(qt):
     """``1 - q_i`` per token as ``total - q_i``, the largest token's as the direct sum of the others."""
     torch = require_torch()
@@ -726,6 +807,126 @@ def _naive_batch(pt, qt, ns):
     return out
 
 
+class _Batch:
+    """The shared tensors of one :func:`evaluate_batch` call, each computed on first use: the rows along
+    the ``q/p`` order (one sort) and their ratio table, the greedy-family sums for every n asked for up
+    front (one pass of ``torch.topk``), and the support sizes."""
+
+    def __init__(self, pt, qt, greedy_ns=()):
+        self.pt, self.qt = pt, qt
+        self.support = (qt > 0).sum(-1)
+        self.greedy_ns = sorted(set(greedy_ns))
+        self._rows = self._t = self._greedy = None
+        self._greedy_bounds = {}
+
+    def has_support(self, scheme, n: int) -> bool:
+        """Every row has the tokens with ``q > 0`` that ``scheme`` needs for ``n`` drafts."""
+        return bool((self.support >= scheme._min_support(n)).all())
+
+    @property
+    def rows(self) -> _SortedRows:
+        if self._rows is None:
+            torch = require_torch()
+            order = sorted_prefix_order(self.pt, self.qt)
+            self._rows = _SortedRows(torch.gather(self.pt, -1, order), torch.gather(self.qt, -1, order))
+        return self._rows
+
+    @property
+    def t(self):
+        """``p/q`` along the order, ascending (:func:`_plan_tables`)."""
+        if self._t is None:
+            self._t = _plan_tables(self.rows.ps, self.rows.qs)
+        return self._t
+
+    def greedy(self):
+        """``{n: (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+, p(argmax q))}``
+        (:func:`_greedy_family`)."""
+        if self._greedy is None:
+            self._greedy = _greedy_family(self.pt, self.qt, self.greedy_ns)
+        return self._greedy[0]
+
+    def greedy_bound(self, n: int):
+        """alpha* of the greedy family (top ``n - 1`` of q plus one draw) for ``n`` drafts, re-checked."""
+        if n not in self._greedy_bounds:
+            torch = require_torch()
+            p_top, _, _, s_q, _ = self.greedy()[n]
+            same = (self.pt == self.qt).all(-1)
+            excess = s_q - p_top
+            bound = torch.where(same | (excess <= 0), 1.0, (1.0 - excess).clamp(0.0, 1.0))
+            _recheck_greedy(self.pt, self.qt, self._greedy[1], n, bound)
+            self._greedy_bounds[n] = bound
+        return self._greedy_bounds[n]
+
+
+def _batch_bound_kind(scheme, n: int):
+    """How :func:`evaluate_batch` evaluates a scheme's bound, from what the scheme owns (no names):
+    ``prefix`` (a torch prefix family, :data:`PREFIX_FAMILIES`), ``greedy`` (the greedy-family sums,
+    ``DraftScheme.top_family``) or None (not here: the numpy plan)."""
+    if _family_covers(scheme, n):
+        return "prefix"
+    if scheme.top_family:
+        return "greedy"
+    return None
+
+
+def _bv_naive(b: _Batch, ns):
+    return _naive_batch(b.pt, b.qt, ns)
+
+
+def _bv_rrs(b: _Batch, ns):
+    return {n: 1.0 - rej for n, rej in _rrs_batch(b.t, b.rows.P, b.rows.Q, ns).items()}
+
+
+def _bv_spectr(b: _Batch, ns):
+    r = b.rows
+    return {n: _spectr_batch(r.ps, r.qs, b.t, r.P, r.Q, n) for n in ns}
+
+
+def _bv_greedy(b: _Batch, ns):
+    sums = b.greedy()
+    return {n: _fraction(sums[n][0] + sums[n][1], sums[n][2]) for n in ns}
+
+
+def _bv_spechub(b: _Batch, ns):
+    torch = require_torch()
+    _, s_min, s_p, s_q, p_a = b.greedy()[2]
+    hub = torch.minimum(p_a, s_q)
+    return {n: _fraction(s_min + hub, s_p + (p_a - hub)) for n in ns}
+
+
+def _bv_rsd2(b: _Batch, ns):
+    r = b.rows
+    return {n: _rsd2_batch(b.pt, b.qt, r.ps, r.qs, b.t, _complement(b.qt)) for n in ns}
+
+
+class BatchVerifier(NamedTuple):
+    """How :func:`evaluate_batch` evaluates one registry verifier on the tensors' device (under the
+    verifier's own default scheme; the torch mirror of :class:`mdsd_ot.plan.PlanVerifier`).
+
+    ``covers(n)`` says which n ``evaluate`` handles (other n: the numpy plan); ``evaluate(batch, ns)``
+    returns ``{n: float64 tensor (B,)}`` and may read ``batch.pt``, ``batch.qt``, ``batch.rows`` (the
+    sorted rows and their prefix sums), ``batch.t`` and ``batch.greedy()``; ``needs(n)`` names what to
+    prepare up front: ``{"greedy": n}`` (the greedy-family sums for n drafts)."""
+
+    covers: Callable
+    evaluate: Callable
+    needs: Callable = lambda n: {}
+
+
+#: ``registry name -> BatchVerifier``: the verifiers :func:`evaluate_batch` evaluates on the device.
+TORCH_VERIFIERS: dict[str, BatchVerifier] = {
+    "naive": BatchVerifier(lambda n: True, _bv_naive),
+    "rrs": BatchVerifier(lambda n: True, _bv_rrs),
+    "spectr": BatchVerifier(lambda n: True, _bv_spectr),
+    "greedy": BatchVerifier(lambda n: True, _bv_greedy, lambda n: {"greedy": n}),
+    "spechub": BatchVerifier(lambda n: n == 2, _bv_spechub, lambda n: {"greedy": 2}),
+    "rrs_without_replacement": BatchVerifier(lambda n: n == 2, _bv_rsd2),
+}
+
+#: Verifiers :func:`evaluate_batch` evaluates on the tensors' device (each under its own scheme).
+BATCH_VERIFIERS = tuple(TORCH_VERIFIERS)
+
+
 def evaluate_batch(
     p, q, ns, *, schemes=("with_replacement", "without_replacement", "greedy"), verifiers=BATCH_VERIFIERS
 ):
@@ -739,14 +940,21 @@ def evaluate_batch(
     re-checked on the device by plain masked sums before it is returned (``RuntimeError`` naming the
     rows otherwise).
 
+    Which quantities are evaluated here is asked of the scheme (``kernel_code`` with a torch
+    :data:`PREFIX_FAMILIES` entry, ``top_family``, ``fixed_n``, the support it needs) and of
+    :data:`TORCH_VERIFIERS`; a quantity needing more tokens with ``q > 0`` than some row has is left to
+    the caller.
+
     Parameters
     ----------
     p, q : torch.Tensor, shape (B, V) or (V,)
     ns : iterable of int
     schemes : iterable of str
-        Among ``with_replacement``, ``without_replacement`` (n <= 2 here), ``greedy``, ``hub``.
+        Registry scheme names; those evaluated here are ``with_replacement``, ``without_replacement``
+        (n <= 2 here), ``greedy`` and ``hub``, the others are skipped.
     verifiers : iterable of str
-        Among :data:`BATCH_VERIFIERS` (``rrs_without_replacement`` and ``spechub`` for n = 2 only).
+        Registry verifier names; those evaluated here are :data:`BATCH_VERIFIERS`
+        (``rrs_without_replacement`` and ``spechub`` for n = 2 only), the others are skipped.
 
     Returns
     -------
@@ -754,62 +962,48 @@ def evaluate_batch(
         ``{"bound:<scheme>@<n>" or "verifier:<name>@<n>": float64 tensor (B,)}`` for every quantity
         this function covers; the caller evaluates the others with :func:`mdsd_ot.plan.evaluate_position`.
     """
-    torch = require_torch()
+    from ..verifiers import get_verifier
+
     ns = sorted({check_n(n) for n in ns})
-    pt, qt, _, _ = _prepare(p, q, ns, "with_replacement", False)
-    support = (qt > 0).sum(-1)
+    pt, qt, _, _ = _prepare(p, q, ns, None, False)
+    batch = _Batch(pt, qt)
+    # what to evaluate, asked of the schemes and the verifier registry; the greedy family's n up front
+    bound_tasks = []  # (scheme, n, kind)
+    for s in schemes:
+        scheme = get_scheme(s)
+        for n in ns:
+            if scheme.fixed_n not in (None, n) or not batch.has_support(scheme, n):
+                continue
+            kind = _batch_bound_kind(scheme, n)
+            if kind is not None:
+                bound_tasks.append((scheme, n, kind))
+    verifier_tasks = []  # (name, BatchVerifier, ns)
+    for name in verifiers:
+        v = get_verifier(name)
+        entry = TORCH_VERIFIERS.get(v.name)
+        if entry is None:
+            continue
+        scheme = get_scheme(v.scheme)
+        vns = [n for n in ns if entry.covers(n) and v.fixed_n in (None, n) and batch.has_support(scheme, n)]
+        if vns:
+            verifier_tasks.append((v.name, entry, vns))
+    greedy_ns = {n for _, n, kind in bound_tasks if kind == "greedy"}
+    greedy_ns |= {entry.needs(n).get("greedy") for _, entry, vns in verifier_tasks for n in vns} - {None}
+    batch.greedy_ns = sorted(greedy_ns)
+
     out = {}
-    need_order = "with_replacement" in schemes or "without_replacement" in schemes
-    need_order = need_order or any(v in verifiers for v in ("rrs", "spectr", "rrs_without_replacement"))
-    tables = None
-    if need_order:
-        order = sorted_prefix_order(pt, qt)
-        ps = torch.gather(pt, -1, order)
-        qs = torch.gather(qt, -1, order)
-        del order
-        tables = (ps, qs, _prefix_sums(ps), _prefix_sums(qs), None)
-    if "with_replacement" in schemes:
-        for n, (v, _) in _scan(pt, qt, None, ns, "with_replacement", tables).items():
-            out[f"bound:with_replacement@{n}"] = v
-    small = [n for n in ns if n <= 2 and bool((support >= n).all())]
-    if "without_replacement" in schemes and small:
-        for n, (v, _) in _scan(pt, qt, None, small, "without_replacement", tables).items():
-            out[f"bound:without_replacement@{n}"] = v
-    fam = [n for n in ns if bool((support >= n).all())]
-    want_greedy = [n for n in fam if "greedy" in schemes or "greedy" in verifiers]
-    want_hub = 2 in fam and ("hub" in schemes or "spechub" in verifiers)
-    gns = sorted(set(want_greedy) | ({2} if want_hub else set()))
-    if gns:
-        same = (pt == qt).all(-1)
-        sums, top = _greedy_family(pt, qt, gns)
-        for n in gns:
-            p_top, s_min, s_p, s_q, p_a = sums[n]
-            excess = s_q - p_top
-            bound = torch.where(same | (excess <= 0), 1.0, (1.0 - excess).clamp(0.0, 1.0))
-            _recheck_greedy(pt, qt, top, n, bound)
-            if "greedy" in schemes and n in want_greedy:
-                out[f"bound:greedy@{n}"] = bound
-            if "hub" in schemes and n == 2 and want_hub:
-                out["bound:hub@2"] = bound
-            if "greedy" in verifiers and n in want_greedy:
-                out[f"verifier:greedy@{n}"] = _fraction(p_top + s_min, s_p)
-            if "spechub" in verifiers and n == 2 and want_hub:
-                hub = torch.minimum(p_a, s_q)
-                out["verifier:spechub@2"] = _fraction(s_min + hub, s_p + (p_a - hub))
-    if "naive" in verifiers:
-        for n, v in _naive_batch(pt, qt, ns).items():
-            out[f"verifier:naive@{n}"] = v
-    if tables is not None and any(v in verifiers for v in ("rrs", "spectr", "rrs_without_replacement")):
-        ps, qs, P, Q = tables[:4]
-        t = _plan_tables(ps, qs)
-        if "rrs" in verifiers:
-            for n, rej in _rrs_batch(t, P, Q, ns).items():
-                out[f"verifier:rrs@{n}"] = 1.0 - rej
-        if "spectr" in verifiers:
-            for n in ns:
-                out[f"verifier:spectr@{n}"] = _spectr_batch(ps, qs, t, P, Q, n)
-        if "rrs_without_replacement" in verifiers and 2 in ns and bool((support >= 2).all()):
-            out["verifier:rrs_without_replacement@2"] = _rsd2_batch(pt, qt, ps, qs, t, _complement(qt))
+    prefix = {}
+    for scheme, n, kind in bound_tasks:
+        if kind == "prefix":
+            prefix.setdefault(scheme.name, []).append(n)
+        else:
+            out[f"bound:{scheme.name}@{n}"] = batch.greedy_bound(n)
+    for name, pns in prefix.items():
+        for n, (v, _) in _scan(pt, qt, None, pns, name, batch.rows).items():
+            out[f"bound:{name}@{n}"] = v
+    for name, entry, vns in verifier_tasks:
+        for n, value in entry.evaluate(batch, vns).items():
+            out[f"verifier:{name}@{n}"] = value
     return out
 
 

@@ -17,17 +17,15 @@ __all__ = ["DecodeConfig", "DEFAULT_DRIVER", "driver_for"]
 #: written before (no ``row_format``) let the last call overshoot.
 ROW_FORMAT = 2
 
-#: The verifier whose sample continues the decoding, per draft scheme (the library's own verifier
-#: for the scheme; ``naive`` attains alpha* for deterministic ``top_n`` drafts). Every other valid
-#: verifier is evaluated exactly on the same trees.
-DEFAULT_DRIVER = {
-    "with_replacement": "rrs",
-    "without_replacement": "rrs_without_replacement",
-    "greedy": "greedy",
-    "hub": "spechub",
-    "conditional_poisson": "naive",
-    "top_n": "naive",
-}
+#: The driver of a scheme without a verifier built for it (``DraftScheme.reference_verifier`` None):
+#: ``naive`` is valid under every draft scheme.
+FALLBACK_DRIVER = "naive"
+
+#: The verifier whose sample continues the decoding, per draft scheme: the scheme's own verifier
+#: (``DraftScheme.reference_verifier``; ``naive`` for deterministic ``top_n`` drafts, where it attains
+#: alpha* = p(Top_n)), else :data:`FALLBACK_DRIVER`. Every other valid verifier is evaluated exactly on
+#: the same trees.
+DEFAULT_DRIVER = {name: s.reference_verifier or FALLBACK_DRIVER for name, s in SCHEMES.items()}
 
 
 def driver_for(scheme: str, driver: str | None) -> str:
@@ -109,11 +107,12 @@ class DecodeConfig:
         self.schemes = [check_choice(s, "scheme", SCHEMES) for s in self.schemes]
         self.schemes = sorted(set(self.schemes), key=self.schemes.index)
         for s in self.schemes:
-            if s == "hub":
-                bad = [t for t in self.trees if set(parse_shape(t).branching) != {2}]
+            fixed = SCHEMES[s].fixed_n  # a scheme defined for one number of drafts only (hub: 2)
+            if fixed is not None:
+                bad = [t for t in self.trees if set(parse_shape(t).branching) != {fixed}]
                 if bad:
                     raise ValueError(
-                        f"the 'hub' scheme drafts exactly 2 children per node; trees {bad} do not"
+                        f"the {s!r} scheme drafts exactly {fixed} children per node; trees {bad} do not"
                     )
             driver_for(s, self.driver)
         temps = (
