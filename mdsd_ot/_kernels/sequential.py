@@ -244,6 +244,7 @@ LOG_CERTAIN = math.log(CERTAIN_QT)
 _LN2 = math.log(2.0)
 _RESCALE = 1e200
 _POW2 = np.array([2.0**b for b in range(NBANDS)])  # 2^b of band b
+_SAT_EVERY = 8  # the fast path looks whether a node's big tokens saturate every this many tokens
 _S_DIRECT = 700.0  # below: q t = q * e^s (e^s finite); above, exp(log q + s)
 
 
@@ -560,9 +561,18 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
             dp[:] = 0.0
             dp[0] = 1.0
             ptr = 0
+        walked = 0  # big tokens since the last look at P(N_big < n)
         for c in range(C):
             stop = queries[c]
             while ptr < big.size and big[ptr] < stop:
+                if walked == _SAT_EVERY:  # saturated mid-walk: handled below as at a query
+                    walked = 0
+                    below_big = 0.0
+                    for j in range(n):
+                        below_big += dp[j]
+                    if below_big < SATURATED:
+                        break
+                walked += 1
                 i = big[ptr]
                 ptr += 1
                 if direct:  # q t = q e^s: no logarithm, one exponential
@@ -653,6 +663,40 @@ def sequential_masses_fast(qs, queries, Rq, n, refine=0):
 
 
 @nb.njit(cache=True)
+def _next_picks(todo, ev_pos):
+    """The prefixes a pruning round evaluates (increasing): the remaining candidates ``todo`` fall
+    into gaps between the evaluated prefixes ``ev_pos``; the round takes the last candidate of every
+    gap and spreads ``PRUNE_BATCH`` minus the number of gaps more over the gaps, in proportion to their
+    sizes (docs/math.md#pruning)."""
+    N = todo.size
+    starts = np.empty(N + 1, dtype=np.int64)  # gap g holds todo[starts[g]:starts[g + 1]]
+    G = 0
+    e = 0
+    prev = -1
+    for i in range(N):
+        while e < ev_pos.size and ev_pos[e] < todo[i]:
+            e += 1
+        if e != prev:
+            starts[G] = i
+            G += 1
+            prev = e
+    starts[G] = N
+    flag = np.zeros(N, dtype=np.bool_)
+    extra = max(0, PRUNE_BATCH - G)
+    rest = N - G  # candidates that are not the last of their gap
+    for g in range(G):
+        flag[starts[g + 1] - 1] = True
+        size = starts[g + 1] - starts[g] - 1
+        if extra == 0 or size == 0:
+            continue
+        share = extra * size // rest
+        step = max(1, size // (share + 1))
+        for j in range(1, share + 1):
+            flag[starts[g] + min(j * step, size - 1)] = True
+    return todo[flag]
+
+
+@nb.njit(cache=True)
 def scan_without_replacement(ps, qs, n, refine=0):
     """Any n >= 3: exact W_n at a few prefixes, the rest bounded away. Returns ``(D, k)``.
 
@@ -670,18 +714,11 @@ def scan_without_replacement(ps, qs, n, refine=0):
     prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0])
     M = prep[2]
     resume = _new_state(prep, n)
-    save_every = max(1, 2 * PRUNE_BATCH * M * n // PRUNE_STATES + 1)  # a round picks < 2 PRUNE_BATCH
     ev_pos = np.empty(0, dtype=np.int64)  # evaluated prefixes, increasing, and W_n there
     ev_w = np.empty(0)
     while todo.size > 0:
-        step = max(1, todo.size // PRUNE_BATCH)
-        count = (todo.size - 1) // step + 1
-        last_extra = 1 if (todo.size - 1) % step != 0 else 0
-        pick = np.empty(count + last_extra, dtype=np.int64)
-        for i in range(count):
-            pick[i] = todo[i * step]
-        if last_extra:
-            pick[count] = todo[todo.size - 1]
+        pick = _next_picks(todo, ev_pos)
+        save_every = max(1, pick.size * M * n // PRUNE_STATES + 1)
         w, saved = _evaluate_fast(prep, pick, R[pick], n, resume, save_every)
         for i in range(pick.size):
             k = pick[i]
