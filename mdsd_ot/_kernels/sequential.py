@@ -125,9 +125,26 @@ def _push_top(top, v, n):
         top[j] = v
 
 
+_PRODUCT_MIN = 1e-250  # a product of n factors in [0, 1] above this: no underflow on the way
+
+
 @nb.njit(cache=True, inline="always")
 def _product_bound(q_in, r, top, n):
-    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below."""
+    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below.
+
+    One division: the products of the numerators and of the denominators (each numerator is at most
+    its denominator), factor by factor only where the numerators' product could underflow."""
+    num = 1.0
+    den = 1.0
+    s = 0.0
+    for j in range(n):
+        inside = max(q_in - s, 0.0)
+        num *= inside
+        den *= r + inside
+        if j < n - 1:
+            s += top[j]
+    if num >= _PRODUCT_MIN:
+        return num / den
     w = 1.0
     s = 0.0
     for j in range(n):
