@@ -671,7 +671,8 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
                 k = slot
                 slot += 1
                 next_save += save_every
-                s_dp[k, m] = dp
+                for j in range(n):  # (a loop: no array view per query and node)
+                    s_dp[k, m, j] = dp[j]
                 s_ptr[k, m] = ptr
                 s_flag[k, m] = 1
             if weight < SATURATED:
