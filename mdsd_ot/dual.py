@@ -15,13 +15,11 @@ Both return ``(value, subset)`` with ``subset`` the sorted token indices of an o
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
-from .drafts import DraftScheme, complement_masses
+from .drafts import DraftScheme, complement_masses, sequential_mass_inside
 
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual", "sequential_objective"]
 
@@ -86,23 +84,11 @@ def sequential_objective(ps, qs, k: int, n: int, refine: int = 0) -> float:
     of ``H`` are the contiguous ``qs[:k]``, the sums ``p(H)`` and ``R = q(outside)`` are numpy's pairwise
     sums of the slices (the scan uses compensated running sums), and ``W_n(H)`` is enumerated or
     evaluated by :func:`mdsd_ot._kernels.sequential_mass_check` (tokens sorted by q, Newton's
-    identities, nodes half-way between the scan's), as in the scheme's ``mass``.
+    identities, nodes half-way between the scan's): :func:`mdsd_ot.drafts.sequential_mass_inside`,
+    which the scheme's ``mass`` calls too.
     """
-    from .drafts import _ENUMERATE_DRAWS, _merged_sequential_mass
-
-    q_in = qs[:k]
-    outside = float(np.sum(qs[k:]))
-    p_h = float(np.sum(ps[:k]))
-    support = int(np.count_nonzero(q_in > 0))
-    if support < n:
-        w = 0.0
-    elif outside == 0.0:
-        w = 1.0
-    elif math.lgamma(support + 1) - math.lgamma(support - n + 1) <= math.log(_ENUMERATE_DRAWS):
-        w = float(_merged_sequential_mass(q_in, outside, n))
-    else:
-        w = float(_kernels.sequential_mass_check(q_in, outside, n, refine))
-    return p_h + 1.0 - w
+    w = sequential_mass_inside(qs[:k], float(np.sum(qs[k:])), n, refine)
+    return float(np.sum(ps[:k])) + 1.0 - w
 
 
 def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen: dict | None = None):
