@@ -84,6 +84,10 @@ PLAN_BLOCK = 128
 #: size; above it they are allocated per call.
 PLAN_WORKSPACE_MAX_V = 1 << 19
 
+#: The sequential scan (n >= 3) keeps its O(V) work arrays between calls (per thread) up to this
+#: vocabulary size; above it they are allocated per call.
+SEQUENTIAL_WORKSPACE_MAX_V = 1 << 19
+
 #: Vocabulary size from which the binned prefix scan (O(V) plus ~16k bins) replaces a full sort.
 BINNED_MIN_V = 16_384
 
@@ -128,6 +132,11 @@ CERTAIN_QT = 40.0
 #: Power-of-two bands of q for the small tokens' power sums (the last band also holds every smaller q;
 #: its tokens are then treated as big, exactly, at the nodes beyond it).
 NBANDS = 80
+
+#: A quadrature node of the fast path with more big tokens than this share of the prefix finds them
+#: by their bands as it walks instead of a prepared list (the lists are cumulative over the nodes).
+#: Speed only: the tokens and their order are the same either way.
+BIG_LIST_MAX_SHARE = 0.25
 
 # -- binned scan, batches, first calls ----------------------------------------------------------------
 

@@ -49,8 +49,15 @@ def _solve_dual_checked(p, q, n, scheme):
     """
     refine = 0
     while True:
-        value, subset = dual.solve_dual(p, q, n, scheme, refine)
-        diff = abs(_dual_objective(p, q, n, scheme, subset, refine) - value)
+        # the sequential scan leaves its sorted arrays in `seen`: its certificate is re-checked on
+        # their slices (the independent evaluation, without gathering a mask; dual.sequential_objective)
+        seen = {} if dual.is_sequential_scan(scheme, n) else None
+        value, subset = dual.solve_dual(p, q, n, scheme, refine, seen)
+        if seen:
+            check = dual.sequential_objective(seen["ps"], seen["qs"], seen["k"], n, refine)
+        else:
+            check = _dual_objective(p, q, n, scheme, subset, refine)
+        diff = abs(check - value)
         if diff <= RECHECK_TOL or not scheme.is_quadrature(n) or refine == QUAD_MAX_REFINE:
             return value, subset, diff
         refine += 1

@@ -496,6 +496,14 @@ def _without_mass(q, n, mask, refine=0):
     if n == 2:  # W_2(H) = q(H) - R * sum_{i in H} q_i / (1 - q_i), each 1 - q_i summed directly
         rest = complement_masses(q)[mask]  # >= outside > 0 inside H: R / (1 - q_i) <= 1, no overflow
         return q_in.sum() - np.sum(q_in * (outside / rest))
+    return sequential_mass_inside(q_in, float(outside), n, refine)
+
+
+def sequential_mass_inside(q_in, outside: float, n: int, refine: int = 0) -> float:
+    """``W_n(H)`` for n >= 3 from the masses ``q_in`` of H's tokens and ``outside`` = q(not H), by
+    enumeration or the independent evaluation (see :func:`_without_mass`, which calls it)."""
+    if outside == 0.0:
+        return 1.0 if _support_size(q_in) >= n else 0.0
     k = _support_size(q_in)
     if k < n:
         return 0.0
@@ -503,7 +511,7 @@ def _without_mass(q, n, mask, refine=0):
         return _merged_sequential_mass(q_in, outside, n)
     from . import _kernels
 
-    return float(_kernels.sequential_mass_check(np.ascontiguousarray(q_in), float(outside), n, refine))
+    return float(_kernels.sequential_mass_check(np.ascontiguousarray(q_in), outside, n, refine))
 
 
 # greedy (Hu et al.) ------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ import numpy as np
 
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
-from .drafts import DraftScheme, complement_masses
+from .drafts import DraftScheme, complement_masses, sequential_mass_inside
 
-__all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual"]
+__all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual", "sequential_objective"]
 
 
 #: Below this vocabulary size the order comes from numpy's stable sort alone (no tie-breaking kernel
@@ -41,7 +41,7 @@ def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return _kernels.break_ties_by_index(keys, np.argsort(keys))
 
 
-def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
+def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen: dict | None = None):
     """Optimal acceptance by the sorted-prefix scan.
 
     With replacement (and sequential sampling with n = 2) ``Q(H)`` depends on sums over ``H`` only,
@@ -51,7 +51,8 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
     Sequential sampling without replacement uses the closed form for n = 2; for n >= 3 it evaluates
     ``W_n`` by exponential-clock quadrature at a few prefixes and bounds the others away
     (:func:`mdsd_ot._kernels.scan_without_replacement`); ``refine`` halves its quadrature step that
-    many times.
+    many times. When the tokens are sorted and ``seen`` is a dict, it receives ``ps``, ``qs`` (p and q
+    in the order) and ``k`` (the optimal prefix's length) for a re-check on the slices.
     """
     code = scheme.kernel_code
     by_sums = n == 1 or code == 0 or (code == 1 and n == 2)
@@ -60,18 +61,43 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0):
         excess, mask = _kernels.bucketed_scan(p, q, n, min(code, n - 1), rest)
     else:
         order = sorted_order(p, q)
-        excess, k = _kernels.solve_sorted(p[order], q[order], n, code, refine)
+        ps, qs = p[order], q[order]
+        excess, k = _kernels.solve_sorted(ps, qs, n, code, refine)
+        if seen is not None:
+            seen.update(ps=ps, qs=qs, k=int(k))
         mask = np.zeros(p.size, dtype=bool)
         mask[order[: int(k)]] = True
     return max(1.0 - float(excess), 0.0), np.flatnonzero(mask)
 
 
-def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0):
-    """The fast exact dual for ``scheme``: its closed form if it has one, sorted prefixes otherwise."""
+def is_sequential_scan(scheme: DraftScheme, n: int) -> bool:
+    """True when the dual is the sequential quadrature scan (sampling without replacement, n >= 3),
+    whose certificate :func:`sequential_objective` re-checks."""
+    return scheme.kernel_code == 1 and scheme.is_quadrature(n)
+
+
+def sequential_objective(ps, qs, k: int, n: int, refine: int = 0) -> float:
+    """``p(H) + 1 - W_n(H)`` for ``H`` the first ``k`` tokens of a sorted order (``ps``, ``qs``: p and q
+    along it), recomputed independently of the scan (docs/math.md#independent-check).
+
+    The value of ``DraftScheme.mass`` for sequential sampling (n >= 3) without its gathers: the masses
+    of ``H`` are the contiguous ``qs[:k]``, the sums ``p(H)`` and ``R = q(outside)`` are numpy's pairwise
+    sums of the slices (the scan uses compensated running sums), and ``W_n(H)`` is enumerated or
+    evaluated by :func:`mdsd_ot._kernels.sequential_mass_check` (tokens sorted by q, Newton's
+    identities, nodes half-way between the scan's): :func:`mdsd_ot.drafts.sequential_mass_inside`,
+    which the scheme's ``mass`` calls too.
+    """
+    w = sequential_mass_inside(qs[:k], float(np.sum(qs[k:])), n, refine)
+    return float(np.sum(ps[:k])) + 1.0 - w
+
+
+def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen: dict | None = None):
+    """The fast exact dual for ``scheme``: its closed form if it has one, sorted prefixes otherwise
+    (``seen``: see :func:`solve_sorted_prefix`)."""
     closed = scheme.closed_form_dual(p, q, n)
     if closed is not None:
         return closed
-    return solve_sorted_prefix(p, q, n, scheme, refine)
+    return solve_sorted_prefix(p, q, n, scheme, refine, seen)
 
 
 def solve_bruteforce(p, q, n: int, scheme: DraftScheme):

@@ -48,6 +48,7 @@ from ._config import NAIVE_POLY_MAX_N, PLAN_WORKSPACE_MAX_V, QUAD_MAX_REFINE, RE
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
 from ._validate import check_n, check_pair
 from .drafts import get_scheme, with_mass_from_sums
+from .dual import is_sequential_scan, sequential_objective
 
 __all__ = [
     "PositionEvaluation",
@@ -380,14 +381,17 @@ def _sequential_bound(plan: _Plan, s: str, n: int):
     """A scheme whose Q(H) is a quadrature at this n (sequential sampling, n >= 3): the pruned
     quadrature scan on the plan's arrays, re-checked by the independent quadrature with the refinement
     loop of :func:`mdsd_ot.optimal_acceptance`."""
-    ps, qs = plan.sorted[:2]
+    ps, qs, P, Q, R = plan.sorted
     scheme = get_scheme(s)
     refine = 0
     while True:
-        d, k = _kernels.solve_sorted(ps, qs, n, scheme.kernel_code, refine)
+        d, k = _kernels.solve_sorted(ps, qs, n, scheme.kernel_code, refine, sums=(P, Q, R))
         value = max(1.0 - float(d), 0.0)
-        mask = plan.mask(int(k))
-        check = float(plan.p[mask].sum()) + 1.0 - scheme.mass(plan.q, n, mask, refine=refine)
+        if is_sequential_scan(scheme, n):  # on the sorted slices, by the independent evaluation
+            check = sequential_objective(ps, qs, int(k), n, refine)
+        else:
+            mask = plan.mask(int(k))
+            check = float(plan.p[mask].sum()) + 1.0 - scheme.mass(plan.q, n, mask, refine=refine)
         diff = abs(check - value)
         if diff <= RECHECK_TOL or refine == QUAD_MAX_REFINE:
             return value, diff

@@ -56,3 +56,26 @@ def logaddexp(a, b):
     if a < b:
         a, b = b, a
     return a + math.log1p(math.exp(b - a))
+
+
+@nb.njit(cache=True)
+def prefix_sums_into(x, out):
+    """:func:`prefix_sums` written to ``out`` (length ``x.size + 1``)."""
+    s = 0.0
+    c = 0.0
+    out[0] = 0.0
+    for i in range(x.size):
+        s, c = neumaier_add(s, c, x[i])
+        out[i + 1] = s + c
+
+
+@nb.njit(cache=True)
+def suffix_sums_into(x, out):
+    """:func:`suffix_sums` written to ``out`` (length ``x.size + 1``)."""
+    V = x.size
+    s = 0.0
+    c = 0.0
+    out[V] = 0.0
+    for i in range(V - 1, -1, -1):
+        s, c = neumaier_add(s, c, x[i])
+        out[i] = s + c

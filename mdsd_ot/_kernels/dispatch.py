@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 
 import numba as nb
 import numpy as np
 
-from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PYTHON_MAX_V
+from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PYTHON_MAX_V, SEQUENTIAL_WORKSPACE_MAX_V
 from .common import neumaier_add
 from .scans import (
     bucketed_scan,
@@ -20,7 +21,7 @@ from .scans import (
     scan_with_replacement,
     scan_without_replacement_2,
 )
-from .sequential import scan_without_replacement
+from .sequential import new_workspace, scan_without_replacement, scan_without_replacement_into
 
 _NOTICED = set()
 
@@ -97,13 +98,37 @@ def small_or_jit(kernel, size: int):
     return python_body
 
 
-def solve_sorted(ps, qs, n, code, refine=0):
+class _SequentialWorkspace(threading.local):
+    """The work arrays of the sequential scan (n >= 3), kept between calls in each thread: fresh
+    arrays are megabytes of page faults per call, as costly as a pass over them."""
+
+    arrays = None
+
+
+_SEQ_WORKSPACE = _SequentialWorkspace()
+
+
+def sequential_workspace(V: int):
+    """``(fwork, iwork, bwork)`` for :func:`scan_without_replacement_into` at ``V`` tokens: this thread's
+    (kept) arrays up to ``SEQUENTIAL_WORKSPACE_MAX_V``, fresh ones above. A numba kernel never calls
+    back into Python, so one call at a time uses them in a thread."""
+    if V > SEQUENTIAL_WORKSPACE_MAX_V:
+        return new_workspace(V)
+    arrays = _SEQ_WORKSPACE.arrays
+    if arrays is None or arrays[0].shape[1] < V + 1:
+        arrays = _SEQ_WORKSPACE.arrays = new_workspace(V)
+    return arrays
+
+
+def solve_sorted(ps, qs, n, code, refine=0, sums=None):
     """Dispatch on a scheme's ``kernel_code`` (0: with replacement, 1: sequential without replacement,
     2: conditional Poisson); returns ``(D, k)``, alpha* = 1 - D.
 
     Dispatched in Python, not numba, so that a first call compiles only the kernel it needs (a numba
     dispatcher compiles every branch it could take). ``refine`` halves the quadrature step of
-    sequential sampling with n >= 3 that many times.
+    sequential sampling with n >= 3 that many times; ``sums`` = ``(P, Q, R)``, the compensated prefix
+    sums of ``ps``, ``qs`` and suffix sums of ``qs`` (:func:`prefix_sums`, :func:`suffix_sums`, or the
+    plan's tables, summed alike), spares the sequential scan computing them again.
     """
     if code == 0 or n == 1:
         return small_or_jit(scan_with_replacement, ps.size)(ps, qs, n)
@@ -113,8 +138,14 @@ def solve_sorted(ps, qs, n, code, refine=0):
                 rest = small_or_jit(complement_masses_kernel, ps.size)(qs)
                 return small_or_jit(scan_without_replacement_2, ps.size)(ps, qs, rest)
             return _scan_without_replacement_2(ps, qs, n)
-        compile_notice(scan_without_replacement, "the sequential-sampling kernels", 15)
-        return scan_without_replacement(ps, qs, n, refine)
+        compile_notice(scan_without_replacement_into, "the sequential-sampling kernels", 15)
+        fwork, iwork, bwork = sequential_workspace(ps.size)
+        if sums is None:
+            V1 = ps.size + 1
+            sums, have = (fwork[0][:V1], fwork[1][:V1], fwork[2][:V1]), False
+        else:
+            have = True
+        return scan_without_replacement_into(ps, qs, n, refine, *sums, have, fwork, iwork, bwork)
     return small_or_jit(scan_conditional_poisson, ps.size)(ps, qs, n)
 
 

@@ -12,6 +12,7 @@ import numba as nb
 import numpy as np
 
 from .._config import (
+    BIG_LIST_MAX_SHARE,
     CERTAIN_QT,
     LOG_TERMS,
     NBANDS,
@@ -23,7 +24,7 @@ from .._config import (
     SATURATED,
     SMALL_QT,
 )
-from .common import neumaier_add, prefix_sums, suffix_sums
+from .common import neumaier_add, prefix_sums_into, suffix_sums_into
 
 # ------------------------------------------------- without replacement, any n: exponential clocks
 #
@@ -124,9 +125,26 @@ def _push_top(top, v, n):
         top[j] = v
 
 
+_PRODUCT_MIN = 1e-250  # a product of n factors in [0, 1] above this: no underflow on the way
+
+
 @nb.njit(cache=True, inline="always")
 def _product_bound(q_in, r, top, n):
-    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below."""
+    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below.
+
+    One division: the products of the numerators and of the denominators (each numerator is at most
+    its denominator), factor by factor only where the numerators' product could underflow."""
+    num = 1.0
+    den = 1.0
+    s = 0.0
+    for j in range(n):
+        inside = max(q_in - s, 0.0)
+        num *= inside
+        den *= r + inside
+        if j < n - 1:
+            s += top[j]
+    if num >= _PRODUCT_MIN:
+        return num / den
     w = 1.0
     s = 0.0
     for j in range(n):
@@ -139,6 +157,20 @@ def _product_bound(q_in, r, top, n):
 
 @nb.njit(cache=True)
 def without_replacement_bounds(ps, qs, n):
+    """``(P, Q, R, lo, hi, exact)`` of :func:`_bounds_into` in fresh arrays."""
+    V = qs.size
+    P = np.empty(V + 1)
+    Q = np.empty(V + 1)
+    R = np.empty(V + 1)
+    lo = np.empty(V + 1)
+    hi = np.empty(V + 1)
+    exact = np.empty(V + 1, dtype=np.bool_)
+    _bounds_into(ps, qs, n, P, Q, R, False, lo, hi, exact)
+    return P, Q, R, lo, hi, exact
+
+
+@nb.njit(cache=True)
+def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
     """Exact values where trivial, and cheap bounds elsewhere, for every sorted prefix.
 
     Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
@@ -148,14 +180,16 @@ def without_replacement_bounds(ps, qs, n):
     sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``; where the
     upper bound cannot beat an earlier lower bound the lower one is the trivial ``W_n(H) >= 0``
     (the maximum of ``lo`` and its first position are those of the product bound everywhere).
+
+    Written into the given arrays (length ``V + 1``); ``P``, ``Q``, ``R`` are the compensated sums of
+    :func:`prefix_sums` and :func:`suffix_sums`, computed here unless ``have_sums`` (then the caller's,
+    e.g. the evaluation plan's tables, summed by the same algorithm).
     """
     V = qs.size
-    P = prefix_sums(ps)
-    Q = prefix_sums(qs)
-    R = suffix_sums(qs)
-    lo = np.empty(V + 1)
-    hi = np.empty(V + 1)
-    exact = np.zeros(V + 1, dtype=np.bool_)
+    if not have_sums:
+        prefix_sums_into(ps, P)
+        prefix_sums_into(qs, Q)
+        suffix_sums_into(qs, R)
     # a lower bound known before the scan, attained at some prefix: the product bound at the prefix
     # with the largest upper bound, and the exact value at k = V (nothing outside); prefixes whose
     # upper bound lies below it cannot hold the maximum of lo
@@ -189,6 +223,7 @@ def without_replacement_bounds(ps, qs, n):
             hi[k] = lo[k]
             exact[k] = True
         else:  # hi[k] from the first pass
+            exact[k] = False
             if hi[k] <= best_lo or hi[k] < known:
                 # lo[k] <= hi[k] cannot exceed (nor, before it, equal) a lower bound attained
                 # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
@@ -200,12 +235,19 @@ def without_replacement_bounds(ps, qs, n):
         if k < V and qs[k] > 0.0:
             count += 1
             _push_top(top, qs[k], n)
-    return P, Q, R, lo, hi, exact
 
 
 @nb.njit(cache=True)
 def candidate_prefixes(lo, hi, exact):
-    """Prefixes to evaluate: ``(cand (int64, increasing), best exact (D, k))``.
+    """:func:`_candidates_into` in a fresh array."""
+    out = np.empty(lo.size, dtype=np.int64)
+    count, best, best_k = _candidates_into(lo, hi, exact, out)
+    return out[:count].copy(), best, best_k
+
+
+@nb.njit(cache=True)
+def _candidates_into(lo, hi, exact, out):
+    """Prefixes to evaluate, written (increasing) to ``out``: returns ``(count, best exact D, its k)``.
 
     The prefix with the largest lower bound is always a candidate (evaluating it secures that
     bound); any other prefix is one only if its upper bound beats that lower bound by more than
@@ -215,15 +257,16 @@ def candidate_prefixes(lo, hi, exact):
     anchor = np.argmax(lo)
     best = 0.0
     best_k = 0
-    keep = np.zeros(lo.size, dtype=np.bool_)
+    count = 0
     for k in range(lo.size):
         if exact[k]:
             if lo[k] > best:
                 best = lo[k]
                 best_k = k
         elif hi[k] > best_lo + PRUNE_SLACK or k == anchor:
-            keep[k] = True
-    return np.flatnonzero(keep).astype(np.int64), best, best_k
+            out[count] = k
+            count += 1
+    return count, best, best_k
 
 
 # ------------------------------------------- without replacement, any n: the fast evaluation path
@@ -244,6 +287,7 @@ LOG_CERTAIN = math.log(CERTAIN_QT)
 _LN2 = math.log(2.0)
 _RESCALE = 1e200
 _POW2 = np.array([2.0**b for b in range(NBANDS)])  # 2^b of band b
+_SAT_EVERY = 8  # the fast path looks whether a node's big tokens saturate every this many tokens
 _S_DIRECT = 700.0  # below: q t = q * e^s (e^s finite); above, exp(log q + s)
 
 
@@ -283,11 +327,10 @@ def series_length(L):
 
 
 @nb.njit(cache=True)
-def _bands(qs):
+def _bands(qs, out):
     """Band of each token, ``q in (2^-(b+1), 2^-b]``, from the float's exponent bits; clipped to
-    ``[0, NBANDS - 1]`` (zero and subnormal masses go to the last band)."""
+    ``[0, NBANDS - 1]`` (zero and subnormal masses go to the last band). Written to ``out``."""
     bits = qs.view(np.int64)
-    out = np.empty(qs.size, dtype=np.int64)
     for i in range(qs.size):
         e = (bits[i] >> 52) & 0x7FF
         if qs[i] <= 0.0 or e == 0:
@@ -317,20 +360,19 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
 
 
 @nb.njit(cache=True)
-def _band_tables(qs, bands, J, lo):
+def _band_tables(qs, bands, J, lo, perm):
     """Tokens grouped by band, and the power sums of each band before position ``lo``:
     ``(off, perm, run, comp)``.
 
     ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
-    sort); ``run``, ``comp`` as in :func:`_add_power_sums` over the tokens before ``lo`` (prefixes
-    queried later are no shorter).
+    sort, written to ``perm``); ``run``, ``comp`` as in :func:`_add_power_sums` over the tokens before
+    ``lo`` (prefixes queried later are no shorter).
     """
     off = np.zeros(NBANDS + 1, dtype=np.int64)
     for i in range(qs.size):
         off[bands[i] + 1] += 1
     for b in range(NBANDS):
         off[b + 1] += off[b]
-    perm = np.empty(qs.size, dtype=np.int64)
     fill = off[:NBANDS].copy()
     for i in range(qs.size):
         b = bands[i]
@@ -349,19 +391,23 @@ def _node_band(s):
 
 
 @nb.njit(cache=True)
-def _big_lists(off, perm, node_band, M):
+def _big_lists(off, perm, node_band, M, limit):
     """For every node: the positions (increasing) of its big tokens (band below the node's), concatenated.
 
     Returns ``(flat, start)``: node m's big tokens are ``flat[start[m, 0]:start[m, 1]]``. Nodes with
     the same band threshold share one list; each list is the previous one merged with the tokens of
-    the bands in between (``perm``, ``off`` from :func:`_band_tables`).
+    the bands in between (``perm``, ``off`` from :func:`_band_tables`). A node with more than
+    ``limit`` big tokens gets no list (``start[m] = -1``): it finds them by their bands as it walks
+    (the lists are cumulative, so long ones would cost more to build than the walk over all tokens).
     """
-    start = np.empty((M, 2), dtype=np.int64)
+    start = np.full((M, 2), -1, dtype=np.int64)
     total = 0
     prev = -1
     for m in range(M):  # the node thresholds increase with m
         if node_band[m] != prev:
             prev = node_band[m]
+            if off[min(prev, NBANDS)] > limit:
+                break
             total += off[min(prev, NBANDS)]
     flat = np.empty(total, dtype=np.int64)
     pos = 0
@@ -370,6 +416,8 @@ def _big_lists(off, perm, node_band, M):
     last = 0  # flat[first:last] is the previous list
     for m in range(M):
         bm = min(node_band[m], NBANDS)
+        if off[bm] > limit:
+            break  # (and every later node)
         if m == 0 or bm != prev:
             new = np.sort(perm[off[prev] if m > 0 else 0 : off[bm]])
             i, j, begin = first, 0, pos
@@ -388,19 +436,22 @@ def _big_lists(off, perm, node_band, M):
 
 
 @nb.njit(cache=True)
-def _prepare_fast(qs, top, n, refine, r_min, lo):
+def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
     """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes
     (prefixes queried later have lengths in ``[lo, top]``).
 
     Returns ``(s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs)``
     where ``coef_u[m, k, j] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
+    ``iwork`` (int64, two rows of at least ``top``) holds ``bands`` and the band order, ``lq`` (at
+    least ``top``) the logarithms of the masses.
     """
     s_lo, h, M = quad_grid(n, r_min, refine)
     L = min(n - 1, LOG_TERMS)
     J = series_length(L)
     coef = series_coefficients(L, J)
-    bands = _bands(qs[:top])
-    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo)
+    bands = iwork[0][:top]
+    _bands(qs[:top], bands)
+    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo, iwork[1][:top])
     node_band = np.empty(M, dtype=np.int64)
     coef_u = np.zeros((M, J + 1, L + 1))
     for m in range(M):
@@ -414,11 +465,13 @@ def _prepare_fast(qs, top, n, refine, r_min, lo):
             for j in range(1, L + 1):
                 coef_u[m, k, j] = coef[j, k] * uk
             uk *= u
-    flat, start = _big_lists(off, perm, node_band, M)
-    lq = np.full(top, -np.inf)
+    flat, start = _big_lists(off, perm, node_band, M, int(BIG_LIST_MAX_SHARE * top))
+    lq = lq[:top]
+    lq[:] = -np.inf
     if s_lo + (M - 1) * h >= _S_DIRECT:  # some node needs q t in logarithms (see _fast_nodes)
-        for i in flat[start[M - 1, 0] : start[M - 1, 1]]:  # every token that is big at some node
-            if qs[i] > 0.0:
+        last = node_band[M - 1]
+        for i in range(top):  # every token that is big at some node
+            if bands[i] < last and qs[i] > 0.0:
                 lq[i] = math.log(qs[i])
     return s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs
 
@@ -544,7 +597,8 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
         log_certain = LOG_CERTAIN - s
         direct = s < _S_DIRECT
         et = math.exp(s) if direct else 0.0
-        big = flat[start[m, 0] : start[m, 1]]
+        by_band = start[m, 0] < 0  # no list: the big tokens are those of bands below bm
+        big = flat[start[m, 0] : start[m, 1]] if not by_band else flat[:0]
         if r_flag[m] == 2:
             for c in range(C):
                 acc[c] += _node_weight(h, Rq[c], s)
@@ -560,10 +614,28 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
             dp[:] = 0.0
             dp[0] = 1.0
             ptr = 0
+        walked = 0  # big tokens since the last look at P(N_big < n)
         for c in range(C):
             stop = queries[c]
-            while ptr < big.size and big[ptr] < stop:
-                i = big[ptr]
+            while True:  # the big tokens before stop: ptr indexes big, or (by_band) the tokens
+                if by_band:
+                    while ptr < stop and bands[ptr] >= bm:
+                        ptr += 1
+                    if ptr >= stop:
+                        break
+                    i = ptr
+                else:
+                    if ptr >= big.size or big[ptr] >= stop:
+                        break
+                    i = big[ptr]
+                if walked == _SAT_EVERY:  # saturated mid-walk: handled below as at a query
+                    walked = 0
+                    below_big = 0.0
+                    for j in range(n):
+                        below_big += dp[j]
+                    if below_big < SATURATED:
+                        break
+                walked += 1
                 ptr += 1
                 if direct:  # q t = q e^s: no logarithm, one exponential
                     x = qs[i] * et
@@ -599,7 +671,8 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
                 k = slot
                 slot += 1
                 next_save += save_every
-                s_dp[k, m] = dp
+                for j in range(n):  # (a loop: no array view per query and node)
+                    s_dp[k, m, j] = dp[j]
                 s_ptr[k, m] = ptr
                 s_flag[k, m] = 1
             if weight < SATURATED:
@@ -647,13 +720,67 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
 @nb.njit(cache=True)
 def sequential_masses_fast(qs, queries, Rq, n, refine=0):
     """W_n(H_k) at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path."""
-    prep = _prepare_fast(qs, queries[-1], n, refine, Rq.min(), queries[0])
+    top = queries[-1]
+    prep = _prepare_fast(
+        qs, top, n, refine, Rq.min(), queries[0], np.empty((2, top), dtype=np.int64), np.empty(top)
+    )
     resume = _new_state(prep, n)
     return _evaluate_fast(prep, queries, Rq, n, resume, queries.size)[0]
 
 
 @nb.njit(cache=True)
+def _next_picks(todo, ev_pos, starts, flag):
+    """The prefixes a pruning round evaluates (increasing): the remaining candidates ``todo`` fall
+    into gaps between the evaluated prefixes ``ev_pos``; the round takes the last candidate of every
+    gap and spreads ``PRUNE_BATCH`` minus the number of gaps more over the gaps, in proportion to their
+    sizes (docs/math.md#pruning). ``starts`` (int64) and ``flag`` (bool): work arrays of at least
+    ``todo.size + 1`` entries."""
+    N = todo.size
+    # gap g holds todo[starts[g]:starts[g + 1]]
+    G = 0
+    e = 0
+    prev = -1
+    for i in range(N):
+        while e < ev_pos.size and ev_pos[e] < todo[i]:
+            e += 1
+        if e != prev:
+            starts[G] = i
+            G += 1
+            prev = e
+    starts[G] = N
+    flag[:N] = False
+    extra = max(0, PRUNE_BATCH - G)
+    rest = N - G  # candidates that are not the last of their gap
+    for g in range(G):
+        flag[starts[g + 1] - 1] = True
+        size = starts[g + 1] - starts[g] - 1
+        if extra == 0 or size == 0:
+            continue
+        share = extra * size // rest
+        step = max(1, size // (share + 1))
+        for j in range(1, share + 1):
+            flag[starts[g] + min(j * step, size - 1)] = True
+    return todo[flag[:N]]
+
+
+@nb.njit(cache=True)
+def new_workspace(V):
+    """Work arrays of :func:`scan_without_replacement_into` for ``V`` tokens: ``(fwork, iwork, bwork)``."""
+    return np.empty((6, V + 1)), np.empty((3, V + 1), dtype=np.int64), np.empty((2, V + 1), dtype=np.bool_)
+
+
+@nb.njit(cache=True)
 def scan_without_replacement(ps, qs, n, refine=0):
+    """:func:`scan_without_replacement_into` with fresh work arrays."""
+    fwork, iwork, bwork = new_workspace(qs.size)
+    V1 = qs.size + 1
+    return scan_without_replacement_into(
+        ps, qs, n, refine, fwork[0][:V1], fwork[1][:V1], fwork[2][:V1], False, fwork, iwork, bwork
+    )
+
+
+@nb.njit(cache=True)
+def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, iwork, bwork):
     """Any n >= 3: exact W_n at a few prefixes, the rest bounded away. Returns ``(D, k)``.
 
     ``W_n`` is non-decreasing along the prefixes, so for an evaluated prefix ``b >= k``,
@@ -662,26 +789,29 @@ def scan_without_replacement(ps, qs, n, refine=0):
     ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature; the tokens and
     the grid are prepared once, and each round resumes every node's DP over the big tokens at the
     last saved state before the first remaining prefix (docs/math.md#pruning).
+
+    ``P``, ``Q``, ``R`` (length ``V + 1``): the prefix and suffix sums, given when ``have_sums``, else
+    written there; ``fwork`` (float, 6 rows), ``iwork`` (int64, 3 rows), ``bwork`` (bool, 2 rows), each
+    row of at least ``V + 1`` entries (:func:`new_workspace`): kept between calls by the caller, so
+    that a call does not page-fault megabytes of fresh memory.
     """
-    P, Q, R, lo, hi, exact = without_replacement_bounds(ps, qs, n)
-    todo, best, best_k = candidate_prefixes(lo, hi, exact)
-    if todo.size == 0:
+    V1 = qs.size + 1
+    lo = fwork[3][:V1]
+    hi = fwork[4][:V1]
+    exact = bwork[0][:V1]
+    _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact)
+    count, best, best_k = _candidates_into(lo, hi, exact, iwork[2][:V1])
+    if count == 0:
         return best, best_k
-    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0])
+    todo = iwork[2][:count]
+    prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0], iwork, fwork[5])
     M = prep[2]
     resume = _new_state(prep, n)
-    save_every = max(1, 2 * PRUNE_BATCH * M * n // PRUNE_STATES + 1)  # a round picks < 2 PRUNE_BATCH
     ev_pos = np.empty(0, dtype=np.int64)  # evaluated prefixes, increasing, and W_n there
     ev_w = np.empty(0)
     while todo.size > 0:
-        step = max(1, todo.size // PRUNE_BATCH)
-        count = (todo.size - 1) // step + 1
-        last_extra = 1 if (todo.size - 1) % step != 0 else 0
-        pick = np.empty(count + last_extra, dtype=np.int64)
-        for i in range(count):
-            pick[i] = todo[i * step]
-        if last_extra:
-            pick[count] = todo[todo.size - 1]
+        pick = _next_picks(todo, ev_pos, iwork[1], bwork[1])  # (the band order is no longer needed)
+        save_every = max(1, pick.size * M * n // PRUNE_STATES + 1)
         w, saved = _evaluate_fast(prep, pick, R[pick], n, resume, save_every)
         for i in range(pick.size):
             k = pick[i]
@@ -709,7 +839,7 @@ def scan_without_replacement(ps, qs, n, refine=0):
             if min(hi[k], cap - P[k]) > best + PRUNE_SLACK:
                 todo[keep] = k
                 keep += 1
-        todo = todo[:keep].copy()
+        todo = todo[:keep]
         if todo.size > 0:  # resume the next round at the last saved query before todo[0]
             c = -1
             for i in range(0, pick.size, save_every):
