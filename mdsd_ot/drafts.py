@@ -244,6 +244,10 @@ class DraftScheme:
     _log_count: Callable | None = None
     #: Code of the sorted-prefix kernel family (:mod:`mdsd_ot._kernels.scans`), or None.
     kernel_code: int | None = None
+    #: Largest n for which ``Q(H)`` depends on ``H`` only through sums over ``H`` (``q(H)``; for
+    #: sequential n = 2 also ``sum q_i / (1 - q_i)``), so that the binned scan needs no full sort
+    #: (docs/math.md#dual-and-sorting-theorem); n = 1 always qualifies (``Q(H) = q(H)``).
+    sums_up_to: int = 1
     #: Optional closed-form dual ``(p, q, n) -> (alpha*, subset)`` (schemes that are not prefix-optimal).
     _dual: Callable | None = None
     #: Optional ``(q, n, samples, rng) -> (samples, n)``: many draft tuples at once (else a loop).
@@ -361,6 +365,10 @@ class DraftScheme:
     def inclusion_probabilities(self, q: np.ndarray, n: int) -> np.ndarray | None:
         """``P(token y is among the n drafts)`` for every token in closed form, or None."""
         return None if self._inclusion is None else self._inclusion(q, n)
+
+    def sums_suffice(self, n: int) -> bool:
+        """True when the sorted-prefix bound for ``n`` drafts needs only sums over H (see ``sums_up_to``)."""
+        return self.kernel_code is not None and n <= self.sums_up_to
 
     def is_quadrature(self, n: int) -> bool:
         """True when ``Q(H)`` for ``n`` drafts is evaluated by quadrature (its grid can be refined)."""
@@ -740,6 +748,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _mass_rows=_with_mass_rows,
             _log_count=_with_log_count,
             kernel_code=_WITH,
+            sums_up_to=2**63 - 1,  # any n
             _sample_rows=_with_sample_rows,
             _inclusion=_with_inclusion,
             reference_verifier="rrs",
@@ -756,6 +765,7 @@ SCHEMES: dict[str, DraftScheme] = {
             quadrature_from=3,
             _log_count=_without_log_count,
             kernel_code=_WITHOUT,
+            sums_up_to=2,
             _structure=_distinct_structure,
             _inclusion=_without_inclusion,
             _set_mass_rows=_without_set_mass_rows,

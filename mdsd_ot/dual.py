@@ -55,10 +55,10 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
     in the order) and ``k`` (the optimal prefix's length) for a re-check on the slices.
     """
     code = scheme.kernel_code
-    by_sums = n == 1 or code == 0 or (code == 1 and n == 2)
-    if by_sums and p.size >= BINNED_MIN_V:  # sums suffice: bins instead of a full sort
-        rest = complement_masses(q) if code == 1 and n == 2 else q
-        excess, mask = _kernels.bucketed_scan(p, q, n, min(code, n - 1), rest)
+    if scheme.sums_suffice(n) and p.size >= BINNED_MIN_V:  # bins instead of a full sort
+        family = min(code, n - 1)  # n = 1: q(H) whatever the scheme (the with-replacement family)
+        rest = complement_masses(q) if family == 1 else q
+        excess, mask = _kernels.bucketed_scan(p, q, n, family, rest)
     else:
         order = sorted_order(p, q)
         ps, qs = p[order], q[order]
