@@ -339,21 +339,51 @@ def order_tables(p, q, order, rs, total, big, big_rest, wor2, rsd2, ps, qs, P, Q
 
 
 @nb.njit(cache=True, inline="always")
-def _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k):
-    """The excess ``Q(H_k) - p(H_k)`` of a prefix scan: with replacement for ``n > 0`` (``q(H)^n`` by
-    repeated multiplication up to ``POWER_FROM_REST_N``, about n ulps; :func:`power_of_mass` above;
-    capped by ``q(H)``), sequential n = 2 for ``n == 0``
-    (``(Q_k - P_k) - R_k S_k - q_b (R_k / (1 - q_b))``, :func:`scans.scan_without_replacement_2_sums`)."""
+def _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k, kind):
+    """The excess ``Q(H_k) - p(H_k)`` of a prefix scan. ``kind`` 0: sequential n = 2
+    (``(Q_k - P_k) - R_k S_k - q_b (R_k / (1 - q_b))``, :func:`scans.scan_without_replacement_2_sums`);
+    1: with replacement, ``q(H)^n`` by repeated multiplication (``n <= POWER_FROM_REST_N``, about n ulps;
+    capped by ``q(H)``); 2: with replacement, :func:`power_of_mass` (larger n)."""
     Qk = Q[k]
-    if n == 0:
+    if kind == 0:
         Rk = R[k]
         return (Qk - P[k]) - Rk * S[k] - (big_q * (Rk / big_rest) if big_pos < k else 0.0)
-    if n <= POWER_FROM_REST_N:
+    if kind == 1:
         x = Qk
         for _ in range(n - 1):
             x *= Qk
         return min(x, Qk) - P[k]
     return power_of_mass(Qk, R[k], n) - P[k]
+
+
+@nb.njit(cache=True, inline="always")
+def _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, kind):
+    """``(D, k)`` of one prefix scan (:func:`prefix_scans`); inlined once per ``kind`` with the kind a
+    constant, so that each loop holds only its own excess (a loop that could reach the exp/log1p of
+    ``power_of_mass`` ran several times slower for small n)."""
+    V = P.size - 1
+    best = 0.0
+    best_k = 0
+    for k in range(PLAN_BLOCK, V + 1, PLAN_BLOCK):
+        d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k, kind)
+        if d > best:
+            best = d
+            best_k = k
+    d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, V, kind)
+    if d > best:
+        best = d
+        best_k = V
+    for a in range(0, V, PLAN_BLOCK):
+        e = min(a + PLAN_BLOCK, V)
+        ub = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, e, kind) + (P[e] - P[a])
+        if ub < best - PRUNE_MARGIN:  # no prefix of this block comes near the best (rounding)
+            continue
+        for k in range(a + 1, e):
+            d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k, kind)
+            if d > best or (d == best and k < best_k and d > 0.0):
+                best = d
+                best_k = k
+    return best, best_k
 
 
 @nb.njit(cache=True)
@@ -366,32 +396,16 @@ def prefix_scans(P, Q, R, S, big_q, big_rest, big_pos, ns):
     whose bound is not below the best value by more than ``PRUNE_MARGIN`` (rounding of the bound) are
     scanned token by token.
     """
-    V = P.size - 1
     m = ns.size
     out = np.zeros((m, 2))
     for j in range(m):
         n = ns[j]
-        best = 0.0
-        best_k = 0
-        for k in range(PLAN_BLOCK, V + 1, PLAN_BLOCK):
-            d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k)
-            if d > best:
-                best = d
-                best_k = k
-        d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, V)
-        if d > best:
-            best = d
-            best_k = V
-        for a in range(0, V, PLAN_BLOCK):
-            e = min(a + PLAN_BLOCK, V)
-            ub = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, e) + (P[e] - P[a])
-            if ub < best - PRUNE_MARGIN:  # no prefix of this block comes near the best (rounding)
-                continue
-            for k in range(a + 1, e):
-                d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k)
-                if d > best or (d == best and k < best_k and d > 0.0):
-                    best = d
-                    best_k = k
+        if n == 0:
+            best, best_k = _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, 0)
+        elif n <= POWER_FROM_REST_N:
+            best, best_k = _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, 1)
+        else:
+            best, best_k = _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, 2)
         out[j, 0] = best
         out[j, 1] = best_k
     return out
