@@ -376,3 +376,19 @@ def test_optimal_verifier_in_the_plan(monkeypatch):
     res = evaluate_position(p, q, [2], schemes=[], verifiers=["optimal"])
     assert res.verifiers[("optimal", 2)] is None
     assert "internal error" in res.errors["verifier:optimal@2"]
+
+
+def test_nonnegative_compensated_add_matches_neumaier():
+    """The tables' compensated step for non-negative terms (max/min in place of the comparison of
+    absolute values) gives Neumaier's sum and compensation bit for bit, large and tiny terms mixed."""
+    from mdsd_ot._kernels.common import neumaier_add
+
+    rng = np.random.default_rng(13)
+    x = rng.random(2000) * 10.0 ** rng.integers(-300, 3, 2000)
+    x[::7] = 0.0
+    a = (0.0, 0.0)
+    b = (0.0, 0.0)
+    for v in x:
+        a = neumaier_add(a[0], a[1], v)
+        b = kplan._add(b[0], b[1], v)
+        assert a == b

@@ -323,6 +323,15 @@ def first_below(rs, c, start):
 
 
 # ------------------------------------------------------------------------------ pass 3: tables
+@nb.njit(cache=True, inline="always")
+def _add(s, c, v):
+    """:func:`neumaier_add` for ``s, v >= 0`` (then ``|s| >= |v|`` iff ``s >= v``): the same sum and
+    compensation bit for bit, with max/min in place of the comparison of absolute values."""
+    t = s + v
+    c += (max(s, v) - t) + min(s, v)
+    return t, c
+
+
 @nb.njit(cache=True)
 def order_tables(order, rs, ps, qs, total, big, big_rest, wor2, rsd2, P, Q, R, Ps, D, S):
     """Prefix and suffix sums along the order (``ps``, ``qs`` from :func:`ratio_order_into`), and RSD
@@ -347,8 +356,8 @@ def order_tables(order, rs, ps, qs, total, big, big_rest, wor2, rsd2, P, Q, R, P
     for k in range(V):
         a = ps[k]
         b = qs[k]
-        sp, cp = neumaier_add(sp, cp, a)
-        sq, cq = neumaier_add(sq, cq, b)
+        sp, cp = _add(sp, cp, a)
+        sq, cq = _add(sq, cq, b)
         P[k + 1] = sp + cp
         Q[k + 1] = sq + cq
         if wor2:
@@ -356,7 +365,7 @@ def order_tables(order, rs, ps, qs, total, big, big_rest, wor2, rsd2, P, Q, R, P
             if order[k] == big:
                 big_pos = k
             elif b > 0.0:
-                so, co = neumaier_add(so, co, b / (total - b))
+                so, co = _add(so, co, b / (total - b))
     if wor2:
         S[V] = so + co
     sr, cr, sP, cP, sd, cd = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
@@ -369,10 +378,10 @@ def order_tables(order, rs, ps, qs, total, big, big_rest, wor2, rsd2, P, Q, R, P
     for k in range(V - 1, -1, -1):
         a = ps[k]
         b = qs[k]
-        sr, cr = neumaier_add(sr, cr, b)
-        sP, cP = neumaier_add(sP, cP, a)
+        sr, cr = _add(sr, cr, b)
+        sP, cP = _add(sP, cP, a)
         if a > b:
-            sd, cd = neumaier_add(sd, cd, a - b)
+            sd, cd = _add(sd, cd, a - b)
         R[k] = sr + cr
         Ps[k] = sP + cP
         D[k] = sd + cd
