@@ -80,6 +80,10 @@ NAIVE_POLY_MAX_N = 64
 #: block (SIMD), blocks accumulated with compensation; error <= (PLAN_BLOCK - 1) eps of the sum.
 PLAN_BLOCK = 128
 
+#: Bins per token (at most) of the evaluation plan's bucket sort by q/p: more bins leave fewer tokens
+#: to sort inside each, at the cost of a larger count array (4 bytes a bin).
+ORDER_BINS_PER_TOKEN = 2
+
 #: The evaluation plan keeps its O(V) work arrays between calls (per thread) up to this vocabulary
 #: size; above it they are allocated per call.
 PLAN_WORKSPACE_MAX_V = 1 << 19

@@ -44,7 +44,14 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _kernels
-from ._config import NAIVE_POLY_MAX_N, PLAN_WORKSPACE_MAX_V, QUAD_MAX_REFINE, RECHECK_TOL, VALUE_TOL
+from ._config import (
+    NAIVE_POLY_MAX_N,
+    ORDER_BINS_PER_TOKEN,
+    PLAN_WORKSPACE_MAX_V,
+    QUAD_MAX_REFINE,
+    RECHECK_TOL,
+    VALUE_TOL,
+)
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
 from ._validate import check_n, check_pair
 from .drafts import get_scheme, with_mass_from_sums
@@ -179,10 +186,10 @@ class _Plan:
         if self._order is None:
             V, buf = self.V, self._buf
             order, rs = buf.get("order", V, np.int64), buf.get("rs", V)
-            _kernels.plan.ratio_order_into(
-                self.p, self.q, order, rs, buf.get("bits", V, np.int64), buf.get("bins", 2 * V + 2, np.int32)
-            )
-            self._order = order, rs
+            ps, qs = buf.get("ps", V), buf.get("qs", V)
+            bits, bins = buf.get("bits", V, np.int64), buf.get("bins", ORDER_BINS_PER_TOKEN * V + 2, np.int32)
+            _kernels.plan.ratio_order_into(self.p, self.q, order, rs, ps, qs, bits, bins)
+            self._order = order, rs, ps, qs
         return self._order
 
     @property
@@ -202,13 +209,12 @@ class _Plan:
             return self._tables
         need["wor2"] = need["wor2"] or wor2
         need["rsd2"] = need["rsd2"] or rsd2
-        order, rs = self._order_pass()
+        order, rs, ps, qs = self._order_pass()
         V, buf = self.V, self._buf
-        ps, qs = buf.get("ps", V), buf.get("qs", V)
         P, Q, R, Ps, D, S = (buf.get(x, V + 1) for x in ("P", "Q", "R", "Ps", "D", "S"))
         big_pos, rej = _kernels.plan.order_tables(
-            self.p, self.q, order, rs, self.total, self.big, self.big_rest, need["wor2"], need["rsd2"],
-            ps, qs, P, Q, R, Ps, D, S,
+            order, rs, ps, qs, self.total, self.big, self.big_rest, need["wor2"], need["rsd2"],
+            P, Q, R, Ps, D, S,
         )  # fmt: skip
         self._tables = (ps, qs, P, Q, R, Ps, D, S, int(big_pos), float(rej))
         self._cache.pop("scans", None)

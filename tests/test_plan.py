@@ -142,13 +142,20 @@ def test_row_format_and_monte_carlo_fallback():
 
 def test_ratio_order_is_the_sorting_theorem_order():
     """The bucket sort equals a stable sort of ``order_keys`` (q/p descending, p = 0 < q first,
-    q = 0 last, ties and infinite runs in index order), including one bucket of every token; the
-    ratios along it are q/p exactly (inf for p = 0 < q, 0 for q = 0)."""
+    q = 0 last, ties and infinite runs in index order), including one bucket of every token, ratios
+    equal up to their last bits, crowded bins and ratios over hundreds of decades; the ratios along it
+    are q/p exactly (inf for p = 0 < q, 0 for q = 0), p and q gathered along it."""
     rng = np.random.default_rng(11)
     for V in (1, 2, 7, 100, 5000):
-        for kind in ("random", "ties", "zeros", "equal"):
+        for kind in ("random", "ties", "zeros", "equal", "close", "crowded", "wide"):
             p, q = rng.random(V), rng.random(V)
-            if kind == "ties":
+            if kind == "close":  # ratios apart only in their last bits (below the records' truncation)
+                q = p * (1.0 + 1e-13 * rng.standard_normal(V))
+            elif kind == "crowded":  # one far ratio: the others crowd a few bins
+                q[V // 2] = 1e30
+            elif kind == "wide":  # ratios over ~600 decades
+                p, q = 10.0 ** rng.uniform(-300, 0, V), 10.0 ** rng.uniform(-300, 0, V)
+            elif kind == "ties":
                 p, q = rng.integers(1, 4, V).astype(float), rng.integers(1, 4, V).astype(float)
             elif kind == "zeros":
                 p[rng.random(V) < 0.3] = 0.0
@@ -156,9 +163,10 @@ def test_ratio_order_is_the_sorting_theorem_order():
             elif kind == "equal":
                 q = p.copy()
             expected = np.argsort(_kernels.order_keys(p, q), kind="stable")
-            order, rs = kplan.ratio_order(p, q)
+            order, rs, ps, qs = kplan.ratio_order(p, q)
             assert np.array_equal(order, expected), (V, kind)
             po, qo = p[order], q[order]
+            assert np.array_equal(ps, po) and np.array_equal(qs, qo), (V, kind)
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(qo == 0, 0.0, np.where(po == 0, np.inf, qo / po))
             assert np.array_equal(rs, ratio), (V, kind)
@@ -368,3 +376,19 @@ def test_optimal_verifier_in_the_plan(monkeypatch):
     res = evaluate_position(p, q, [2], schemes=[], verifiers=["optimal"])
     assert res.verifiers[("optimal", 2)] is None
     assert "internal error" in res.errors["verifier:optimal@2"]
+
+
+def test_nonnegative_compensated_add_matches_neumaier():
+    """The tables' compensated step for non-negative terms (max/min in place of the comparison of
+    absolute values) gives Neumaier's sum and compensation bit for bit, large and tiny terms mixed."""
+    from mdsd_ot._kernels.common import neumaier_add
+
+    rng = np.random.default_rng(13)
+    x = rng.random(2000) * 10.0 ** rng.integers(-300, 3, 2000)
+    x[::7] = 0.0
+    a = (0.0, 0.0)
+    b = (0.0, 0.0)
+    for v in x:
+        a = neumaier_add(a[0], a[1], v)
+        b = kplan._add(b[0], b[1], v)
+        assert a == b

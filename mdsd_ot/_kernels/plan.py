@@ -3,10 +3,10 @@
 Passes over the vocabulary that serve every bound and closed-form verifier of a position:
 
 1. :func:`q_summary` (token order): the mass of q, its support, the top of q and the mass below it;
-2. :func:`ratio_order_into`: the order by ``q/p`` (a bucket sort on the bits of the ratio) and the
-   ratios along it;
-3. :func:`order_tables` (along the order, forward then backward): p and q in that order, prefix and
-   suffix sums, every prefix scan for every n, and RSD with two drafts;
+2. :func:`ratio_order_into`: the order by ``q/p`` (a bucket sort on the bits of the ratio), the
+   ratios and p and q along it;
+3. :func:`order_tables` (along the order, forward then backward): prefix and suffix sums and RSD
+   with two drafts; :func:`prefix_scans`: every prefix scan for every n;
 4. token-order sums (:func:`naive_moments`, :func:`greedy_sums`) and the greedy re-checks
    (:func:`top_check`, :func:`greedy_certificates`).
 
@@ -28,7 +28,7 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import PLAN_BLOCK, POWER_FROM_REST_N, PRUNE_MARGIN
+from .._config import ORDER_BINS_PER_TOKEN, PLAN_BLOCK, POWER_FROM_REST_N, PRUNE_MARGIN
 from .common import neumaier_add
 from .scans import power_of_mass
 
@@ -120,19 +120,46 @@ def q_summary(p, q, k):
 
 # ------------------------------------------------------------------------------ pass 2: order
 @nb.njit(cache=True)
-def ratio_order_into(p, q, order, rs, bits, bins):
-    """The token order of :func:`mdsd_ot.dual.sorted_order` and the ratios along it, into buffers.
+def _sort_run(order, rs, ps, qs, a, e):
+    """Sort positions ``[a, e)`` of the order by ``rs`` from high to low, stably (the run is in token
+    order, so ties stay in index order), carrying ``order``, ``ps`` and ``qs`` along."""
+    if e - a > INSERTION_MAX:
+        perm = np.argsort(-rs[a:e], kind="mergesort")
+        order[a:e] = order[a:e][perm]
+        rs[a:e] = rs[a:e][perm]
+        ps[a:e] = ps[a:e][perm]
+        qs[a:e] = qs[a:e][perm]
+        return
+    for t in range(a + 1, e):
+        r, i, x, y = rs[t], order[t], ps[t], qs[t]
+        u = t
+        while u > a and rs[u - 1] < r:
+            rs[u], order[u], ps[u], qs[u] = rs[u - 1], order[u - 1], ps[u - 1], qs[u - 1]
+            u -= 1
+        rs[u], order[u], ps[u], qs[u] = r, i, x, y
+
+
+@nb.njit(cache=True)
+def ratio_order_into(p, q, order, rs, ps, qs, bits, bins):
+    """The token order of :func:`mdsd_ot.dual.sorted_order`, the ratios and p, q along it, into buffers.
 
     ``q/p`` from high to low, ``p = 0 < q`` first, ``q = 0`` last, ties (and both infinite runs) in
-    token-index order: ``order[k]`` is the token at rank ``k`` and ``rs[k]`` its ``q/p`` (``inf`` for
-    ``p = 0 < q``, ``0`` for ``q = 0``), non-increasing. ``bits`` (int64, V) and ``bins`` (int32,
-    ``2 V + 2``) are scratch.
+    token-index order: ``order[k]`` is the token at rank ``k``, ``rs[k]`` its ``q/p`` (``inf`` for
+    ``p = 0 < q``, ``0`` for ``q = 0``), non-increasing, and ``ps[k]``, ``qs[k]`` its p and q. ``bits``
+    (int64, V) and ``bins`` (int32, at least ``V + 2``; up to ``ORDER_BINS_PER_TOKEN`` bins per token
+    are used when it holds them) are scratch.
 
-    A bucket sort: the bit pattern of a positive float is increasing in its value, so the ratios are
-    binned by their leading bits (about one bin per token over the occupied range), the tokens are
-    scattered to their bins in index order, and each bin is sorted by the exact ratio, stably
-    (insertion; merge sort for bins of more than ``INSERTION_MAX`` tokens, e.g. ``p == q``, where
-    every ratio is one). O(V) for spread-out ratios.
+    A bucket sort on the bits of the ratio (the bit pattern of a positive float is increasing in its
+    value). Each token travels as one int64 record: the ratio's bits with the lowest ``ib`` cleared
+    (``ib`` the bits of a token index) and ``last index - token`` in their place, so that records
+    compare as (ratio truncated, then lower index first). The records are binned by the leading bits
+    of the ratio (up to ``ORDER_BINS_PER_TOKEN`` bins per token over the occupied range, never finer
+    than the truncation), scattered to their bins in token order, bins of more than ``INSERTION_MAX``
+    records sorted whole and then one insertion pass over all records (it moves a record only inside
+    its bin). Decoding gathers p and q of each token along the order (sequential writes) and divides
+    again for the exact ratio; two tokens whose ratios differ only below the truncation (relative
+    difference under ``2^(ib - 52)``) can come out in index order, so each run of equal truncated
+    ratios with an inversion is sorted again by the exact ratio, stably. O(V) for spread-out ratios.
     """
     V = p.size
     buf = np.empty(1)
@@ -155,7 +182,6 @@ def ratio_order_into(p, q, order, rs, bits, bins):
             lo = min(lo, b)
             hi = max(hi, b)
     m = V - n_first - n_last
-    rs_bits = rs.view(np.int64)
     first = 0
     last = V - n_last
     if n_first + n_last > 0:
@@ -163,67 +189,100 @@ def ratio_order_into(p, q, order, rs, bits, bins):
             if bits[i] == -1:
                 order[first] = i
                 rs[first] = np.inf
+                ps[first] = p[i]
+                qs[first] = q[i]
                 first += 1
             elif bits[i] == -2:
                 order[last] = i
                 rs[last] = 0.0
+                ps[last] = p[i]
+                qs[last] = q[i]
                 last += 1
     if m == 0:
         return
-    shift = 0
-    while (hi >> shift) - (lo >> shift) + 1 > max(m, 1):
+    ib = 0  # bits of a token index
+    while (np.int64(1) << ib) < V:
+        ib += 1
+    imask = (np.int64(1) << ib) - 1
+    max_bins = max(min(ORDER_BINS_PER_TOKEN * m, bins.size - 1), 1)
+    shift = ib  # a bin never splits a truncated ratio
+    while (hi >> shift) - (lo >> shift) + 1 > max_bins:
         shift += 1
     top = hi >> shift
     nb_ = top - (lo >> shift) + 1
-    start = bins[: nb_ + 1]
-    fill = bins[nb_ + 1 : 2 * nb_ + 1]
-    start[:] = 0
+    ends = bins[: nb_ + 1]  # counts, then each bin's start; the scatter moves them to its end
+    ends[:] = 0
     for i in range(V):
         if bits[i] >= 0:
-            start[top - (bits[i] >> shift) + 1] += 1  # high ratios first
+            ends[top - (bits[i] >> shift) + 1] += 1  # high ratios first
+    big = False
     for j in range(nb_):
-        start[j + 1] += start[j]
-    fill[:] = start[:nb_]
-    sb = rs_bits[n_first : n_first + m]  # (bits, token) scattered to their bins, side by side
-    si = order[n_first : n_first + m]
+        big |= ends[j + 1] > INSERTION_MAX
+        ends[j + 1] += ends[j]
+    sb = rs.view(np.int64)[n_first : n_first + m]  # the records, decoded into the ratios in place
     for i in range(V):
         b = bits[i]
         if b >= 0:
             j = top - (b >> shift)
-            f = fill[j]
-            sb[f] = b
-            si[f] = i
-            fill[j] = f + 1
-    for j in range(nb_):
-        a = start[j]
-        e = start[j + 1]
-        if e - a <= 1:
-            continue
-        if e - a > INSERTION_MAX:
-            perm = np.argsort(-sb[a:e], kind="mergesort")  # stable: equal ratios stay in index order
-            sb[a:e] = sb[a:e][perm]
-            si[a:e] = si[a:e][perm]
-            continue
-        for t in range(a + 1, e):  # stable insertion by descending ratio
-            b = sb[t]
-            i = si[t]
+            f = ends[j]
+            sb[f] = (b & ~imask) | (imask - i)
+            ends[j] = f + 1
+    if big:  # crowded bins: sorted whole (records are distinct: no stability needed)
+        a = 0
+        for j in range(nb_):
+            e = ends[j]
+            if e - a > INSERTION_MAX:
+                sb[a:e] = np.sort(sb[a:e])[::-1]
+            a = e
+    for t in range(1, m):  # insertion, high to low: records of different bins are already in order
+        v = sb[t]
+        if sb[t - 1] < v:
             u = t
-            while u > a and sb[u - 1] < b:
+            while u > 0 and sb[u - 1] < v:
                 sb[u] = sb[u - 1]
-                si[u] = si[u - 1]
                 u -= 1
-            sb[u] = b
-            si[u] = i
+            sb[u] = v
+    rb = rs.view(np.int64)
+    for t in range(n_first, n_first + m):  # no loop-carried state: SIMD gathers and divisions
+        i = imask - (rb[t] & imask)
+        order[t] = i
+        x = p[i]
+        y = q[i]
+        ps[t] = x
+        qs[t] = y
+        rs[t] = y / x
+    inverted = False
+    for t in range(n_first + 1, n_first + m):
+        inverted |= rs[t] > rs[t - 1]
+    if not inverted:
+        return
+    t = n_first + 1
+    while t < n_first + m:  # runs of equal truncated ratios with an inversion: by the exact ratio
+        if rs[t] > rs[t - 1]:
+            key = rb[t] & ~imask
+            a = t - 1
+            while a > n_first and (rb[a - 1] & ~imask) == key:
+                a -= 1
+            e = t + 1
+            while e < n_first + m and (rb[e] & ~imask) == key:
+                e += 1
+            _sort_run(order, rs, ps, qs, a, e)
+            t = e
+        else:
+            t += 1
 
 
 @nb.njit(cache=True)
 def ratio_order(p, q):
-    """:func:`ratio_order_into` with fresh buffers: returns ``(order, rs)``."""
+    """:func:`ratio_order_into` with fresh buffers: returns ``(order, rs, ps, qs)``."""
     V = p.size
     order = np.empty(V, dtype=np.int64)
     rs = np.empty(V)
-    ratio_order_into(p, q, order, rs, np.empty(V, dtype=np.int64), np.empty(2 * V + 2, dtype=np.int32))
-    return order, rs
+    ps = np.empty(V)
+    qs = np.empty(V)
+    bins = np.empty(ORDER_BINS_PER_TOKEN * V + 2, dtype=np.int32)
+    ratio_order_into(p, q, order, rs, ps, qs, np.empty(V, dtype=np.int64), bins)
+    return order, rs, ps, qs
 
 
 @nb.njit(cache=True, inline="always")
@@ -264,11 +323,21 @@ def first_below(rs, c, start):
 
 
 # ------------------------------------------------------------------------------ pass 3: tables
-@nb.njit(cache=True)
-def order_tables(p, q, order, rs, total, big, big_rest, wor2, rsd2, ps, qs, P, Q, R, Ps, D, S):
-    """p and q along the order, its prefix and suffix sums, and RSD with two drafts.
+@nb.njit(cache=True, inline="always")
+def _add(s, c, v):
+    """:func:`neumaier_add` for ``s, v >= 0`` (then ``|s| >= |v|`` iff ``s >= v``): the same sum and
+    compensation bit for bit, with max/min in place of the comparison of absolute values."""
+    t = s + v
+    c += (max(s, v) - t) + min(s, v)
+    return t, c
 
-    Forward: ``ps``, ``qs`` and the prefix sums ``P``, ``Q`` (compensated) and, for sequential n = 2
+
+@nb.njit(cache=True)
+def order_tables(order, rs, ps, qs, total, big, big_rest, wor2, rsd2, P, Q, R, Ps, D, S):
+    """Prefix and suffix sums along the order (``ps``, ``qs`` from :func:`ratio_order_into`), and RSD
+    with two drafts.
+
+    Forward: the prefix sums ``P``, ``Q`` (compensated) and, for sequential n = 2
     (``wor2``), ``S[k] = sum_{i < k, i != big} q_i / (1 - q_i)`` (``1 - q_i`` as ``total - q_i``, no
     cancellation below half of the mass). Backward: the suffix sums ``R`` of q, ``Ps`` of p and ``D``
     of ``(p - q)_+`` (direct, compensated). With ``rsd2``, RSD's rejection with two sequential drafts
@@ -279,27 +348,24 @@ def order_tables(p, q, order, rs, total, big, big_rest, wor2, rsd2, ps, qs, P, Q
 
     Returns ``(big_pos, rsd_rejection)``: the rank of the big token (``V + 1`` if none).
     """
-    V = p.size
+    V = ps.size
     P[0] = 0.0
     Q[0] = 0.0
     sp, cp, sq, cq, so, co = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     big_pos = V + 1
     for k in range(V):
-        i = order[k]
-        a = p[i]
-        b = q[i]
-        ps[k] = a
-        qs[k] = b
-        sp, cp = neumaier_add(sp, cp, a)
-        sq, cq = neumaier_add(sq, cq, b)
+        a = ps[k]
+        b = qs[k]
+        sp, cp = _add(sp, cp, a)
+        sq, cq = _add(sq, cq, b)
         P[k + 1] = sp + cp
         Q[k + 1] = sq + cq
         if wor2:
             S[k] = so + co
-            if i == big:
+            if order[k] == big:
                 big_pos = k
             elif b > 0.0:
-                so, co = neumaier_add(so, co, b / (total - b))
+                so, co = _add(so, co, b / (total - b))
     if wor2:
         S[V] = so + co
     sr, cr, sP, cP, sd, cd = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
@@ -312,10 +378,10 @@ def order_tables(p, q, order, rs, total, big, big_rest, wor2, rsd2, ps, qs, P, Q
     for k in range(V - 1, -1, -1):
         a = ps[k]
         b = qs[k]
-        sr, cr = neumaier_add(sr, cr, b)
-        sP, cP = neumaier_add(sP, cP, a)
+        sr, cr = _add(sr, cr, b)
+        sP, cP = _add(sP, cP, a)
         if a > b:
-            sd, cd = neumaier_add(sd, cd, a - b)
+            sd, cd = _add(sd, cd, a - b)
         R[k] = sr + cr
         Ps[k] = sP + cP
         D[k] = sd + cd
@@ -339,21 +405,51 @@ def order_tables(p, q, order, rs, total, big, big_rest, wor2, rsd2, ps, qs, P, Q
 
 
 @nb.njit(cache=True, inline="always")
-def _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k):
-    """The excess ``Q(H_k) - p(H_k)`` of a prefix scan: with replacement for ``n > 0`` (``q(H)^n`` by
-    repeated multiplication up to ``POWER_FROM_REST_N``, about n ulps; :func:`power_of_mass` above;
-    capped by ``q(H)``), sequential n = 2 for ``n == 0``
-    (``(Q_k - P_k) - R_k S_k - q_b (R_k / (1 - q_b))``, :func:`scans.scan_without_replacement_2_sums`)."""
+def _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k, kind):
+    """The excess ``Q(H_k) - p(H_k)`` of a prefix scan. ``kind`` 0: sequential n = 2
+    (``(Q_k - P_k) - R_k S_k - q_b (R_k / (1 - q_b))``, :func:`scans.scan_without_replacement_2_sums`);
+    1: with replacement, ``q(H)^n`` by repeated multiplication (``n <= POWER_FROM_REST_N``, about n ulps;
+    capped by ``q(H)``); 2: with replacement, :func:`power_of_mass` (larger n)."""
     Qk = Q[k]
-    if n == 0:
+    if kind == 0:
         Rk = R[k]
         return (Qk - P[k]) - Rk * S[k] - (big_q * (Rk / big_rest) if big_pos < k else 0.0)
-    if n <= POWER_FROM_REST_N:
+    if kind == 1:
         x = Qk
         for _ in range(n - 1):
             x *= Qk
         return min(x, Qk) - P[k]
     return power_of_mass(Qk, R[k], n) - P[k]
+
+
+@nb.njit(cache=True, inline="always")
+def _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, kind):
+    """``(D, k)`` of one prefix scan (:func:`prefix_scans`); inlined once per ``kind`` with the kind a
+    constant, so that each loop holds only its own excess (a loop that could reach the exp/log1p of
+    ``power_of_mass`` ran several times slower for small n)."""
+    V = P.size - 1
+    best = 0.0
+    best_k = 0
+    for k in range(PLAN_BLOCK, V + 1, PLAN_BLOCK):
+        d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k, kind)
+        if d > best:
+            best = d
+            best_k = k
+    d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, V, kind)
+    if d > best:
+        best = d
+        best_k = V
+    for a in range(0, V, PLAN_BLOCK):
+        e = min(a + PLAN_BLOCK, V)
+        ub = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, e, kind) + (P[e] - P[a])
+        if ub < best - PRUNE_MARGIN:  # no prefix of this block comes near the best (rounding)
+            continue
+        for k in range(a + 1, e):
+            d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k, kind)
+            if d > best or (d == best and k < best_k and d > 0.0):
+                best = d
+                best_k = k
+    return best, best_k
 
 
 @nb.njit(cache=True)
@@ -366,32 +462,16 @@ def prefix_scans(P, Q, R, S, big_q, big_rest, big_pos, ns):
     whose bound is not below the best value by more than ``PRUNE_MARGIN`` (rounding of the bound) are
     scanned token by token.
     """
-    V = P.size - 1
     m = ns.size
     out = np.zeros((m, 2))
     for j in range(m):
         n = ns[j]
-        best = 0.0
-        best_k = 0
-        for k in range(PLAN_BLOCK, V + 1, PLAN_BLOCK):
-            d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k)
-            if d > best:
-                best = d
-                best_k = k
-        d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, V)
-        if d > best:
-            best = d
-            best_k = V
-        for a in range(0, V, PLAN_BLOCK):
-            e = min(a + PLAN_BLOCK, V)
-            ub = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, e) + (P[e] - P[a])
-            if ub < best - PRUNE_MARGIN:  # no prefix of this block comes near the best (rounding)
-                continue
-            for k in range(a + 1, e):
-                d = _excess(P, Q, R, S, big_q, big_rest, big_pos, n, k)
-                if d > best or (d == best and k < best_k and d > 0.0):
-                    best = d
-                    best_k = k
+        if n == 0:
+            best, best_k = _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, 0)
+        elif n <= POWER_FROM_REST_N:
+            best, best_k = _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, 1)
+        else:
+            best, best_k = _pruned_scan(P, Q, R, S, big_q, big_rest, big_pos, n, 2)
         out[j, 0] = best
         out[j, 1] = best_k
     return out
