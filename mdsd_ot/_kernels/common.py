@@ -19,6 +19,16 @@ def neumaier_add(s, c, v):
     return t, c
 
 
+@nb.njit(cache=True, inline="always")
+def neumaier_add_nonneg(s, c, v):
+    """:func:`neumaier_add` for ``s, v >= 0`` (then ``|s| >= |v|`` iff ``s >= v``): the same sum and
+    compensation bit for bit, with max/min in place of the comparison of absolute values (no branch
+    to mispredict when the terms come in random order)."""
+    t = s + v
+    c += (max(s, v) - t) + min(s, v)
+    return t, c
+
+
 @nb.njit(cache=True)
 def prefix_sums(x):
     """``S[k] = sum(x[:k])`` for k = 0..V (Neumaier-compensated)."""

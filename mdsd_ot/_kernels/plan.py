@@ -30,6 +30,7 @@ import numpy as np
 
 from .._config import ORDER_BINS_PER_TOKEN, PLAN_BLOCK, POWER_FROM_REST_N, PRUNE_MARGIN
 from .common import neumaier_add
+from .common import neumaier_add_nonneg as _add
 from .scans import power_of_mass
 
 #: A bucket of the order holding more tokens than this is sorted by merge sort, not by insertion.
@@ -323,15 +324,6 @@ def first_below(rs, c, start):
 
 
 # ------------------------------------------------------------------------------ pass 3: tables
-@nb.njit(cache=True, inline="always")
-def _add(s, c, v):
-    """:func:`neumaier_add` for ``s, v >= 0`` (then ``|s| >= |v|`` iff ``s >= v``): the same sum and
-    compensation bit for bit, with max/min in place of the comparison of absolute values."""
-    t = s + v
-    c += (max(s, v) - t) + min(s, v)
-    return t, c
-
-
 @nb.njit(cache=True)
 def order_tables(order, rs, ps, qs, total, big, big_rest, wor2, rsd2, P, Q, R, Ps, D, S):
     """Prefix and suffix sums along the order (``ps``, ``qs`` from :func:`ratio_order_into`), and RSD

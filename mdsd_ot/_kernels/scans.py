@@ -13,7 +13,7 @@ import numba as nb
 import numpy as np
 
 from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN
-from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums
+from .common import logaddexp, neumaier_add, neumaier_add_nonneg, prefix_sums, suffix_sums
 
 # --------------------------------------------------------------------------- with replacement
 #
@@ -275,33 +275,29 @@ def _bin_of(p, q):
     """
     V = p.size
     key = np.empty(V, dtype=np.int64)
-    ratio = np.empty(1)
-    bits = ratio.view(np.int64)
-    lo = np.int64(1) << 62
-    hi = np.int64(-1)
+    ratio = key.view(np.float64)  # the ratio, then its bit pattern (monotone for positive floats)
+    r_lo = np.inf
+    r_hi = -1.0
     for i in range(V):
-        if q[i] == 0.0 or p[i] == 0.0:
-            key[i] = -1
-        else:
-            ratio[0] = q[i] / p[i]
-            key[i] = bits[0]
-            lo = min(lo, bits[0])
-            hi = max(hi, bits[0])
+        r = q[i] / (p[i] if p[i] > 0.0 else 1.0)  # p = 0: never read below
+        ratio[i] = r
+        if q[i] > 0.0 and p[i] > 0.0:
+            r_lo = min(r_lo, r)
+            r_hi = max(r_hi, r)
+    ends = np.array([r_lo, r_hi]).view(np.int64)
+    lo = ends[0]
+    hi = ends[1] if r_hi > 0.0 else np.int64(-1)
     shift = 44  # 8 mantissa bits; fewer while the occupied range needs more than the budget
     if hi >= 0:
         while (hi >> shift) - (lo >> shift) + 1 > BIN_BUDGET:
             shift += 1
     top = hi >> shift if hi >= 0 else 0
     nbins = (top - (lo >> shift) + 1 if hi >= 0 else 0) + 2
-    out = np.empty(V, dtype=np.int64)
-    for i in range(V):
-        if q[i] == 0.0:
-            out[i] = nbins - 1
-        elif p[i] == 0.0:
-            out[i] = 0
-        else:
-            out[i] = 1 + top - (key[i] >> shift)
-    return out, nbins
+    for i in range(V):  # in place, without branches
+        j = 1 + top - (key[i] >> shift)
+        j = 0 if p[i] == 0.0 else j
+        key[i] = nbins - 1 if q[i] == 0.0 else j
+    return key, nbins
 
 
 @nb.njit(cache=True)
@@ -316,33 +312,60 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
     return (Qh - Ph) - Rout * Sh - big
 
 
+@nb.njit(cache=True, inline="always")
+def _sort_segment(keys, idx, a, e):
+    """Sort ``keys[a:e]`` ascending in place, moving ``idx[a:e]`` with them; equal keys keep their
+    order (stable). Insertion sort for short runs, a stable argsort above ``_INSERTION_MAX``."""
+    if e - a <= _INSERTION_MAX:
+        for t in range(a + 1, e):
+            k, i = keys[t], idx[t]
+            u = t - 1
+            while u >= a and keys[u] > k:
+                keys[u + 1] = keys[u]
+                idx[u + 1] = idx[u]
+                u -= 1
+            keys[u + 1] = k
+            idx[u + 1] = i
+        return
+    perm = np.argsort(keys[a:e], kind="mergesort")
+    ks = keys[a:e][perm]
+    ix = idx[a:e][perm]
+    keys[a:e] = ks
+    idx[a:e] = ix
+
+
+_INSERTION_MAX = 48  # runs up to this length are insertion-sorted by _sort_segment
+
+
 @nb.njit(cache=True)
 def bucketed_scan(p, q, n, code, rest):
     """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
 
     ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
     prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
-    in-bin prefixes are Neumaier-compensated.
+    in-bin prefixes are Neumaier-compensated (every term is non-negative:
+    :func:`neumaier_add_nonneg`, without branches).
     """
     V = p.size
     b, nbins = _bin_of(p, q)
     sums = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations (one cache line)
     cnt = np.zeros(nbins, dtype=np.int64)
     half = 0.0
-    for i in range(V):
-        half += q[i]
-    half *= 0.5
+    if code == 1:  # (the token above half the mass: sequential n = 2 only)
+        for i in range(V):
+            half += q[i]
+        half *= 0.5
     big_i = -1
     for i in range(V):
         j = b[i]
         cnt[j] += 1
-        sums[j, 0], sums[j, 3] = neumaier_add(sums[j, 0], sums[j, 3], p[i])
-        sums[j, 1], sums[j, 4] = neumaier_add(sums[j, 1], sums[j, 4], q[i])
+        sums[j, 0], sums[j, 3] = neumaier_add_nonneg(sums[j, 0], sums[j, 3], p[i])
+        sums[j, 1], sums[j, 4] = neumaier_add_nonneg(sums[j, 1], sums[j, 4], q[i])
         if code == 1 and q[i] > 0.0:
             if q[i] > half:
                 big_i = i
             else:
-                sums[j, 2], sums[j, 5] = neumaier_add(sums[j, 2], sums[j, 5], q[i] / rest[i])
+                sums[j, 2], sums[j, 5] = neumaier_add_nonneg(sums[j, 2], sums[j, 5], q[i] / rest[i])
     P0 = prefix_sums(sums[:, 0] + sums[:, 3])  # sums over the bins before bin j
     Q0 = prefix_sums(sums[:, 1] + sums[:, 4])
     S0 = prefix_sums(sums[:, 2] + sums[:, 5])
@@ -372,38 +395,48 @@ def bucketed_scan(p, q, n, code, rest):
         if start[j + 1] > start[j]:
             members[fill[j]] = i
             fill[j] += 1
+    # each candidate bin sorted by q/p in place (ties keep token index order), and the q mass of the
+    # bin after each of its inner prefixes, in arrays shared by all bins (no allocation per bin)
+    keys = np.empty(members.size)
+    for t in range(members.size):
+        i = members[t]
+        keys[t] = -(q[i] / p[i]) if p[i] > 0.0 else -np.inf
+    tail = np.empty(members.size + 1)
+    for j in range(nbins):
+        a, e = start[j], start[j + 1]
+        if e > a:
+            _sort_segment(keys, members, a, e)
+            s_, c_ = 0.0, 0.0
+            tail[e] = 0.0
+            for t in range(e - 1, a - 1, -1):
+                s_, c_ = neumaier_add_nonneg(s_, c_, q[members[t]])
+                tail[t] = s_ + c_
     best = 0.0
     best_bin = -1
     best_len = 0  # tokens of best_bin inside H (cnt = the whole bin)
-    best_idx = np.empty(0, dtype=np.int64)
     for j in range(nbins):
         if cnt[j] == 0:
             continue
-        if start[j + 1] > start[j]:
-            idx = members[start[j] : start[j + 1]]
-            keys = np.empty(idx.size)
-            for t in range(idx.size):
-                keys[t] = -(q[idx[t]] / p[idx[t]]) if p[idx[t]] > 0.0 else -np.inf
-            idx = idx[np.argsort(keys, kind="mergesort")]  # ties keep token index order
-            tail = suffix_sums(q[idx])  # q mass of the bin after each inner prefix
+        a, e = start[j], start[j + 1]
+        if e > a:
             Pc, cP = P0[j], 0.0
             Qc, cQ = Q0[j], 0.0
             Sc, cS = S0[j], 0.0
             big_in = big_bin < j
-            for t in range(idx.size - 1):
-                i = idx[t]
-                Pc, cP = neumaier_add(Pc, cP, p[i])
-                Qc, cQ = neumaier_add(Qc, cQ, q[i])
+            for t in range(a, e - 1):
+                i = members[t]
+                Pc, cP = neumaier_add_nonneg(Pc, cP, p[i])
+                Qc, cQ = neumaier_add_nonneg(Qc, cQ, q[i])
                 if code == 1:
                     if i == big_i:
                         big_in = True
                     else:
-                        Sc, cS = neumaier_add(Sc, cS, q[i] / rest[i])
+                        Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / rest[i])
                 Rout = R1[j + 1] + tail[t + 1]
                 big = big_q * (Rout / big_rest) if big_in else 0.0
                 d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
                 if d > best:
-                    best, best_bin, best_len, best_idx = d, j, t + 1, idx
+                    best, best_bin, best_len = d, j, t + 1 - a
         big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
         d = _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code)
         if d > best:
@@ -411,10 +444,9 @@ def bucketed_scan(p, q, n, code, rest):
     mask = np.zeros(V, dtype=np.bool_)
     if best_bin >= 0:
         whole = best_len == cnt[best_bin]
-        for i in range(V):
-            if b[i] < best_bin or (whole and b[i] == best_bin):
-                mask[i] = True
+        for i in range(V):  # (no branch: bitwise operators on the booleans)
+            mask[i] = (b[i] < best_bin) | (whole & (b[i] == best_bin))
         if not whole:
-            for t in range(best_len):
-                mask[best_idx[t]] = True
+            for t in range(start[best_bin], start[best_bin] + best_len):
+                mask[members[t]] = True
     return best, mask
