@@ -120,6 +120,30 @@ def test_bucketed_scan_equals_full_sort_scan(code, rng):
         assert excess == pytest.approx(got, abs=1e-12)
 
 
+@pytest.mark.parametrize("code", [0, 1])
+def test_bucketed_scan_mask_is_a_prefix_of_the_sorted_order_with_ties(code, rng):
+    """With many exact ties of q/p (quantised masses), and bins both shorter and longer than the
+    insertion-sort limit, the binned scan's subset is the first k tokens of ``dual.sorted_order``
+    (ties by token index) and its value is the full-sort scan's."""
+    from mdsd_ot.dual import sorted_order
+
+    for trial in range(6):
+        V = 20_000 + 1_000 * trial
+        levels = 3 + 40 * trial  # few distinct values: runs of equal q/p of every length
+        p = rng.integers(1, levels, V).astype(float)
+        q = rng.integers(0 if trial % 2 else 1, levels, V).astype(float)
+        p[rng.integers(0, V, V // 50)] = 0.0
+        p /= p.sum()
+        q /= q.sum()
+        n = 2 if code == 1 else 1 + trial % 4
+        got, mask = K.bucketed_scan(p, q, n, code, complement_masses(q))
+        order = sorted_order(p, q)
+        k = int(mask.sum())
+        assert mask[order[:k]].all()  # the subset is a prefix of the order
+        ps, qs = sorted_pair(p, q)
+        assert got == pytest.approx(K.solve_sorted(ps, qs, n, code)[0], abs=1e-12)
+
+
 @pytest.mark.slow
 def test_small_inputs_compile_no_large_kernel(tmp_path):
     """The README snippet on a fresh installation compiles no kernel: at its size every kernel, and
