@@ -46,7 +46,10 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
 
     With replacement (and sequential sampling with n = 2) ``Q(H)`` depends on sums over ``H`` only,
     so tokens are binned by ``q/p`` instead of sorted and only the bins that may hold the optimum are
-    sorted (:func:`mdsd_ot._kernels.bucketed_scan`, O(V)); other schemes sort once and scan.
+    sorted (:func:`mdsd_ot._kernels.bucketed_scan`, O(V)); other schemes sort once and scan (above
+    ``STABLE_SORT_MAX_V`` tokens with the evaluation plan's bucket sort,
+    :func:`mdsd_ot._kernels.plan.ratio_order`, which gathers p and q along the order as it decodes;
+    the order is that of :func:`sorted_order`, which the tests use as its independent reference).
 
     Sequential sampling without replacement uses the closed form for n = 2; for n >= 3 it evaluates
     ``W_n`` by exponential-clock quadrature at a few prefixes and bounds the others away
@@ -60,8 +63,13 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
         rest = complement_masses(q) if family == 1 else q
         excess, mask = _kernels.bucketed_scan(p, q, n, family, rest)
     else:
-        order = sorted_order(p, q)
-        ps, qs = p[order], q[order]
+        if p.size <= STABLE_SORT_MAX_V:
+            order = sorted_order(p, q)
+            ps, qs = p[order], q[order]
+        else:  # the evaluation plan's order pass: the same order, p and q gathered along it
+            from ._kernels import plan as _plan_kernels
+
+            order, _, ps, qs = _plan_kernels.ratio_order(p, q)
         excess, k = _kernels.solve_sorted(ps, qs, n, code, refine)
         if seen is not None:
             seen.update(ps=ps, qs=qs, k=int(k))
