@@ -80,6 +80,10 @@ NAIVE_POLY_MAX_N = 64
 #: block (SIMD), blocks accumulated with compensation; error <= (PLAN_BLOCK - 1) eps of the sum.
 PLAN_BLOCK = 128
 
+#: Runs of at most this many tokens are sorted by insertion, longer ones by merge sort (the buckets of
+#: the plan's order pass, the candidate bins of the binned scan). Speed only: both sorts are stable.
+INSERTION_MAX = 32
+
 #: Bins per token (at most) of the evaluation plan's bucket sort by q/p: more bins leave fewer tokens
 #: to sort inside each, at the cost of a larger count array (4 bytes a bin).
 ORDER_BINS_PER_TOKEN = 2

@@ -28,13 +28,10 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import ORDER_BINS_PER_TOKEN, PLAN_BLOCK, POWER_FROM_REST_N, PRUNE_MARGIN
+from .._config import INSERTION_MAX, ORDER_BINS_PER_TOKEN, PLAN_BLOCK, POWER_FROM_REST_N, PRUNE_MARGIN
 from .common import neumaier_add
 from .common import neumaier_add_nonneg as _add
 from .scans import power_of_mass
-
-#: A bucket of the order holding more tokens than this is sorted by merge sort, not by insertion.
-INSERTION_MAX = 32
 
 #: Moments of the naive verifier computed per blocked pass (four accumulators on SIMD lanes).
 _MOMENTS = 4

@@ -12,7 +12,7 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN
+from .._config import BIN_BUDGET, INSERTION_MAX, POWER_FROM_REST_N, PRUNE_MARGIN
 from .common import logaddexp, neumaier_add, neumaier_add_nonneg, prefix_sums, suffix_sums
 
 # --------------------------------------------------------------------------- with replacement
@@ -315,8 +315,8 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
 @nb.njit(cache=True, inline="always")
 def _sort_segment(keys, idx, a, e):
     """Sort ``keys[a:e]`` ascending in place, moving ``idx[a:e]`` with them; equal keys keep their
-    order (stable). Insertion sort for short runs, a stable argsort above ``_INSERTION_MAX``."""
-    if e - a <= _INSERTION_MAX:
+    order (stable). Insertion sort for short runs, a stable argsort above ``INSERTION_MAX``."""
+    if e - a <= INSERTION_MAX:
         for t in range(a + 1, e):
             k, i = keys[t], idx[t]
             u = t - 1
@@ -332,9 +332,6 @@ def _sort_segment(keys, idx, a, e):
     ix = idx[a:e][perm]
     keys[a:e] = ks
     idx[a:e] = ix
-
-
-_INSERTION_MAX = 48  # runs up to this length are insertion-sorted by _sort_segment
 
 
 @nb.njit(cache=True)
