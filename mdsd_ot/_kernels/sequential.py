@@ -24,7 +24,7 @@ from .._config import (
     SATURATED,
     SMALL_QT,
 )
-from .common import neumaier_add, prefix_sums_into, suffix_sums_into
+from .common import neumaier_add, neumaier_add_nonneg, prefix_sums_into, suffix_sums_into
 
 # ------------------------------------------------- without replacement, any n: exponential clocks
 #
@@ -155,6 +155,25 @@ def _product_bound(q_in, r, top, n):
     return w
 
 
+@nb.njit(cache=True, inline="always")
+def _product_bound_below(q_in, r, top, n, floor):
+    """Whether :func:`_product_bound` (n >= 2) surely lies below ``floor + 3e-15``, from its first two
+    factors (the others are at most 1): their products, ``num <= den``, as that function forms them,
+    with room for the rounding of every later step (relative ``(2n + 8)`` units of 2.3e-16; numerators'
+    products far above underflow only). Apart from the product bound: a hot loop that could leave it
+    early runs several times slower (LLVM)."""
+    inside = max(q_in, 0.0)  # s_0 = 0
+    num = inside
+    den = r + inside
+    inside = max(q_in - top[0], 0.0)  # s_1 = top[0]
+    num *= inside
+    den *= r + inside
+    return num > 1e-290 and num * (1.0 + (2 * n + 8) * 2.3e-16) < den * floor
+
+
+_SKIP_ABS = 4e-15  # the absolute margin of the callers of _product_bound_below (values of size <= 2)
+
+
 @nb.njit(cache=True)
 def without_replacement_bounds(ps, qs, n):
     """``(P, Q, R, lo, hi, exact)`` of :func:`_bounds_into` in fresh arrays."""
@@ -229,6 +248,8 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
                 # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
                 # position unchanged, and saves n divisions
                 lo[k] = -P[k]
+            elif n >= 2 and _product_bound_below(Q[k], R[k], top, n, max(best_lo, known) + P[k] - _SKIP_ABS):
+                lo[k] = -P[k]  # the product bound lies below best_lo or known: the same as above
             else:
                 lo[k] = _product_bound(Q[k], R[k], top, n) - P[k]
         best_lo = max(best_lo, lo[k])
@@ -351,33 +372,50 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
     for i in range(i0, i1):
         b = bands[i]
         v = qs[i] * _POW2[b]  # exact, as ldexp (the result lies in (1/2, 1] or is q's own scale-up)
-        run[b, 1], comp[b, 1] = neumaier_add(run[b, 1], comp[b, 1], v)
+        run[b, 1], comp[b, 1] = neumaier_add_nonneg(run[b, 1], comp[b, 1], v)
         x = v * v
-        run[b, 2], comp[b, 2] = neumaier_add(run[b, 2], comp[b, 2], x)
+        run[b, 2], comp[b, 2] = neumaier_add_nonneg(run[b, 2], comp[b, 2], x)
         for k in range(3, J + 1):
             x *= v
             run[b, k] += x
 
 
 @nb.njit(cache=True)
-def _band_tables(qs, bands, J, lo, perm):
+def _band_tables(qs, bands, J, lo, perm, node_band, limit):
     """Tokens grouped by band, and the power sums of each band before position ``lo``:
     ``(off, perm, run, comp)``.
 
-    ``perm[off[b]:off[b + 1]]`` are the positions of the tokens of band b, increasing (a counting
-    sort, written to ``perm``); ``run``, ``comp`` as in :func:`_add_power_sums` over the tokens before
-    ``lo`` (prefixes queried later are no shorter).
+    ``off[b]`` = number of tokens in bands below b; ``perm[off[b]:off[b + 1]]`` are the positions of
+    the tokens of band b, increasing (a counting sort, written to ``perm``), for the bands that
+    :func:`_big_lists` reads (below the last node threshold ``node_band[m]`` with ``off[.] <=
+    limit``; ``perm`` is left as it was beyond). ``run``, ``comp`` as in :func:`_add_power_sums` over
+    the tokens before ``lo`` (prefixes queried later are no shorter).
     """
+    V = qs.size
+    cnt = np.zeros((4, NBANDS), dtype=np.int64)  # four counts side by side: no chain through memory
+    V4 = V - V % 4
+    for i in range(0, V4, 4):
+        cnt[0, bands[i]] += 1
+        cnt[1, bands[i + 1]] += 1
+        cnt[2, bands[i + 2]] += 1
+        cnt[3, bands[i + 3]] += 1
+    for i in range(V4, V):
+        cnt[0, bands[i]] += 1
     off = np.zeros(NBANDS + 1, dtype=np.int64)
-    for i in range(qs.size):
-        off[bands[i] + 1] += 1
     for b in range(NBANDS):
-        off[b + 1] += off[b]
+        off[b + 1] = off[b] + (cnt[0, b] + cnt[1, b] + cnt[2, b] + cnt[3, b])
+    top_band = 0  # the bands that _big_lists reads: below top_band
+    for m in range(node_band.size):
+        bm = min(node_band[m], NBANDS)
+        if off[bm] > limit:
+            break
+        top_band = max(top_band, bm)
     fill = off[:NBANDS].copy()
-    for i in range(qs.size):
+    for i in range(V):
         b = bands[i]
-        perm[fill[b]] = i
-        fill[b] += 1
+        if b < top_band:
+            perm[fill[b]] = i
+            fill[b] += 1
     run = np.zeros((NBANDS, J + 1))
     comp = np.zeros((NBANDS, 3))
     _add_power_sums(qs, bands, run, comp, 0, lo, J)
@@ -451,12 +489,14 @@ def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
     coef = series_coefficients(L, J)
     bands = iwork[0][:top]
     _bands(qs[:top], bands)
-    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo, iwork[1][:top])
     node_band = np.empty(M, dtype=np.int64)
+    for m in range(M):
+        node_band[m] = _node_band(s_lo + m * h)
+    limit = int(BIG_LIST_MAX_SHARE * top)
+    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo, iwork[1][:top], node_band, limit)
     coef_u = np.zeros((M, J + 1, L + 1))
     for m in range(M):
         s = s_lo + m * h
-        node_band[m] = _node_band(s)
         if node_band[m] == NBANDS:
             continue  # no small tokens at this node (and u would overflow): coef_u stays unused
         u = math.exp(s - node_band[m] * _LN2)  # t 2^-b <= SMALL_QT
@@ -465,7 +505,7 @@ def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
             for j in range(1, L + 1):
                 coef_u[m, k, j] = coef[j, k] * uk
             uk *= u
-    flat, start = _big_lists(off, perm, node_band, M, int(BIG_LIST_MAX_SHARE * top))
+    flat, start = _big_lists(off, perm, node_band, M, limit)
     lq = lq[:top]
     lq[:] = -np.inf
     if s_lo + (M - 1) * h >= _S_DIRECT:  # some node needs q t in logarithms (see _fast_nodes)
