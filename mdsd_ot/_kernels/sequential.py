@@ -19,6 +19,7 @@ from .._config import (
     PRUNE_BATCH,
     PRUNE_SLACK,
     PRUNE_STATES,
+    PRUNE_SUMS_GAP,
     QUAD_STEP,
     QUAD_TAIL,
     SATURATED,
@@ -522,10 +523,14 @@ def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, b_lo, b_
     in bands ``>= b``, for the bands ``b_lo <= b <= b_hi`` that the nodes read (zero above ``tops[c]``:
     every band above it holds no positive mass there), from the band sums at the prefix of ``resume``
     (no longer than ``queries[0]``); the band sums at every ``save_every``-th query are written to
-    ``saved``. Queries last in memory: the nodes evaluate all queries side by side."""
+    ``saved`` where ``PRUNE_SUMS_GAP`` tokens lie since the last ones written (``saved[5][k]``: the
+    saved query whose sums hold for the k-th, -1: those of ``resume``). Queries last in memory: the
+    nodes evaluate all queries side by side."""
     run = resume[4].copy()
     comp = resume[5].copy()
-    s_run, s_comp = saved[3], saved[4]
+    s_run, s_comp, s_src = saved[3], saved[4], saved[5]
+    src = -1
+    src_pos = resume[3][0]
     C = queries.size
     S = np.empty((max(b_hi - b_lo + 1, 0), J + 1, C))
     tops = np.empty(C, dtype=np.int64)
@@ -554,8 +559,13 @@ def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, b_lo, b_
                 for k in range(J + 1):
                     S[b - b_lo, k, c] = acc[k]
         if c % save_every == 0:
-            s_run[c // save_every] = run
-            s_comp[c // save_every] = comp
+            k = c // save_every
+            if queries[c] - src_pos >= PRUNE_SUMS_GAP:
+                s_run[k] = run
+                s_comp[k] = comp
+                src = k
+                src_pos = queries[c]
+            s_src[k] = src
     return S, tops
 
 
@@ -814,6 +824,7 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
         np.zeros((ns, M), dtype=np.int64),
         np.empty((ns, NBANDS, J + 1)),
         np.empty((ns, NBANDS, 3)),
+        np.empty(ns, dtype=np.int64),
     )
     node_band = prep[10]
     b_lo = node_band[0]  # the bands the nodes read (thresholds increase with m)
@@ -959,9 +970,14 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
                 resume[0][:Ms] = saved[0][k]
                 resume[1][:Ms] = saved[1][k]
                 resume[2][:Ms] = saved[2][k]
+                src = saved[5][k]  # the band sums: from the last ones kept, plus the tokens since
+                p0 = resume[3][0]
+                if src >= 0:
+                    resume[4][:] = saved[3][src]
+                    resume[5][:] = saved[4][src]
+                    p0 = pick[src * save_every]
+                _add_power_sums(qs, prep[3], resume[4], resume[5], p0, pick[c], prep[11].shape[1] - 1)
                 resume[3][0] = pick[c]
-                resume[4][:] = saved[3][k]
-                resume[5][:] = saved[4][k]
     return best, best_k
 
 
