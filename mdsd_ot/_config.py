@@ -66,6 +66,11 @@ PRUNE_BATCH = 32
 #: DP where the remaining prefixes begin (states are saved at every k-th evaluated prefix to fit).
 PRUNE_STATES = 1_000_000
 
+#: A pruning round keeps the band power sums of a saved prefix only where at least this many tokens
+#: lie since the last kept ones (a copy of the sums costs about as much as adding 60 tokens); the
+#: next round re-adds the tokens in between, the same sums in the same order.
+PRUNE_SUMS_GAP = 256
+
 #: Above this many drafts (and when q(H) > 1/2), q(H)^n is computed as exp(n log1p(-R)) from the outside
 #: mass R, summed directly: x^n multiplies the relative rounding error of x by n (~1e-7 at n = 10^9);
 #: below it, n eps <= 7e-15 (docs/math.md#with-replacement).

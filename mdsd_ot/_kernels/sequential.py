@@ -19,6 +19,7 @@ from .._config import (
     PRUNE_BATCH,
     PRUNE_SLACK,
     PRUNE_STATES,
+    PRUNE_SUMS_GAP,
     QUAD_STEP,
     QUAD_TAIL,
     SATURATED,
@@ -517,16 +518,21 @@ def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
 
 
 @nb.njit(cache=True)
-def _query_power_sums(qs, bands, resume, queries, J, saved, save_every):
-    """``(S, tops)``: ``S[b, c, k]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in
-    bands ``>= b`` for ``b <= tops[c]`` (every band above ``tops[c]`` holds no positive mass there:
-    its sums are zero), from the band sums at the prefix of ``resume`` (no longer than
-    ``queries[0]``); the band sums at every ``save_every``-th query are written to ``saved``."""
+def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, b_lo, b_hi):
+    """``(S, tops)``: ``S[b - b_lo, k, c]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]``
+    in bands ``>= b``, for the bands ``b_lo <= b <= b_hi`` that the nodes read (zero above ``tops[c]``:
+    every band above it holds no positive mass there), from the band sums at the prefix of ``resume``
+    (no longer than ``queries[0]``); the band sums at every ``save_every``-th query are written to
+    ``saved`` where ``PRUNE_SUMS_GAP`` tokens lie since the last ones written (``saved[5][k]``: the
+    saved query whose sums hold for the k-th, -1: those of ``resume``). Queries last in memory: the
+    nodes evaluate all queries side by side."""
     run = resume[4].copy()
     comp = resume[5].copy()
-    s_run, s_comp = saved[3], saved[4]
+    s_run, s_comp, s_src = saved[3], saved[4], saved[5]
+    src = -1
+    src_pos = resume[3][0]
     C = queries.size
-    S = np.empty((NBANDS + 1, C, J + 1))  # rows above tops[c] are never read
+    S = np.empty((max(b_hi - b_lo + 1, 0), J + 1, C))
     tops = np.empty(C, dtype=np.int64)
     shrink = np.empty(J + 1)
     for k in range(J + 1):
@@ -540,34 +546,44 @@ def _query_power_sums(qs, bands, resume, queries, J, saved, save_every):
         while top > 0 and run[top, 1] == 0.0:
             top -= 1
         tops[c] = top
+        for b in range(max(top + 1, b_lo), b_hi + 1):
+            for k in range(J + 1):
+                S[b - b_lo, k, c] = 0.0
         acc[:] = 0.0
-        for b in range(top, -1, -1):
+        for b in range(top, b_lo - 1, -1):  # (bands below b_lo: read by no node)
             acc[1] = (run[b, 1] + comp[b, 1]) + shrink[1] * acc[1]
             acc[2] = (run[b, 2] + comp[b, 2]) + shrink[2] * acc[2]
             for k in range(3, J + 1):
                 acc[k] = run[b, k] + shrink[k] * acc[k]
-            S[b, c, :] = acc
+            if b <= b_hi:
+                for k in range(J + 1):
+                    S[b - b_lo, k, c] = acc[k]
         if c % save_every == 0:
-            s_run[c // save_every] = run
-            s_comp[c // save_every] = comp
+            k = c // save_every
+            if queries[c] - src_pos >= PRUNE_SUMS_GAP:
+                s_run[k] = run
+                s_comp[k] = comp
+                src = k
+                src_pos = queries[c]
+            s_src[k] = src
     return S, tops
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
-    """``g[k] = P(N_small = k)`` for k < n, prefix ``c`` at node ``m`` (threshold band ``b``).
+    """``g[k] = P(N_small = k)`` for k < n, query ``c`` at node ``m`` (row ``b`` of ``S``), one query
+    at a time: the path of :func:`_small_count_laws` for the queries where it needs a rescale.
 
     ``a[j] = (-1)^(j-1) p_j(r)``; the recurrence runs on ``e_k(r)`` scaled by a running power of
     ``_RESCALE`` (e_k spans far more than float64 when t q(small) is large); the factor
     ``e^{-t q(small)}`` is applied at the end, in logarithms where it would underflow.
     """
-    lam = coef_u[m, 1, 1] * S[b, c, 1]  # c[1, 1] = 1: t q(small)
-    # p_j = sum_k c[j, k] u^k S_k, each summed over k upwards; the sums run side by side (k outer)
-    # so that they do not wait on one another
+    lam = coef_u[m, 1, 1] * S[b, 1, c]  # c[1, 1] = 1: t q(small)
+    # p_j = sum_k c[j, k] u^k S_k, each summed over k upwards
     for j in range(1, L + 1):
         a[j] = 0.0
     for k in range(1, J + 1):
-        sk = S[b, c, k]
+        sk = S[b, k, c]
         for j in range(1, min(k, L) + 1):
             a[j] += coef_u[m, k, j] * sk
     for j in range(2, L + 1, 2):
@@ -592,6 +608,39 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
             g[k] = math.exp(math.log(g[k]) + log_scale) if g[k] > 0.0 else 0.0
 
 
+@nb.njit(cache=True, inline="always")
+def _small_count_laws(S, cn, b, coef_u, m, n, L, J, A, G, big):
+    """The unscaled laws of :func:`_small_count_law` for the queries ``c < cn`` side by side (each loop
+    over the queries innermost, so that it runs in vector registers; every value is summed in the
+    same order as there): ``A[j, c] = a[j]``, ``G[k, c] = e_k(r)`` (before the factor
+    ``e^{-t q(small)}``), and ``big[c]`` = the largest of them, which tells where that function would
+    rescale."""
+    for j in range(1, L + 1):
+        for c in range(cn):
+            A[j, c] = 0.0
+    for k in range(1, J + 1):
+        for j in range(1, min(k, L) + 1):
+            f = coef_u[m, k, j]
+            for c in range(cn):
+                A[j, c] += f * S[b, k, c]
+    for j in range(2, L + 1, 2):
+        for c in range(cn):
+            A[j, c] = -A[j, c]
+    for c in range(cn):
+        G[0, c] = 1.0
+        big[c] = 0.0
+    for k in range(1, n):
+        inv = 1.0 / k
+        for c in range(cn):
+            G[k, c] = 0.0
+        for j in range(min(k, L), 1, -1):
+            for c in range(cn):
+                G[k, c] += A[j, c] * G[k - j, c]
+        for c in range(cn):
+            G[k, c] = (G[k, c] + A[1, c] * G[k - 1, c]) * inv
+            big[c] = G[k, c] if G[k, c] > big[c] else big[c]  # (NaN: no rescale there either)
+
+
 @nb.njit(cache=True)
 def _new_state(prep, n):
     """Where a round of evaluations starts (docs/math.md#pruning): ``(dp, ptr, flag, pos, run,
@@ -613,13 +662,16 @@ def _new_state(prep, n):
 
 
 @nb.njit(cache=True)
-def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every):
+def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every, b_lo):
     """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path).
 
     Each node's DP over its big tokens starts from ``resume`` (the states at a prefix no longer than
     ``queries[0]``) where it holds one; the states at every ``save_every``-th query are written to
     ``saved`` (one state set per saved query, see :func:`_new_state`), so that a later round can
     resume there. A resumed state is the very one a fresh run computes: the values are the same.
+    Per node, the walk over the big tokens first keeps the count law at every query; then the small
+    tokens' laws of all queries are formed side by side (:func:`_small_count_laws`; ``S`` row
+    ``b - b_lo`` holds band b, see :func:`_query_power_sums`).
     """
     s_lo, h, _, bands, lq, off, _, _, flat, start, node_band, coef_u, _, qs = prep
     r_dp, r_ptr, r_flag = resume[0], resume[1], resume[2]
@@ -630,6 +682,10 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
     a = np.empty(L + 1)
     g = np.empty(n)
     C = queries.size
+    D = np.empty((C, n))  # dp at every query of the node
+    A = np.empty((L + 1, C))
+    G = np.empty((n, C))
+    big_g = np.empty(C)
     log_r = np.log(Rq)
     for m in range(M):
         s = s_lo + m * h
@@ -655,6 +711,7 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
             dp[0] = 1.0
             ptr = 0
         walked = 0  # big tokens since the last look at P(N_big < n)
+        cn = C  # the queries before the first saturated one
         for c in range(C):
             stop = queries[c]
             while True:  # the big tokens before stop: ptr indexes big, or (by_band) the tokens
@@ -696,14 +753,10 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
             below_big = 0.0
             for j in range(n):
                 below_big += dp[j]
-            rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
-            weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
             if below_big < SATURATED:
                 # P(N < n) <= P(N_big < n) < SATURATED here and for every longer prefix (tokens
                 # only add arrivals): the integrand is the weight alone from now on
-                acc[c] += weight
-                for c2 in range(c + 1, C):
-                    acc[c2] += _node_weight(h, Rq[c2], s)
+                cn = c
                 for c2 in range(c + (-c) % save_every, C, save_every):
                     s_flag[c2 // save_every, m] = 2
                 break
@@ -715,19 +768,40 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
                     s_dp[k, m, j] = dp[j]
                 s_ptr[k, m] = ptr
                 s_flag[k, m] = 1
+            for j in range(n):
+                D[c, j] = dp[j]
+        small = 0 <= bm - b_lo < S.shape[0]  # some query may have small tokens at this node
+        if small:
+            _small_count_laws(S, cn, bm - b_lo, coef_u, m, n, L, J, A, G, big_g)
+        for c in range(cn):
+            rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
+            weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
-            if bm <= tops[c] and S[bm, c, 1] > 0.0:
-                _small_count_law(S, c, bm, coef_u, m, n, L, J, a, g)
+            if small and bm <= tops[c] and S[bm - b_lo, 1, c] > 0.0:
+                lam = coef_u[m, 1, 1] * S[bm - b_lo, 1, c]  # c[1, 1] = 1: t q(small)
+                if big_g[c] > _RESCALE or not -lam > -700.0:
+                    _small_count_law(S, c, bm - b_lo, coef_u, m, n, L, J, a, g)
+                else:  # e^{-t q(small)} e_k(r) as that function forms it without a rescale
+                    f = math.exp(-lam)
+                    for k in range(n):
+                        g[k] = G[k, c] * f if G[k, c] > 0.0 else 0.0
             else:
-                g[:] = 0.0
+                for k in range(n):
+                    g[k] = 0.0
                 g[0] = 1.0
             below = 0.0  # P(N < n) = sum_i P(N_big = i) P(N_small < n - i)
             run = 0.0
             for k in range(n):
                 run += g[k]
-                below += dp[n - 1 - k] * run
+                below += D[c, n - 1 - k] * run
             acc[c] += weight * max(1.0 - below, 0.0)
+        if cn < C:  # the saturated query, with the weight of the loop above, and the later ones
+            c = cn
+            rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
+            acc[c] += h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+            for c2 in range(c + 1, C):
+                acc[c2] += _node_weight(h, Rq[c2], s)
 
 
 @nb.njit(cache=True)
@@ -750,10 +824,14 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
         np.zeros((ns, M), dtype=np.int64),
         np.empty((ns, NBANDS, J + 1)),
         np.empty((ns, NBANDS, 3)),
+        np.empty(ns, dtype=np.int64),
     )
-    S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every)
+    node_band = prep[10]
+    b_lo = node_band[0]  # the bands the nodes read (thresholds increase with m)
+    b_hi = min(node_band[M - 1], NBANDS - 1)
+    S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every, b_lo, b_hi)
     acc = np.zeros(queries.size)
-    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every)
+    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every, b_lo)
     return acc, saved
 
 
@@ -892,9 +970,14 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
                 resume[0][:Ms] = saved[0][k]
                 resume[1][:Ms] = saved[1][k]
                 resume[2][:Ms] = saved[2][k]
+                src = saved[5][k]  # the band sums: from the last ones kept, plus the tokens since
+                p0 = resume[3][0]
+                if src >= 0:
+                    resume[4][:] = saved[3][src]
+                    resume[5][:] = saved[4][src]
+                    p0 = pick[src * save_every]
+                _add_power_sums(qs, prep[3], resume[4], resume[5], p0, pick[c], prep[11].shape[1] - 1)
                 resume[3][0] = pick[c]
-                resume[4][:] = saved[3][k]
-                resume[5][:] = saved[4][k]
     return best, best_k
 
 
