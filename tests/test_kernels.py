@@ -67,6 +67,18 @@ def test_fast_sequential_masses_against_dp(rng):
         )
 
 
+def test_fast_sequential_masses_where_small_tokens_need_rescaling():
+    """Many small tokens with t q(small) > 700 at the late nodes (the fast path's per-query rescaling
+    route, :func:`_small_count_law`; reached at 5-10 (query, node) pairs here): uniform q, where
+    W_n(H) = prod_j (|H| - j) / (V - j) exactly."""
+    V = 40_000
+    q = np.full(V, 1.0 / V)
+    for n, k in ((3, 39_500), (8, 39_000), (32, 38_000)):
+        exact = float(np.prod((k - np.arange(n)) / (V - np.arange(n))))
+        got = K.sequential_masses_fast(q, np.array([k]), K.suffix_sums(q)[[k]], n)[0]
+        assert got == pytest.approx(exact, abs=1e-14)
+
+
 def test_quadrature_against_n2_closed_form_at_full_vocabulary(rng):
     """At V = 152,064 (LLM-like, T = 0.3 and 1): the quadrature with n = 2 equals the closed form."""
     for T in (0.3, 1.0):
