@@ -1018,14 +1018,26 @@ def _newton_count_law(pw, coef, n, psum, e, g, log_scale0):
         g[k] = math.exp(math.log(e[k]) + log_scale) if e[k] > 0.0 else 0.0
 
 
-@nb.njit(cache=True)
 def sequential_mass_check(q_in, outside, n, refine):
     """``W_n(H)`` for the masses ``q_in`` of H (any order, zeros allowed) and ``outside > 0``.
 
     The trapezoid nodes sit half-way between those of the solver's grid at the same ``refine``:
     the leading error term of the trapezoid rule changes sign under that shift (Poisson summation),
     so the difference of the two values is about twice the error of either.
+
+    Two kernels with numpy's sort in between (vectorised; several times faster than numba's on the
+    tens of thousands of masses that are big at some node when q(outside) is small): the sorted
+    values are the same whatever the sort, so is the result.
     """
+    s_lo, h, M, J, coef, acc, comp, neg = _check_small_sums(q_in, outside, n, refine)
+    neg = np.sort(neg)
+    return _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, -neg)
+
+
+@nb.njit(cache=True)
+def _check_small_sums(q_in, outside, n, refine):
+    """The first part of :func:`sequential_mass_check`: the grid, the power sums of the tokens small
+    at every node, and the negated masses of the others (unsorted)."""
     s_lo, h, M = quad_grid(n, outside, refine)
     s_lo -= 0.5 * h  # half a step further left: the left tail left out only shrinks
     M += 1
@@ -1065,14 +1077,20 @@ def sequential_mass_check(q_in, outside, n, refine):
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
-    qv = np.empty(rest)
+    neg = np.empty(rest)
     rest = 0
     for i in range(q_in.size):
         if big[i]:
-            qv[rest] = -q_in[i]
+            neg[rest] = -q_in[i]
             rest += 1
-    qv.sort()
-    qv = -qv  # the other tokens, high to low
+    return s_lo, h, M, J, coef, acc, comp, neg
+
+
+@nb.njit(cache=True)
+def _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, qv):
+    """The second part of :func:`sequential_mass_check`, ``qv`` the other tokens, high to low."""
+    rest = qv.size
+    log_theta_min = math.log(SMALL_QT) - (s_lo + (M - 1) * h)
     lq = np.log(qv)
     cut = np.empty(M, dtype=np.int64)  # node m: lq[cut[m]:] are small
     pw = np.zeros((M, J + 1))  # node m: pw[m, j] = sum of (q t)^j over its small tokens
