@@ -1071,9 +1071,9 @@ def _check_small_sums(q_in, outside, n, refine):
                 rest += 1
                 continue
             v = math.exp(lv)
-        acc[1], comp[1] = neumaier_add(acc[1], comp[1], v)
+        acc[1], comp[1] = neumaier_add_nonneg(acc[1], comp[1], v)  # (v > 0: no branch)
         x = v * v
-        acc[2], comp[2] = neumaier_add(acc[2], comp[2], x)
+        acc[2], comp[2] = neumaier_add_nonneg(acc[2], comp[2], x)
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
