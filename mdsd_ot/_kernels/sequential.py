@@ -185,12 +185,12 @@ def without_replacement_bounds(ps, qs, n):
     lo = np.empty(V + 1)
     hi = np.empty(V + 1)
     exact = np.empty(V + 1, dtype=np.bool_)
-    _bounds_into(ps, qs, n, P, Q, R, False, lo, hi, exact)
+    _bounds_into(ps, qs, n, P, Q, R, False, lo, hi, exact, np.empty(0, dtype=np.int64), False)
     return P, Q, R, lo, hi, exact
 
 
 @nb.njit(cache=True)
-def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
+def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     """Exact values where trivial, and cheap bounds elsewhere, for every sorted prefix.
 
     Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
@@ -204,6 +204,10 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
     Written into the given arrays (length ``V + 1``); ``P``, ``Q``, ``R`` are the compensated sums of
     :func:`prefix_sums` and :func:`suffix_sums`, computed here unless ``have_sums`` (then the caller's,
     e.g. the evaluation plan's tables, summed by the same algorithm).
+
+    With ``collect``, the candidates of :func:`_candidates_into` are written to ``out`` as well, in
+    the same pass (docs/math.md#pruning), and ``(count, best exact D, its k)`` is returned; without,
+    ``(0, 0.0, 0)``.
     """
     V = qs.size
     if not have_sums:
@@ -233,15 +237,29 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
     top[:] = 0.0
     count = 0
     best_lo = -np.inf  # the largest lower bound so far
+    # collect: every non-exact prefix whose upper bound beats the largest lower bound *so far* by
+    # PRUNE_SLACK (a superset of the candidates: that bound only grows, and from the first position of
+    # its maximum on it is the final one), the first position of the maximum of lo (the anchor) and
+    # the best exact D (the first position of its largest value above 0)
+    cnt = 0
+    anchor = 0
+    best = 0.0
+    best_k = 0
     for k in range(V + 1):
         if count < n:
             lo[k] = -P[k]
             hi[k] = lo[k]
             exact[k] = True
+            if collect and lo[k] > best:
+                best = lo[k]
+                best_k = k
         elif R[k] <= 0.0:
             lo[k] = Q[k] - P[k]
             hi[k] = lo[k]
             exact[k] = True
+            if collect and lo[k] > best:
+                best = lo[k]
+                best_k = k
         else:  # hi[k] from the first pass
             exact[k] = False
             if hi[k] <= best_lo or hi[k] < known:
@@ -253,10 +271,41 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
                 lo[k] = -P[k]  # the product bound lies below best_lo or known: the same as above
             else:
                 lo[k] = _product_bound(Q[k], R[k], top, n) - P[k]
+            if collect and hi[k] > max(best_lo, lo[k]) + PRUNE_SLACK:
+                out[cnt] = k
+                cnt += 1
+        if lo[k] > best_lo:
+            anchor = k
         best_lo = max(best_lo, lo[k])
         if k < V and qs[k] > 0.0:
             count += 1
             _push_top(top, qs[k], n)
+    if not collect:
+        return 0, 0.0, 0
+    # before the anchor the superset holds prefixes whose bound does not beat the final one: drop
+    # them; the anchor itself is a candidate unless exact (as in _candidates_into)
+    floor = max(best_lo, 0.0) + PRUNE_SLACK  # (best_lo = lo.max())
+    i = 0
+    keep = 0
+    while i < cnt and out[i] < anchor:
+        k = out[i]
+        if hi[k] > floor:
+            out[keep] = k
+            keep += 1
+        i += 1
+    need = not exact[anchor] and (i == cnt or out[i] != anchor)  # the tail is increasing
+    if need and keep == i:  # nothing dropped: the tail moves up by one
+        for j in range(cnt - 1, i - 1, -1):
+            out[j + 1] = out[j]
+        out[i] = anchor
+        return cnt + 1, best, best_k
+    if need:
+        out[keep] = anchor
+        keep += 1
+    if keep < i:  # the tail moves down (keep <= i: a forward copy)
+        for j in range(i, cnt):
+            out[keep + j - i] = out[j]
+    return keep + cnt - i, best, best_k
 
 
 @nb.njit(cache=True)
@@ -917,8 +966,8 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
     lo = fwork[3][:V1]
     hi = fwork[4][:V1]
     exact = bwork[0][:V1]
-    _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact)
-    count, best, best_k = _candidates_into(lo, hi, exact, iwork[2][:V1])
+    # the candidates of _candidates_into, collected in the bounds' pass
+    count, best, best_k = _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, iwork[2][:V1], True)
     if count == 0:
         return best, best_k
     todo = iwork[2][:count]
