@@ -1102,21 +1102,21 @@ def _check_small_sums(q_in, outside, n, refine):
     inv_theta = 1.0 / theta_min if plain else 0.0
     acc = np.zeros(J + 1)  # sum of (q_i / theta)^j over the small tokens met so far
     comp = np.zeros(3)  # compensations of the first two powers
-    big = np.zeros(q_in.size, dtype=np.bool_)
+    neg = np.empty(q_in.size)  # the others' masses, negated, in token order (only `rest` written)
     rest = 0
     for i in range(q_in.size):
         if q_in[i] <= 0.0:
             continue
         if plain:
             if q_in[i] > theta_min:
-                big[i] = True
+                neg[rest] = -q_in[i]
                 rest += 1
                 continue
             v = q_in[i] * inv_theta
         else:
             lv = math.log(q_in[i]) - log_theta_min
             if lv > 0.0:
-                big[i] = True
+                neg[rest] = -q_in[i]
                 rest += 1
                 continue
             v = math.exp(lv)
@@ -1126,13 +1126,7 @@ def _check_small_sums(q_in, outside, n, refine):
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
-    neg = np.empty(rest)
-    rest = 0
-    for i in range(q_in.size):
-        if big[i]:
-            neg[rest] = -q_in[i]
-            rest += 1
-    return s_lo, h, M, J, coef, acc, comp, neg
+    return s_lo, h, M, J, coef, acc, comp, neg[:rest]
 
 
 @nb.njit(cache=True)
