@@ -507,7 +507,9 @@ def _big_lists(off, perm, node_band, M, limit):
         if off[bm] > limit:
             break  # (and every later node)
         if m == 0 or bm != prev:
-            new = np.sort(perm[off[prev] if m > 0 else 0 : off[bm]])
+            new = perm[off[prev] if m > 0 else 0 : off[bm]]
+            if m == 0 or bm - prev > 1:  # several bands: each increasing, not the whole
+                new = np.sort(new)
             i, j, begin = first, 0, pos
             while i < last or j < new.size:  # merge two increasing lists
                 if j == new.size or (i < last and flat[i] < new[j]):
