@@ -109,6 +109,21 @@ def test_pruned_scan_against_every_prefix(rng):
         assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
 
 
+def test_prefix_suffix_sums_in_one_loop(rng):
+    """The scan's three compensated sums in one loop are those of the separate loops, bit for bit."""
+    from mdsd_ot._kernels.common import prefix_suffix_sums_into
+
+    for trial in range(20):
+        V = int(rng.integers(1, 5000))
+        p, q = llm_like(V, rng, 1.0) if trial % 2 else random_pair(rng, V)
+        q[rng.random(V) < 0.2] = 10.0 ** rng.uniform(-300, -1)
+        P, Q, R = np.empty(V + 1), np.empty(V + 1), np.empty(V + 1)
+        prefix_suffix_sums_into(p, q, P, Q, R)
+        np.testing.assert_array_equal(P, K.prefix_sums(p))
+        np.testing.assert_array_equal(Q, K.prefix_sums(q))
+        np.testing.assert_array_equal(R, K.suffix_sums(q))
+
+
 def test_candidates_collected_with_the_bounds(rng):
     """The scan's candidates, collected in the bounds' pass (a superset filtered against the final
     largest lower bound, the anchor added where missing), are those of the separate pass over lo, hi."""

@@ -25,7 +25,7 @@ from .._config import (
     SATURATED,
     SMALL_QT,
 )
-from .common import neumaier_add, neumaier_add_nonneg, prefix_sums_into, suffix_sums_into
+from .common import neumaier_add, neumaier_add_nonneg, prefix_suffix_sums_into
 
 # ------------------------------------------------- without replacement, any n: exponential clocks
 #
@@ -211,9 +211,7 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     """
     V = qs.size
     if not have_sums:
-        prefix_sums_into(ps, P)
-        prefix_sums_into(qs, Q)
-        suffix_sums_into(qs, R)
+        prefix_suffix_sums_into(ps, qs, P, Q, R)
     # a lower bound known before the scan, attained at some prefix: the product bound at the prefix
     # with the largest upper bound, and the exact value at k = V (nothing outside); prefixes whose
     # upper bound lies below it cannot hold the maximum of lo
