@@ -73,8 +73,13 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
         excess, k = _kernels.solve_sorted(ps, qs, n, code, refine)
         if seen is not None:
             seen.update(ps=ps, qs=qs, k=int(k))
-        mask = np.zeros(p.size, dtype=bool)
-        mask[order[: int(k)]] = True
+        k = int(k)
+        if 2 * k <= p.size:
+            mask = np.zeros(p.size, dtype=bool)
+            mask[order[:k]] = True
+        else:  # the complement has fewer tokens to mark
+            mask = np.ones(p.size, dtype=bool)
+            mask[order[k:]] = False
     return max(1.0 - float(excess), 0.0), np.flatnonzero(mask)
 
 

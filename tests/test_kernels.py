@@ -109,6 +109,59 @@ def test_pruned_scan_against_every_prefix(rng):
         assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
 
 
+def test_prefix_suffix_sums_in_one_loop(rng):
+    """The scan's three compensated sums in one loop are those of the separate loops, bit for bit."""
+    from mdsd_ot._kernels.common import prefix_suffix_sums_into
+
+    for trial in range(20):
+        V = int(rng.integers(1, 5000))
+        p, q = llm_like(V, rng, 1.0) if trial % 2 else random_pair(rng, V)
+        q[rng.random(V) < 0.2] = 10.0 ** rng.uniform(-300, -1)
+        P, Q, R = np.empty(V + 1), np.empty(V + 1), np.empty(V + 1)
+        prefix_suffix_sums_into(p, q, P, Q, R)
+        np.testing.assert_array_equal(P, K.prefix_sums(p))
+        np.testing.assert_array_equal(Q, K.prefix_sums(q))
+        np.testing.assert_array_equal(R, K.suffix_sums(q))
+
+
+def test_candidates_collected_with_the_bounds(rng):
+    """The scan's candidates, collected in the bounds' pass (a superset filtered against the final
+    largest lower bound, the anchor added where missing), are those of the separate pass over lo, hi."""
+    from mdsd_ot._kernels.sequential import _bounds_into
+
+    paths = set()
+    for trial in range(120):
+        V = int(rng.integers(5, 3000))
+        n = int(rng.integers(3, 17))
+        p, q = llm_like(V, rng, rng.choice([0.05, 0.3, 1.0, 2.0])) if trial % 2 else random_pair(rng, V)
+        if trial % 4 == 2:  # a top-k target or draft
+            x = p if trial % 8 == 2 else q
+            x[np.argsort(-x)[max(1, int(V * rng.uniform(0.001, 0.3))) :]] = 0.0
+            x /= x.sum()
+        elif trial % 4 == 3:  # tiny masses
+            for x in (p, q):
+                m = rng.random(V) < 0.2
+                x[m] = 10.0 ** rng.uniform(-300, -20, m.sum())
+                x /= x.sum()
+        if np.count_nonzero(q) < n:
+            continue
+        ps, qs = sorted_pair(p, q)
+        P, Q, R, lo, hi, exact = K.without_replacement_bounds(ps, qs, n)
+        want, best, best_k = K.candidate_prefixes(lo, hi, exact)
+        out = np.full(V + 1, -1, dtype=np.int64)
+        lo2, hi2, exact2 = np.empty(V + 1), np.empty(V + 1), np.empty(V + 1, dtype=bool)
+        got = _bounds_into(ps, qs, n, P, Q, R, True, lo2, hi2, exact2, out, True)
+        assert got == (want.size, best, best_k)
+        np.testing.assert_array_equal(out[: want.size], want)
+        np.testing.assert_array_equal(lo2, lo)
+        anchor = int(np.argmax(lo))
+        run = np.maximum.accumulate(lo)
+        superset = np.flatnonzero(~exact & (hi > run + PRUNE_SLACK))
+        added = bool(not exact[anchor] and anchor not in superset)
+        paths.add((added, superset.size + added > want.size))
+    assert len(paths) == 4, paths  # the anchor added or not, entries dropped or not
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("code", [0, 1])
 def test_bucketed_scan_equals_full_sort_scan(code, rng):

@@ -89,3 +89,24 @@ def suffix_sums_into(x, out):
     for i in range(V - 1, -1, -1):
         s, c = neumaier_add(s, c, x[i])
         out[i] = s + c
+
+
+@nb.njit(cache=True)
+def prefix_suffix_sums_into(ps, qs, P, Q, R):
+    """:func:`prefix_sums_into` of ``ps`` and of ``qs`` (to ``P``, ``Q``) and :func:`suffix_sums_into`
+    of ``qs`` (to ``R``) in one loop, for ``ps, qs >= 0`` (probabilities): the same three compensated
+    sums bit for bit (:func:`neumaier_add_nonneg`, no branch), their chains side by side (about half
+    the time of the three loops)."""
+    V = qs.size
+    sp = cp = sq = cq = sr = cr = 0.0
+    P[0] = 0.0
+    Q[0] = 0.0
+    R[V] = 0.0
+    for i in range(V):
+        sp, cp = neumaier_add_nonneg(sp, cp, ps[i])
+        P[i + 1] = sp + cp
+        sq, cq = neumaier_add_nonneg(sq, cq, qs[i])
+        Q[i + 1] = sq + cq
+        j = V - 1 - i
+        sr, cr = neumaier_add_nonneg(sr, cr, qs[j])
+        R[j] = sr + cr

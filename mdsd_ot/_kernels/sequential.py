@@ -25,7 +25,7 @@ from .._config import (
     SATURATED,
     SMALL_QT,
 )
-from .common import neumaier_add, neumaier_add_nonneg, prefix_sums_into, suffix_sums_into
+from .common import neumaier_add, neumaier_add_nonneg, prefix_suffix_sums_into
 
 # ------------------------------------------------- without replacement, any n: exponential clocks
 #
@@ -185,12 +185,12 @@ def without_replacement_bounds(ps, qs, n):
     lo = np.empty(V + 1)
     hi = np.empty(V + 1)
     exact = np.empty(V + 1, dtype=np.bool_)
-    _bounds_into(ps, qs, n, P, Q, R, False, lo, hi, exact)
+    _bounds_into(ps, qs, n, P, Q, R, False, lo, hi, exact, np.empty(0, dtype=np.int64), False)
     return P, Q, R, lo, hi, exact
 
 
 @nb.njit(cache=True)
-def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
+def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     """Exact values where trivial, and cheap bounds elsewhere, for every sorted prefix.
 
     Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
@@ -204,12 +204,14 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
     Written into the given arrays (length ``V + 1``); ``P``, ``Q``, ``R`` are the compensated sums of
     :func:`prefix_sums` and :func:`suffix_sums`, computed here unless ``have_sums`` (then the caller's,
     e.g. the evaluation plan's tables, summed by the same algorithm).
+
+    With ``collect``, the candidates of :func:`_candidates_into` are written to ``out`` as well, in
+    the same pass (docs/math.md#pruning), and ``(count, best exact D, its k)`` is returned; without,
+    ``(0, 0.0, 0)``.
     """
     V = qs.size
     if not have_sums:
-        prefix_sums_into(ps, P)
-        prefix_sums_into(qs, Q)
-        suffix_sums_into(qs, R)
+        prefix_suffix_sums_into(ps, qs, P, Q, R)
     # a lower bound known before the scan, attained at some prefix: the product bound at the prefix
     # with the largest upper bound, and the exact value at k = V (nothing outside); prefixes whose
     # upper bound lies below it cannot hold the maximum of lo
@@ -233,15 +235,29 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
     top[:] = 0.0
     count = 0
     best_lo = -np.inf  # the largest lower bound so far
+    # collect: every non-exact prefix whose upper bound beats the largest lower bound *so far* by
+    # PRUNE_SLACK (a superset of the candidates: that bound only grows, and from the first position of
+    # its maximum on it is the final one), the first position of the maximum of lo (the anchor) and
+    # the best exact D (the first position of its largest value above 0)
+    cnt = 0
+    anchor = 0
+    best = 0.0
+    best_k = 0
     for k in range(V + 1):
         if count < n:
             lo[k] = -P[k]
             hi[k] = lo[k]
             exact[k] = True
+            if collect and lo[k] > best:
+                best = lo[k]
+                best_k = k
         elif R[k] <= 0.0:
             lo[k] = Q[k] - P[k]
             hi[k] = lo[k]
             exact[k] = True
+            if collect and lo[k] > best:
+                best = lo[k]
+                best_k = k
         else:  # hi[k] from the first pass
             exact[k] = False
             if hi[k] <= best_lo or hi[k] < known:
@@ -253,10 +269,41 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact):
                 lo[k] = -P[k]  # the product bound lies below best_lo or known: the same as above
             else:
                 lo[k] = _product_bound(Q[k], R[k], top, n) - P[k]
+            if collect and hi[k] > max(best_lo, lo[k]) + PRUNE_SLACK:
+                out[cnt] = k
+                cnt += 1
+        if lo[k] > best_lo:
+            anchor = k
         best_lo = max(best_lo, lo[k])
         if k < V and qs[k] > 0.0:
             count += 1
             _push_top(top, qs[k], n)
+    if not collect:
+        return 0, 0.0, 0
+    # before the anchor the superset holds prefixes whose bound does not beat the final one: drop
+    # them; the anchor itself is a candidate unless exact (as in _candidates_into)
+    floor = max(best_lo, 0.0) + PRUNE_SLACK  # (best_lo = lo.max())
+    i = 0
+    keep = 0
+    while i < cnt and out[i] < anchor:
+        k = out[i]
+        if hi[k] > floor:
+            out[keep] = k
+            keep += 1
+        i += 1
+    need = not exact[anchor] and (i == cnt or out[i] != anchor)  # the tail is increasing
+    if need and keep == i:  # nothing dropped: the tail moves up by one
+        for j in range(cnt - 1, i - 1, -1):
+            out[j + 1] = out[j]
+        out[i] = anchor
+        return cnt + 1, best, best_k
+    if need:
+        out[keep] = anchor
+        keep += 1
+    if keep < i:  # the tail moves down (keep <= i: a forward copy)
+        for j in range(i, cnt):
+            out[keep + j - i] = out[j]
+    return keep + cnt - i, best, best_k
 
 
 @nb.njit(cache=True)
@@ -458,7 +505,9 @@ def _big_lists(off, perm, node_band, M, limit):
         if off[bm] > limit:
             break  # (and every later node)
         if m == 0 or bm != prev:
-            new = np.sort(perm[off[prev] if m > 0 else 0 : off[bm]])
+            new = perm[off[prev] if m > 0 else 0 : off[bm]]
+            if m == 0 or bm - prev > 1:  # several bands: each increasing, not the whole
+                new = np.sort(new)
             i, j, begin = first, 0, pos
             while i < last or j < new.size:  # merge two increasing lists
                 if j == new.size or (i < last and flat[i] < new[j]):
@@ -917,8 +966,8 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
     lo = fwork[3][:V1]
     hi = fwork[4][:V1]
     exact = bwork[0][:V1]
-    _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact)
-    count, best, best_k = _candidates_into(lo, hi, exact, iwork[2][:V1])
+    # the candidates of _candidates_into, collected in the bounds' pass
+    count, best, best_k = _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, iwork[2][:V1], True)
     if count == 0:
         return best, best_k
     todo = iwork[2][:count]
@@ -1018,14 +1067,26 @@ def _newton_count_law(pw, coef, n, psum, e, g, log_scale0):
         g[k] = math.exp(math.log(e[k]) + log_scale) if e[k] > 0.0 else 0.0
 
 
-@nb.njit(cache=True)
 def sequential_mass_check(q_in, outside, n, refine):
     """``W_n(H)`` for the masses ``q_in`` of H (any order, zeros allowed) and ``outside > 0``.
 
     The trapezoid nodes sit half-way between those of the solver's grid at the same ``refine``:
     the leading error term of the trapezoid rule changes sign under that shift (Poisson summation),
     so the difference of the two values is about twice the error of either.
+
+    Two kernels with numpy's sort in between (vectorised; several times faster than numba's on the
+    tens of thousands of masses that are big at some node when q(outside) is small): the sorted
+    values are the same whatever the sort, so is the result.
     """
+    s_lo, h, M, J, coef, acc, comp, neg = _check_small_sums(q_in, outside, n, refine)
+    neg = np.sort(neg)
+    return _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, -neg)
+
+
+@nb.njit(cache=True)
+def _check_small_sums(q_in, outside, n, refine):
+    """The first part of :func:`sequential_mass_check`: the grid, the power sums of the tokens small
+    at every node, and the negated masses of the others (unsorted)."""
     s_lo, h, M = quad_grid(n, outside, refine)
     s_lo -= 0.5 * h  # half a step further left: the left tail left out only shrinks
     M += 1
@@ -1041,38 +1102,38 @@ def sequential_mass_check(q_in, outside, n, refine):
     inv_theta = 1.0 / theta_min if plain else 0.0
     acc = np.zeros(J + 1)  # sum of (q_i / theta)^j over the small tokens met so far
     comp = np.zeros(3)  # compensations of the first two powers
-    big = np.zeros(q_in.size, dtype=np.bool_)
+    neg = np.empty(q_in.size)  # the others' masses, negated, in token order (only `rest` written)
     rest = 0
     for i in range(q_in.size):
         if q_in[i] <= 0.0:
             continue
         if plain:
             if q_in[i] > theta_min:
-                big[i] = True
+                neg[rest] = -q_in[i]
                 rest += 1
                 continue
             v = q_in[i] * inv_theta
         else:
             lv = math.log(q_in[i]) - log_theta_min
             if lv > 0.0:
-                big[i] = True
+                neg[rest] = -q_in[i]
                 rest += 1
                 continue
             v = math.exp(lv)
-        acc[1], comp[1] = neumaier_add(acc[1], comp[1], v)
+        acc[1], comp[1] = neumaier_add_nonneg(acc[1], comp[1], v)  # (v > 0: no branch)
         x = v * v
-        acc[2], comp[2] = neumaier_add(acc[2], comp[2], x)
+        acc[2], comp[2] = neumaier_add_nonneg(acc[2], comp[2], x)
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
-    qv = np.empty(rest)
-    rest = 0
-    for i in range(q_in.size):
-        if big[i]:
-            qv[rest] = -q_in[i]
-            rest += 1
-    qv.sort()
-    qv = -qv  # the other tokens, high to low
+    return s_lo, h, M, J, coef, acc, comp, neg[:rest]
+
+
+@nb.njit(cache=True)
+def _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, qv):
+    """The second part of :func:`sequential_mass_check`, ``qv`` the other tokens, high to low."""
+    rest = qv.size
+    log_theta_min = math.log(SMALL_QT) - (s_lo + (M - 1) * h)
     lq = np.log(qv)
     cut = np.empty(M, dtype=np.int64)  # node m: lq[cut[m]:] are small
     pw = np.zeros((M, J + 1))  # node m: pw[m, j] = sum of (q t)^j over its small tokens
