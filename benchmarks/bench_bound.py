@@ -9,14 +9,13 @@ process); the thread speed-up of the batch and the LP comparison are wall time.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import best_time, header, llm_like_pair  # noqa: E402
+from _common import best_cpu_time, best_time, header, llm_like_pair  # noqa: E402
 
 from mdsd_ot import (  # noqa: E402
     optimal_acceptance,
@@ -24,18 +23,6 @@ from mdsd_ot import (  # noqa: E402
     primal,  # noqa: E402
 )
 from mdsd_ot.drafts import get_scheme  # noqa: E402
-
-
-def cpu_time(fn, *, repeat: int = 7) -> float:
-    """Best CPU time (``time.process_time``) of one call over ``repeat`` runs, after a warm-up: on a
-    loaded machine wall time counts the other processes too."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
 
 
 def row(case, ours, base, base_name, target, accuracy=""):
@@ -83,8 +70,8 @@ def main():
     for T in (1.0, 0.3):
         p, q = llm_like_pair(V, rng, temperature=T)
         key = -(q / np.where(p > 0, p, 1e-300))
-        t_sort = cpu_time(lambda: np.argsort(key), repeat=15)
-        t_with = cpu_time(lambda: optimal_acceptance(p, q, 2), repeat=15)
+        t_sort = best_cpu_time(lambda: np.argsort(key), repeat=15)
+        t_with = best_cpu_time(lambda: optimal_acceptance(p, q, 2), repeat=15)
         err = abs(optimal_acceptance(p, q, 2).value - reference_with(p, q, 2))
         lines.append(
             row(
@@ -97,11 +84,11 @@ def main():
             )
         )
         for n in (2, 4, 8, 16, 64):
-            t = cpu_time(
+            t = best_cpu_time(
                 lambda: optimal_acceptance(p, q, n, sampling="without_replacement"),
                 repeat=15 if n <= 16 else 3,
             )
-            t_sort = min(t_sort, cpu_time(lambda: np.argsort(key), repeat=5))  # the same load as ours
+            t_sort = min(t_sort, best_cpu_time(lambda: np.argsort(key), repeat=5))  # the same load as ours
             r = optimal_acceptance(p, q, n, sampling="without_replacement")
             if n <= 8:
                 accuracy = f"{abs(r.value - reference_without(p, q, n)):.1e} vs DP at every prefix"
