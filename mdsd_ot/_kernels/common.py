@@ -31,29 +31,18 @@ def neumaier_add_nonneg(s, c, v):
 
 @nb.njit(cache=True)
 def prefix_sums(x):
-    """``S[k] = sum(x[:k])`` for k = 0..V (Neumaier-compensated)."""
-    V = x.size
-    out = np.empty(V + 1)
-    s = 0.0
-    c = 0.0
-    out[0] = 0.0
-    for i in range(V):
-        s, c = neumaier_add(s, c, x[i])
-        out[i + 1] = s + c
+    """``S[k] = sum(x[:k])`` for k = 0..V (Neumaier-compensated; :func:`prefix_sums_into`)."""
+    out = np.empty(x.size + 1)
+    prefix_sums_into(x, out)
     return out
 
 
 @nb.njit(cache=True)
 def suffix_sums(x):
-    """``R[k] = sum(x[k:])`` for k = 0..V (Neumaier-compensated, summed from the end)."""
-    V = x.size
-    out = np.empty(V + 1)
-    s = 0.0
-    c = 0.0
-    out[V] = 0.0
-    for i in range(V - 1, -1, -1):
-        s, c = neumaier_add(s, c, x[i])
-        out[i] = s + c
+    """``R[k] = sum(x[k:])`` for k = 0..V (Neumaier-compensated, summed from the end;
+    :func:`suffix_sums_into`)."""
+    out = np.empty(x.size + 1)
+    suffix_sums_into(x, out)
     return out
 
 
@@ -70,7 +59,7 @@ def logaddexp(a, b):
 
 @nb.njit(cache=True)
 def prefix_sums_into(x, out):
-    """:func:`prefix_sums` written to ``out`` (length ``x.size + 1``)."""
+    """``out[k] = sum(x[:k])`` for k = 0..V, Neumaier-compensated (``out``: length ``x.size + 1``)."""
     s = 0.0
     c = 0.0
     out[0] = 0.0
@@ -81,7 +70,8 @@ def prefix_sums_into(x, out):
 
 @nb.njit(cache=True)
 def suffix_sums_into(x, out):
-    """:func:`suffix_sums` written to ``out`` (length ``x.size + 1``)."""
+    """``out[k] = sum(x[k:])`` for k = 0..V, Neumaier-compensated and summed from the end (``out``:
+    length ``x.size + 1``)."""
     V = x.size
     s = 0.0
     c = 0.0
