@@ -7,6 +7,8 @@ import math
 import numba as nb
 import numpy as np
 
+from .._config import INSERTION_MAX
+
 
 @nb.njit(cache=True, inline="always")
 def neumaier_add(s, c, v):
@@ -100,3 +102,25 @@ def prefix_suffix_sums_into(ps, qs, P, Q, R):
         j = V - 1 - i
         sr, cr = neumaier_add_nonneg(sr, cr, qs[j])
         R[j] = sr + cr
+
+
+@nb.njit(cache=True)
+def sort_run_descending(order, rs, ps, qs, a, e):
+    """Sort positions ``[a, e)`` by ``rs`` from high to low, stably (a run in token order keeps its
+    ties in index order), carrying ``order``, ``ps`` and ``qs`` along: insertion up to
+    ``INSERTION_MAX`` entries, merge sort above. The evaluation plan's order pass and the binned scan's
+    candidate bins."""
+    if e - a > INSERTION_MAX:
+        perm = np.argsort(-rs[a:e], kind="mergesort")
+        order[a:e] = order[a:e][perm]
+        rs[a:e] = rs[a:e][perm]
+        ps[a:e] = ps[a:e][perm]
+        qs[a:e] = qs[a:e][perm]
+        return
+    for t in range(a + 1, e):
+        r, i, x, y = rs[t], order[t], ps[t], qs[t]
+        u = t
+        while u > a and rs[u - 1] < r:
+            rs[u], order[u], ps[u], qs[u] = rs[u - 1], order[u - 1], ps[u - 1], qs[u - 1]
+            u -= 1
+        rs[u], order[u], ps[u], qs[u] = r, i, x, y

@@ -29,7 +29,7 @@ import numba as nb
 import numpy as np
 
 from .._config import INSERTION_MAX, ORDER_BINS_PER_TOKEN, PLAN_BLOCK, POWER_FROM_REST_N, PRUNE_MARGIN
-from .common import neumaier_add
+from .common import neumaier_add, sort_run_descending
 from .common import neumaier_add_nonneg as _add
 from .scans import power_of_mass
 
@@ -117,26 +117,6 @@ def q_summary(p, q, k):
 
 
 # ------------------------------------------------------------------------------ pass 2: order
-@nb.njit(cache=True)
-def _sort_run(order, rs, ps, qs, a, e):
-    """Sort positions ``[a, e)`` of the order by ``rs`` from high to low, stably (the run is in token
-    order, so ties stay in index order), carrying ``order``, ``ps`` and ``qs`` along."""
-    if e - a > INSERTION_MAX:
-        perm = np.argsort(-rs[a:e], kind="mergesort")
-        order[a:e] = order[a:e][perm]
-        rs[a:e] = rs[a:e][perm]
-        ps[a:e] = ps[a:e][perm]
-        qs[a:e] = qs[a:e][perm]
-        return
-    for t in range(a + 1, e):
-        r, i, x, y = rs[t], order[t], ps[t], qs[t]
-        u = t
-        while u > a and rs[u - 1] < r:
-            rs[u], order[u], ps[u], qs[u] = rs[u - 1], order[u - 1], ps[u - 1], qs[u - 1]
-            u -= 1
-        rs[u], order[u], ps[u], qs[u] = r, i, x, y
-
-
 @nb.njit(cache=True)
 def ratio_order_into(p, q, order, rs, ps, qs, bits, bins):
     """The token order of :func:`mdsd_ot.dual.sorted_order`, the ratios and p, q along it, into buffers.
@@ -264,7 +244,7 @@ def ratio_order_into(p, q, order, rs, ps, qs, bits, bins):
             e = t + 1
             while e < n_first + m and (rb[e] & ~imask) == key:
                 e += 1
-            _sort_run(order, rs, ps, qs, a, e)
+            sort_run_descending(order, rs, ps, qs, a, e)
             t = e
         else:
             t += 1

@@ -12,8 +12,15 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import BIN_BUDGET, INSERTION_MAX, POWER_FROM_REST_N, PRUNE_MARGIN
-from .common import logaddexp, neumaier_add, neumaier_add_nonneg, prefix_sums, suffix_sums
+from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN
+from .common import (
+    logaddexp,
+    neumaier_add,
+    neumaier_add_nonneg,
+    prefix_sums,
+    sort_run_descending,
+    suffix_sums,
+)
 
 # --------------------------------------------------------------------------- with replacement
 #
@@ -312,28 +319,6 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
     return (Qh - Ph) - Rout * Sh - big
 
 
-@nb.njit(cache=True, inline="always")
-def _sort_segment(keys, idx, a, e):
-    """Sort ``keys[a:e]`` ascending in place, moving ``idx[a:e]`` with them; equal keys keep their
-    order (stable). Insertion sort for short runs, a stable argsort above ``INSERTION_MAX``."""
-    if e - a <= INSERTION_MAX:
-        for t in range(a + 1, e):
-            k, i = keys[t], idx[t]
-            u = t - 1
-            while u >= a and keys[u] > k:
-                keys[u + 1] = keys[u]
-                idx[u + 1] = idx[u]
-                u -= 1
-            keys[u + 1] = k
-            idx[u + 1] = i
-        return
-    perm = np.argsort(keys[a:e], kind="mergesort")
-    ks = keys[a:e][perm]
-    ix = idx[a:e][perm]
-    keys[a:e] = ks
-    idx[a:e] = ix
-
-
 @nb.njit(cache=True)
 def bucketed_scan(p, q, n, code, rest):
     """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
@@ -392,21 +377,25 @@ def bucketed_scan(p, q, n, code, rest):
         if start[j + 1] > start[j]:
             members[fill[j]] = i
             fill[j] += 1
-    # each candidate bin sorted by q/p in place (ties keep token index order), and the q mass of the
-    # bin after each of its inner prefixes, in arrays shared by all bins (no allocation per bin)
-    keys = np.empty(members.size)
+    # each candidate bin sorted by q/p in place (ties keep token index order), with p and q along it,
+    # and the q mass of the bin after each of its inner prefixes, in arrays shared by all bins
+    rs = np.empty(members.size)
+    ps = np.empty(members.size)
+    qs = np.empty(members.size)
     for t in range(members.size):
         i = members[t]
-        keys[t] = -(q[i] / p[i]) if p[i] > 0.0 else -np.inf
+        rs[t] = q[i] / p[i] if p[i] > 0.0 else np.inf
+        ps[t] = p[i]
+        qs[t] = q[i]
     tail = np.empty(members.size + 1)
     for j in range(nbins):
         a, e = start[j], start[j + 1]
         if e > a:
-            _sort_segment(keys, members, a, e)
+            sort_run_descending(members, rs, ps, qs, a, e)
             s_, c_ = 0.0, 0.0
             tail[e] = 0.0
             for t in range(e - 1, a - 1, -1):
-                s_, c_ = neumaier_add_nonneg(s_, c_, q[members[t]])
+                s_, c_ = neumaier_add_nonneg(s_, c_, qs[t])
                 tail[t] = s_ + c_
     best = 0.0
     best_bin = -1
@@ -422,13 +411,13 @@ def bucketed_scan(p, q, n, code, rest):
             big_in = big_bin < j
             for t in range(a, e - 1):
                 i = members[t]
-                Pc, cP = neumaier_add_nonneg(Pc, cP, p[i])
-                Qc, cQ = neumaier_add_nonneg(Qc, cQ, q[i])
+                Pc, cP = neumaier_add_nonneg(Pc, cP, ps[t])
+                Qc, cQ = neumaier_add_nonneg(Qc, cQ, qs[t])
                 if code == 1:
                     if i == big_i:
                         big_in = True
                     else:
-                        Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / rest[i])
+                        Sc, cS = neumaier_add_nonneg(Sc, cS, qs[t] / rest[i])
                 Rout = R1[j + 1] + tail[t + 1]
                 big = big_q * (Rout / big_rest) if big_in else 0.0
                 d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
