@@ -59,6 +59,11 @@ PRUNE_MARGIN = 1e-12
 #: distributions) would need every prefix evaluated.
 PRUNE_SLACK = 1e-13
 
+#: Sequential sampling, n >= 3: absolute allowance for the quadrature error of ``X - W`` (both of size
+#: at most 2) in the slopes that bound W_n between two evaluated prefixes (docs/math.md#pruning); the
+#: fast path's error in them is about 1e-14.
+PRUNE_SLOPE_MARGIN = 1e-11
+
 #: Prefixes evaluated exactly per pruning round of the without-replacement scan (n >= 3).
 PRUNE_BATCH = 32
 

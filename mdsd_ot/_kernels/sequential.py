@@ -18,6 +18,7 @@ from .._config import (
     NBANDS,
     PRUNE_BATCH,
     PRUNE_SLACK,
+    PRUNE_SLOPE_MARGIN,
     PRUNE_STATES,
     PRUNE_SUMS_GAP,
     QUAD_STEP,
@@ -67,6 +68,15 @@ def _node_weight(h, r, s):
     """Trapezoid weight of the density R e^{-R t} dt = (R t) e^{-R t} ds at node s."""
     rt = times_t(r, s)
     return h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+
+
+@nb.njit(cache=True, inline="always")
+def _node_terms(h, r, s):
+    """``(weight, weight * R t)`` at node s: the trapezoid weight of :func:`_node_weight` and that of
+    the density's first moment in ``R t`` (the slope of :func:`scan_without_replacement_into`)."""
+    rt = times_t(r, s)
+    weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+    return weight, weight * rt
 
 
 @nb.njit(cache=True, inline="always")
@@ -711,8 +721,10 @@ def _new_state(prep, n):
 
 
 @nb.njit(cache=True)
-def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every, b_lo):
-    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path).
+def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, b_lo):
+    """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path): those of W_n to
+    ``acc``, those of ``X = int R t e^{-R t} (R t) P(N >= n - 1) dt`` to ``accx`` (the slope bounds of
+    docs/math.md#pruning).
 
     Each node's DP over its big tokens starts from ``resume`` (the states at a prefix no longer than
     ``queries[0]``) where it holds one; the states at every ``save_every``-th query are written to
@@ -746,7 +758,9 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
         big = flat[start[m, 0] : start[m, 1]] if not by_band else flat[:0]
         if r_flag[m] == 2:
             for c in range(C):
-                acc[c] += _node_weight(h, Rq[c], s)
+                weight, moment = _node_terms(h, Rq[c], s)
+                acc[c] += weight
+                accx[c] += moment
             for c in range(0, C, save_every):
                 s_flag[c // save_every, m] = 2
             continue
@@ -840,17 +854,26 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every
                     g[k] = 0.0
                 g[0] = 1.0
             below = 0.0  # P(N < n) = sum_i P(N_big = i) P(N_small < n - i)
+            below1 = 0.0  # P(N < n - 1)
             run = 0.0
-            for k in range(n):
+            for k in range(n - 1):
                 run += g[k]
                 below += D[c, n - 1 - k] * run
+                below1 += D[c, n - 2 - k] * run
+            run += g[n - 1]
+            below += D[c, 0] * run
             acc[c] += weight * max(1.0 - below, 0.0)
+            accx[c] += weight * rt * max(1.0 - below1, 0.0)
         if cn < C:  # the saturated query, with the weight of the loop above, and the later ones
-            c = cn
+            c = cn  # (P(N < n - 1) <= P(N < n) < SATURATED: both probabilities taken as 1)
             rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
-            acc[c] += h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+            weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+            acc[c] += weight
+            accx[c] += weight * rt
             for c2 in range(c + 1, C):
-                acc[c2] += _node_weight(h, Rq[c2], s)
+                weight, moment = _node_terms(h, Rq[c2], s)
+                acc[c2] += weight
+                accx[c2] += moment
 
 
 @nb.njit(cache=True)
@@ -862,8 +885,9 @@ def _nodes_needed(s_lo, h, M, r_min):
 
 @nb.njit(cache=True)
 def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
-    """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values and the states
-    at every ``save_every``-th query (:func:`_fast_nodes`, :func:`_query_power_sums`)."""
+    """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values, the moments ``X``
+    of :func:`_fast_nodes` and the states at every ``save_every``-th query (:func:`_fast_nodes`,
+    :func:`_query_power_sums`)."""
     J = prep[11].shape[1] - 1
     M = _nodes_needed(prep[0], prep[1], prep[2], Rq.min())
     ns = (queries.size - 1) // save_every + 1
@@ -880,8 +904,9 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
     b_hi = min(node_band[M - 1], NBANDS - 1)
     S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every, b_lo, b_hi)
     acc = np.zeros(queries.size)
-    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, resume, saved, save_every, b_lo)
-    return acc, saved
+    accx = np.zeros(queries.size)
+    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, b_lo)
+    return acc, accx, saved
 
 
 @nb.njit(cache=True)
@@ -893,6 +918,21 @@ def sequential_masses_fast(qs, queries, Rq, n, refine=0):
     )
     resume = _new_state(prep, n)
     return _evaluate_fast(prep, queries, Rq, n, resume, queries.size)[0]
+
+
+@nb.njit(cache=True)
+def sequential_slopes_fast(qs, queries, Rq, n, refine=0):
+    """``(W, G)`` at increasing prefix lengths ``queries`` (outside masses ``Rq > 0``), fast path:
+    ``W = W_n(H_k)`` and the slope ``G = (X - W) / R`` that bounds every later or earlier token's
+    increment (docs/math.md#pruning): ``W_n(H + j) - W_n(H) <= q_j G(H')`` for ``j`` outside ``H``,
+    ``H + j`` inside ``H'``, and ``>= q_j G(H)``, without the margin the scan adds."""
+    top = queries[-1]
+    prep = _prepare_fast(
+        qs, top, n, refine, Rq.min(), queries[0], np.empty((2, top), dtype=np.int64), np.empty(top)
+    )
+    resume = _new_state(prep, n)
+    w, x, _ = _evaluate_fast(prep, queries, Rq, n, resume, queries.size)
+    return w, (x - w) / Rq
 
 
 @nb.njit(cache=True)
@@ -930,6 +970,31 @@ def _next_picks(todo, ev_pos, starts, flag):
     return todo[flag[:N]]
 
 
+_R_REL = 1e-15  # relative error allowed in an outside mass R (compensated suffix sums: about 2 ulps)
+
+
+@nb.njit(cache=True, inline="always")
+def _gap_bound(wa, ma, ra, wb, mb, rb, rk):
+    """Upper bound on ``W_n(H_k)`` for ``a <= k <= b`` from the evaluated prefixes a and b
+    (docs/math.md#pruning): ``W_a + G_b q(H_k - H_a)`` and ``W_b - G_a q(H_b - H_k)``, the slopes
+    ``G = m / r`` with ``m = X - W`` as the fast path gives them, widened by ``PRUNE_SLOPE_MARGIN``.
+    The masses in between are differences of outside masses (accurate next to a small ``R``, where
+    prefix sums near 1 are not), widened by their rounding; ``inf`` where neither bound is a number."""
+    bound = np.inf
+    slope = mb + PRUNE_SLOPE_MARGIN
+    if slope > 0.0:
+        up = wa + slope * ((ra - rk + _R_REL * (ra + rk)) / rb)
+        if up < bound:  # (NaN: no bound)
+            bound = up
+    slope = ma - PRUNE_SLOPE_MARGIN
+    between = rk - rb - _R_REL * (rk + rb)
+    if slope > 0.0 and between > 0.0:
+        down = wb - slope * (between / ra)
+        if down < bound:
+            bound = down
+    return bound
+
+
 @nb.njit(cache=True)
 def new_workspace(V):
     """Work arrays of :func:`scan_without_replacement_into` for ``V`` tokens: ``(fwork, iwork, bwork)``."""
@@ -951,8 +1016,9 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
     """Any n >= 3: exact W_n at a few prefixes, the rest bounded away. Returns ``(D, k)``.
 
     ``W_n`` is non-decreasing along the prefixes, so for an evaluated prefix ``b >= k``,
-    ``D_k <= W_n(H_b) - P_k``; with the cheap bounds of :func:`without_replacement_bounds` this
-    discards every prefix that cannot beat the best excess found so far. Each round evaluates up to
+    ``D_k <= W_n(H_b) - P_k``; between two evaluated prefixes the slopes of :func:`_gap_bound` bound it
+    tighter; with the cheap bounds of :func:`without_replacement_bounds` these discard every prefix
+    that cannot beat the best excess found so far. Each round evaluates up to
     ``PRUNE_BATCH`` of the remaining prefixes (evenly spread) by the fast quadrature; the tokens and
     the grid are prepared once, and each round resumes every node's DP over the big tokens at the
     last saved state before the first remaining prefix (docs/math.md#pruning).
@@ -974,14 +1040,16 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
     prep = _prepare_fast(qs, todo[-1], n, refine, R[todo[-1]], todo[0], iwork, fwork[5])
     M = prep[2]
     resume = _new_state(prep, n)
-    ev_pos = np.empty(0, dtype=np.int64)  # evaluated prefixes, increasing, and W_n there
+    ev_pos = np.empty(0, dtype=np.int64)  # evaluated prefixes, increasing, W_n and X - W_n there
     ev_w = np.empty(0)
+    ev_m = np.empty(0)
     while todo.size > 0:
         pick = _next_picks(todo, ev_pos, iwork[1], bwork[1])  # (the band order is no longer needed)
         save_every = max(1, pick.size * M * n // PRUNE_STATES + 1)
-        w, saved = _evaluate_fast(prep, pick, R[pick], n, resume, save_every)
+        w, x, saved = _evaluate_fast(prep, pick, R[pick], n, resume, save_every)
         for i in range(pick.size):
             k = pick[i]
+            x[i] -= w[i]
             wk = min(w[i], Q[k])
             w[i] = wk
             d = wk - P[k]
@@ -992,8 +1060,10 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
         order = np.argsort(pos, kind="mergesort")
         ev_pos = pos[order]
         ev_w = np.concatenate((ev_w, w))[order]
-        # cap = W_n at the nearest evaluated prefix >= k (an upper bound on W_n(H_k)); todo is
-        # increasing, so one pointer walks the evaluated prefixes
+        ev_m = np.concatenate((ev_m, x))[order]
+        # cap = W_n at the nearest evaluated prefix b >= k (an upper bound on W_n(H_k)), and the
+        # slopes' bound between b and the evaluated prefix a < k before it; todo is increasing, so one
+        # pointer walks the evaluated prefixes
         keep = 0
         e = 0
         for i in range(todo.size):
@@ -1003,6 +1073,9 @@ def scan_without_replacement_into(ps, qs, n, refine, P, Q, R, have_sums, fwork, 
             if e < ev_pos.size and ev_pos[e] == k:
                 continue  # evaluated
             cap = ev_w[e] if e < ev_pos.size else np.inf
+            if e > 0 and e < ev_pos.size:
+                a, b = ev_pos[e - 1], ev_pos[e]
+                cap = min(cap, _gap_bound(ev_w[e - 1], ev_m[e - 1], R[a], ev_w[e], ev_m[e], R[b], R[k]))
             if min(hi[k], cap - P[k]) > best + PRUNE_SLACK:
                 todo[keep] = k
                 keep += 1
