@@ -64,19 +64,19 @@ def times_t(v, s):
 
 
 @nb.njit(cache=True, inline="always")
-def _node_weight(h, r, s):
-    """Trapezoid weight of the density R e^{-R t} dt = (R t) e^{-R t} ds at node s."""
-    rt = times_t(r, s)
-    return h * rt * math.exp(-rt) if rt < 800.0 else 0.0
-
-
-@nb.njit(cache=True, inline="always")
 def _node_terms(h, r, s):
-    """``(weight, weight * R t)`` at node s: the trapezoid weight of :func:`_node_weight` and that of
-    the density's first moment in ``R t`` (the slope of :func:`scan_without_replacement_into`)."""
+    """``(weight, weight * R t)`` at node s: the trapezoid weight of the density
+    R e^{-R t} dt = (R t) e^{-R t} ds, and that of its first moment in ``R t`` (the slopes of
+    :func:`scan_without_replacement_into`)."""
     rt = times_t(r, s)
     weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
     return weight, weight * rt
+
+
+@nb.njit(cache=True, inline="always")
+def _node_weight(h, r, s):
+    """Trapezoid weight of the density R e^{-R t} dt = (R t) e^{-R t} ds at node s."""
+    return _node_terms(h, r, s)[0]
 
 
 @nb.njit(cache=True, inline="always")
