@@ -16,6 +16,8 @@ from mdsd_ot.trees import (
     bound_estimate,
     draft_tree,
     expected_tokens,
+    node_bound,
+    node_bounds,
     outcome_law,
     parse_shape,
     speedup,
@@ -377,6 +379,46 @@ def test_bound_estimate_recursion_by_hand():
     below = [1.0 + np.minimum(tree.p[c], tree.q[c]).sum() for c in tree.children[0]]
     root = optimal_acceptance(tree.p[0], tree.q[0], 2).value
     assert bound_estimate(tree) == pytest.approx(1.0 + root * max(below), abs=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("scheme", ["with_replacement", "without_replacement", "greedy", "hub", "top_n"])
+def test_node_bounds_by_the_plan_equal_the_api(scheme, backend, monkeypatch):
+    """alpha* of every internal node by the evaluation plan (one call per number of children; the
+    torch backend batched on CPU tensors, sequential n >= 3 through its numpy fallback) equals
+    ``optimal_acceptance`` node by node to 1e-12, and the estimate built on them is the same."""
+    batched = []
+    if backend == "torch":
+        pytest.importorskip("torch")
+        import mdsd_ot.backends.torch as tb
+
+        real = tb.evaluate_batch
+
+        def spy(*args, **kwargs):
+            out = real(*args, **kwargs)
+            batched.extend(out)
+            return out
+
+        monkeypatch.setattr(tb, "evaluate_batch", spy)
+    target, draft = ToyLM(40, 31, zeros=True), ToyLM(40, 32)
+    shape = "2,2" if scheme == "hub" else "3,2,1"  # (hub: two drafts at every node)
+    rng = np.random.default_rng(5)
+    tree = draft_tree(shape, scheme, draft.rows(), rng, target=target.rows())
+    got = node_bounds(tree, backend=backend, device="cpu")
+    for v in range(tree.n_internal):
+        b = int(tree.children[v].size)
+        alpha = optimal_acceptance(tree.p[v], tree.q[v], b, sampling=scheme).value
+        assert got[v] == pytest.approx(alpha, abs=1e-12)
+        assert node_bound(tree, v) == got[v]  # cached
+    twin = DraftTree(tree.shape, scheme, tree.tokens, tree.parent, tree.q, tree.p)
+    by_api = np.ones(tree.tokens.size)
+    for v in range(tree.n_internal - 1, -1, -1):
+        by_api[v] = 1.0 + node_bound(twin, v) * by_api[tree.children[v]].max()
+    assert bound_estimate(tree, backend=backend, device="cpu") == pytest.approx(by_api[0], abs=1e-12)
+    if backend == "torch" and scheme != "top_n":  # (top_n: not in the torch plan, numpy only)
+        assert f"bound:{scheme}@2" in batched  # evaluated on the tensors, not by the fallback
+    with pytest.raises(ValueError, match="backend"):
+        node_bounds(twin, backend="gpu")
 
 
 def test_tree_errors_are_actionable():

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._validate import check_probabilities
+from .._validate import check_choice, check_probabilities
 from ..drafts import get_scheme
 from ..verifiers import get_verifier
 from ..verifiers.base import PreparedVerifier, sample_index
@@ -284,21 +284,70 @@ def node_bound(tree: DraftTree, v: int) -> float:
     return cache[key]
 
 
-def bound_estimate(tree: DraftTree) -> float:
+def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.ndarray:
+    """``alpha*`` of every internal node (the values of :func:`node_bound`), by the evaluation plan
+    (:func:`mdsd_ot.study.evaluation.evaluate_rows`), the nodes with the same number of children in
+    one call; cached on the tree as :func:`node_bound` caches.
+
+    ``backend``: ``"numpy"``, the numpy plan node by node (one sort each, certificate re-checked);
+    ``"torch"``, the batched torch plan on ``device`` (float64; every certificate re-checked on the
+    device; what it does not cover, e.g. sequential sampling with n >= 3, by the numpy plan);
+    ``"auto"``, torch when ``device`` is an accelerator, numpy otherwise (on CPU the numpy plan is
+    faster, ``benchmarks/bench_plan.py``). ``RuntimeError`` naming the node where a value fails its
+    re-check.
+    """
+    if tree.p is None:
+        raise ValueError("the tree has no target laws yet: call set_target(p) first")
+    check_choice(backend, "backend", ("auto", "numpy", "torch"))
+    out = np.empty(tree.n_internal)
+    todo: dict[int, list] = {}  # number of children -> nodes not in the cache
+    for v in range(tree.n_internal):
+        cache, key = tree._cache_key("alpha*", v)
+        if key in cache:
+            out[v] = cache[key]
+        else:
+            todo.setdefault(int(tree.children[v].size), []).append(v)
+    if not todo:
+        return out
+    from ..study.evaluation import evaluate_rows
+
+    on_torch = backend == "torch" or (backend == "auto" and device is not None and str(device) != "cpu")
+    name = tree.scheme.name
+    for b, nodes in todo.items():
+        P, Q = tree.p[nodes], tree.q[nodes]
+        if on_torch:
+            import torch
+
+            P, Q = torch.as_tensor(P, device=device), torch.as_tensor(Q, device=device)
+        mode = "torch" if on_torch else "numpy"
+        rows = evaluate_rows(P, Q, ns=[b], schemes=[name], verifiers=[], backend=mode)
+        key = f"bound:{name}@{b}"
+        for v, row in zip(nodes, rows):
+            if row.get(key) is None:
+                why = row.get("errors", {}).get(key, "no value")
+                raise RuntimeError(f"alpha* at node {v} failed: {why}")
+            cache, ckey = tree._cache_key("alpha*", v)
+            cache[ckey] = out[v] = float(row[key])
+    return out
+
+
+def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
     """The node-bound estimate of the tokens per call: every node accepts with the optimal
     acceptance ``alpha*_v`` of its scheme and continues into its best drafted child,
 
     ``B(leaf) = 1``, ``B(v) = 1 + alpha*_v max_c B(c)`` (docs/math.md#tree-bound-estimate).
 
+    The ``alpha*_v`` come from :func:`node_bounds` (``backend``, ``device`` as there: the decoder
+    evaluates them batched on the models' device).
+
     An *estimate*, not a proven bound: ``alpha*_v`` averages over the draws of ``v``'s children,
     while the tree holds one draw. For a one-level tree its mean over draws is exactly
     ``1 + alpha*`` (what the optimal verifier attains).
     """
-    if tree.p is None:
-        raise ValueError("the tree has no target laws yet: call set_target(p) first")
+    alpha = node_bounds(tree, backend=backend, device=device)
     B = np.ones(tree.tokens.size)
     for v in range(tree.n_internal - 1, -1, -1):
-        B[v] = 1.0 + node_bound(tree, v) * float(B[tree.children[v]].max())
+        B[v] = 1.0 + alpha[v] * float(B[tree.children[v]].max())
     return float(B[0])
 
 
