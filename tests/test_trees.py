@@ -384,9 +384,10 @@ def test_bound_estimate_recursion_by_hand():
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("scheme", ["with_replacement", "without_replacement", "greedy", "hub", "top_n"])
 def test_node_bounds_by_the_plan_equal_the_api(scheme, backend, monkeypatch):
-    """alpha* of every internal node by the evaluation plan (one call per number of children; the
-    torch backend batched on CPU tensors, sequential n >= 3 through its numpy fallback) equals
-    ``optimal_acceptance`` node by node to 1e-12, and the estimate built on them is the same."""
+    """alpha* of every internal node (numpy: node by node; torch: the evaluation plan batched on CPU
+    tensors, one call per number of children, sequential n >= 3 and top_n through its numpy
+    fallback) equals ``optimal_acceptance`` node by node to 1e-12, and the estimate built on them is
+    the same."""
     batched = []
     if backend == "torch":
         pytest.importorskip("torch")

@@ -285,42 +285,42 @@ def node_bound(tree: DraftTree, v: int) -> float:
 
 
 def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.ndarray:
-    """``alpha*`` of every internal node (the values of :func:`node_bound`), by the evaluation plan
-    (:func:`mdsd_ot.study.evaluation.evaluate_rows`), the nodes with the same number of children in
-    one call; cached on the tree as :func:`node_bound` caches.
+    """``alpha*`` of every internal node (the values of :func:`node_bound`), cached on the tree as
+    :func:`node_bound` caches.
 
-    ``backend``: ``"numpy"``, the numpy plan node by node (one sort each, certificate re-checked);
-    ``"torch"``, the batched torch plan on ``device`` (float64; every certificate re-checked on the
-    device; what it does not cover, e.g. sequential sampling with n >= 3, by the numpy plan);
-    ``"auto"``, torch when ``device`` is an accelerator, numpy otherwise (on CPU the numpy plan is
-    faster, ``benchmarks/bench_plan.py``). ``RuntimeError`` naming the node where a value fails its
-    re-check.
+    ``backend``: ``"numpy"``, :func:`node_bound` node by node (``optimal_acceptance``; the numpy
+    evaluation plan, built to share one sort among many quantities, took about as long in all for one
+    bound per node in ``benchmarks/bench_trees.py``); ``"torch"``, the
+    evaluation plan batched by the torch backend on ``device``
+    (:func:`mdsd_ot.study.evaluation.evaluate_rows`; the nodes with the same number of children in
+    one call, float64, every certificate re-checked on the device, what the torch plan does not cover,
+    e.g. sequential sampling with n >= 3 or ``top_n``, by the numpy plan); ``"auto"``, torch when
+    ``device`` is an accelerator, numpy otherwise. ``RuntimeError`` naming the node where a value
+    fails its re-check.
     """
     if tree.p is None:
         raise ValueError("the tree has no target laws yet: call set_target(p) first")
     check_choice(backend, "backend", ("auto", "numpy", "torch"))
+    on_torch = backend == "torch" or (backend == "auto" and device is not None and str(device) != "cpu")
     out = np.empty(tree.n_internal)
     todo: dict[int, list] = {}  # number of children -> nodes not in the cache
     for v in range(tree.n_internal):
         cache, key = tree._cache_key("alpha*", v)
-        if key in cache:
-            out[v] = cache[key]
+        if key in cache or not on_torch:
+            out[v] = node_bound(tree, v)
         else:
             todo.setdefault(int(tree.children[v].size), []).append(v)
     if not todo:
         return out
+    import torch
+
     from ..study.evaluation import evaluate_rows
 
-    on_torch = backend == "torch" or (backend == "auto" and device is not None and str(device) != "cpu")
     name = tree.scheme.name
     for b, nodes in todo.items():
-        P, Q = tree.p[nodes], tree.q[nodes]
-        if on_torch:
-            import torch
-
-            P, Q = torch.as_tensor(P, device=device), torch.as_tensor(Q, device=device)
-        mode = "torch" if on_torch else "numpy"
-        rows = evaluate_rows(P, Q, ns=[b], schemes=[name], verifiers=[], backend=mode)
+        P = torch.as_tensor(tree.p[nodes], device=device)
+        Q = torch.as_tensor(tree.q[nodes], device=device)
+        rows = evaluate_rows(P, Q, ns=[b], schemes=[name], verifiers=[], backend="torch")
         key = f"bound:{name}@{b}"
         for v, row in zip(nodes, rows):
             if row.get(key) is None:
@@ -338,7 +338,7 @@ def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> f
     ``B(leaf) = 1``, ``B(v) = 1 + alpha*_v max_c B(c)`` (docs/math.md#tree-bound-estimate).
 
     The ``alpha*_v`` come from :func:`node_bounds` (``backend``, ``device`` as there: the decoder
-    evaluates them batched on the models' device).
+    evaluates them batched by the torch plan when its models run on an accelerator).
 
     An *estimate*, not a proven bound: ``alpha*_v`` averages over the draws of ``v``'s children,
     while the tree holds one draw. For a one-level tree its mean over draws is exactly
