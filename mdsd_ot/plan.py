@@ -347,9 +347,11 @@ def _prefix_bounds(plan: _Plan, requests):
 def _recheck_prefixes(plan: _Plan, solved):
     """Re-evaluate ``p(H) + 1 - Q(H)`` of every prefix certificate ``H`` (the first ``k`` tokens of the
     order) by code that shares nothing with the scans but p and q along the order: plain (numpy
-    pairwise) sums over ``H`` and its complement, no prefix table, the total and the largest token of
-    q found again; returns ``{(scheme, n): |difference|}``. Conditional Poisson goes through
-    :meth:`DraftScheme.mass` (its own ``log e_n`` of the masked draft)."""
+    pairwise) sums over the segments between the certificates' lengths, added up from the left for
+    ``H`` and from the right for its complement (one pass over p and two over q for all of them), no
+    prefix table, the total and the largest token of q found again; returns
+    ``{(scheme, n): |difference|}``. Conditional Poisson goes through :meth:`DraftScheme.mass` (its own
+    ``log e_n`` of the masked draft)."""
     code = {key: get_scheme(key[0]).kernel_code for key in solved}  # 0 with, 1 without (n <= 2), 2 CP
     keys = [key for key in solved if code[key] != 2]
     diffs = {}
@@ -359,21 +361,29 @@ def _recheck_prefixes(plan: _Plan, solved):
         b = int(np.argmax(qo))  # the only rank whose 1 - q can cancel (q > total / 2)
         big = bool(qo[b] > 0.5 * total)
         big_rest = float(qo[:b].sum() + qo[b + 1 :].sum()) if big else 1.0
+        cuts = sorted({solved[key][1] for key in keys})
+        p_in, q_in, q_out = {}, {}, {}
+        run_p = run_q = 0.0
+        for lo, hi in zip([0] + cuts, cuts):  # H grows segment by segment
+            run_p += float(po[lo:hi].sum())
+            run_q += float(qo[lo:hi].sum())
+            p_in[hi], q_in[hi] = run_p, run_q
+        run_q = 0.0
+        for lo, hi in reversed(list(zip(cuts, cuts[1:] + [qo.size]))):  # the complement, from the right
+            run_q += float(qo[lo:hi].sum())
+            q_out[lo] = run_q
         for s, n in keys:
             value, k = solved[(s, n)]
-            p_in = float(po[:k].sum())
-            q_in = float(qo[:k].sum())
-            q_out = float(qo[k:].sum())
             if n == 1 or code[(s, n)] == 0:
-                mass = with_mass_from_sums(q_in, q_out, n)
+                mass = with_mass_from_sums(q_in[k], q_out[k], n)
             else:  # W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i), the big token's term as q (R / (1 - q))
                 head = qo[:k]
                 odds = head / (total - head)
                 if big and b < k:
                     odds[b] = 0.0
-                big_term = float(qo[b]) * (q_out / big_rest) if (big and b < k) else 0.0
-                mass = q_in - q_out * float(odds.sum()) - big_term
-            diffs[(s, n)] = abs(p_in + 1.0 - mass - value)
+                big_term = float(qo[b]) * (q_out[k] / big_rest) if (big and b < k) else 0.0
+                mass = q_in[k] - q_out[k] * float(odds.sum()) - big_term
+            diffs[(s, n)] = abs(p_in[k] + 1.0 - mass - value)
     for s, n in solved:
         if code[(s, n)] == 2:
             value, k = solved[(s, n)]

@@ -649,13 +649,15 @@ def top_check(q, top):
 
 @nb.njit(cache=True, fastmath=_REASSOC, inline="always")
 def _block_cert(p, q, rest, a, e):
-    """``(p, q)`` summed over the tokens of ``[a, e)`` with ``q / rest > p`` (non-negative terms)."""
+    """``(p, q)`` summed over the tokens of ``[a, e)`` with ``q / rest > p``, tested as
+    ``q > p rest`` (no division; a token the two forms classify differently has ``q / rest = p`` to
+    rounding and moves the objective by that rounding only; non-negative terms)."""
     s0 = 0.0
     s1 = 0.0
     for i in range(a, e):
         qi = q[i]
         pi_ = p[i]
-        w = np.float64(qi / rest > pi_)  # a 0/1 weight, not a branch (random outcomes)
+        w = np.float64(qi > pi_ * rest)  # a 0/1 weight, not a branch (random outcomes)
         s0 += pi_ * w
         s1 += qi * w
     return s0, s1
