@@ -6,8 +6,8 @@ tokens by multi-step speculative decoding with draft trees (docs/math.md#draft-t
 1. draft the tree level by level (one batched draft forward per depth, :class:`.models.TreeLM`);
 2. one target forward over the tree (tree attention mask) gives ``p`` at every node;
 3. every configured verifier's exact expected tokens for this tree (:func:`mdsd_ot.trees.expected_tokens`)
-   and the node-bound estimate (its ``alpha*`` by the evaluation plan, batched on the models' device
-   when that is an accelerator: :func:`mdsd_ot.trees.node_bounds`) are recorded;
+   and the node-bound estimate (its ``alpha*`` by the torch evaluation plan, batched on the models'
+   device when that is an accelerator: :func:`mdsd_ot.trees.node_bounds`) are recorded;
 4. decoding continues along the driving verifier's actual sample (:func:`mdsd_ot.trees.verify_tree`).
 
 A call's row records ``emitted``, the number of tokens the driving verifier's sample produced (up to
@@ -116,8 +116,8 @@ def decode_prompt(
                 row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
         if config.bound:
             try:
-                # alpha* of every node by the evaluation plan, batched on the models' device when it is
-                # an accelerator (the numpy plan on CPU)
+                # alpha* of every node: by the torch evaluation plan, batched on the models' device when
+                # that is an accelerator; optimal_acceptance node by node on CPU
                 row["bound"] = bound_estimate(tree, backend="auto", device=root.device)
             except (ValueError, RuntimeError) as exc:
                 row["bound"] = None

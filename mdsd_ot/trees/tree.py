@@ -312,9 +312,10 @@ def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.n
             todo.setdefault(int(tree.children[v].size), []).append(v)
     if not todo:
         return out
-    import torch
-
+    from ..backends.torch import require_torch
     from ..study.evaluation import evaluate_rows
+
+    torch = require_torch()
 
     name = tree.scheme.name
     for b, nodes in todo.items():
