@@ -92,6 +92,19 @@ def test_quadrature_against_n2_closed_form_at_full_vocabulary(rng):
         np.testing.assert_allclose(K.sequential_masses_fast(q, ks, R, 2), closed, rtol=0, atol=1e-12)
 
 
+def assert_scan_finds_the_best_prefix(p, q, n):
+    """The pruned n >= 3 scan's value within PRUNE_SLACK (plus quadrature rounding) of the maximum
+    over every prefix: the exact ones of the bounds pass, the others by the plain DP."""
+    ps, qs = sorted_pair(p, q)
+    P, Q, R, lo, _, exact = K.without_replacement_bounds(ps, qs, n)
+    best = max(0.0, lo[exact].max())
+    ks = np.flatnonzero(~exact).astype(np.int64)
+    if ks.size:
+        W = K.sequential_masses(qs, ks, R[ks], n)
+        best = max(best, float(np.max(np.minimum(W, Q[ks]) - P[ks])))
+    assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
+
+
 def test_pruned_scan_against_every_prefix(rng):
     """The pruned n >= 3 scan equals the maximum over every prefix evaluated by the plain DP."""
     for trial in range(60):
@@ -100,15 +113,7 @@ def test_pruned_scan_against_every_prefix(rng):
         p, q = llm_like(V, rng, rng.choice([0.3, 1.0])) if trial % 2 else random_pair(rng, V)
         if np.count_nonzero(q) < n:
             continue
-        ps, qs = sorted_pair(p, q)
-        P, Q, R, lo, _, exact = K.without_replacement_bounds(ps, qs, n)
-        best = max(0.0, lo[exact].max())
-        ks = np.flatnonzero(~exact).astype(np.int64)
-        if ks.size:
-            W = K.sequential_masses(qs, ks, R[ks], n)
-            best = max(best, float(np.max(np.minimum(W, Q[ks]) - P[ks])))
-        # within PRUNE_SLACK of the maximum, plus quadrature rounding
-        assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
+        assert_scan_finds_the_best_prefix(p, q, n)
 
 
 def hard_q(kind, V, rng):
@@ -225,14 +230,7 @@ def test_pruned_scan_against_every_prefix_hard_families(kind, rng):
         q = hard_q(kind, 2000, rng)
         if np.count_nonzero(q) < n:
             continue
-        ps, qs = sorted_pair(p, q)
-        P, Q, R, lo, _, exact = K.without_replacement_bounds(ps, qs, n)
-        best = max(0.0, lo[exact].max())
-        ks = np.flatnonzero(~exact).astype(np.int64)
-        if ks.size:
-            W = K.sequential_masses(qs, ks, R[ks], n)
-            best = max(best, float(np.max(np.minimum(W, Q[ks]) - P[ks])))
-        assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
+        assert_scan_finds_the_best_prefix(p, q, n)
 
 
 def test_prefix_suffix_sums_in_one_loop(rng):
