@@ -106,6 +106,46 @@ def test_batch_bad_input():
         )
 
 
+def test_large_batch_validation_in_one_pass(rng):
+    """Batches of at least PARALLEL_MIN_ENTRIES float64 entries are checked and normalised by one
+    row-parallel pass per array (``_kernels.normalized_rows``): the same rows as numpy's copy and
+    divide to 1e-15, values equal to the row-by-row API, and every input the small path refuses is
+    refused with the same message (a bad row anywhere, either array)."""
+    from mdsd_ot._config import PARALLEL_MIN_ENTRIES
+    from mdsd_ot.api import _normalized_rows
+
+    B, V = 6, PARALLEL_MIN_ENTRIES // 4
+    P = rng.dirichlet(np.full(V, 0.3), size=B)
+    Q = rng.dirichlet(np.full(V, 0.3), size=B)
+    P[:, :50] = 0.0
+    P /= P.sum(axis=1, keepdims=True)
+    a, b = _normalized_rows(P, Q, False)
+    assert a is not P and b is not Q  # fresh arrays
+    np.testing.assert_allclose(a, P / P.sum(axis=1, keepdims=True), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(b, Q / Q.sum(axis=1, keepdims=True), rtol=1e-15, atol=0)
+    got = optimal_acceptance_batch(P, Q, 2)
+    want = [optimal_acceptance(p, q, 2).value for p, q in zip(P, Q)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    scaled = optimal_acceptance_batch(3.0 * P, Q, 2, normalize=True)  # sums off one: rescaled
+    np.testing.assert_allclose(scaled, want, rtol=0, atol=1e-12)
+    for bad, message in [
+        (np.nan, "NaN or inf \\(first at index \\(4, 7\\)\\)"),
+        (np.inf, "NaN or inf \\(first at index \\(4, 7\\)\\)"),
+        (-1e-3, "negative entries \\(first at index \\(4, 7\\)"),
+    ]:
+        for which in (0, 1):
+            X = [P.copy(), Q.copy()]
+            X[which][4, 7] = bad
+            with pytest.raises(ValueError, match=message):
+                optimal_acceptance_batch(*X, 2)
+    zero = P.copy()
+    zero[2] = 0.0
+    with pytest.raises(ValueError, match="total mass 0"):
+        optimal_acceptance_batch(zero, Q, 2, normalize=True)
+    with pytest.raises(ValueError, match="sums to 3, more than"):
+        optimal_acceptance_batch(P, 3.0 * Q, 2)
+
+
 @pytest.mark.parametrize("flag", ["no", "yes", 1, 0, None])
 def test_normalize_must_be_a_bool(flag):
     """normalize="no" was treated as True (a truthy string); every entry point now refuses non-bools."""

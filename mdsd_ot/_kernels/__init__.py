@@ -20,6 +20,7 @@ from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums
 from .dispatch import (
     compile_notice,
     masked_row_sums,
+    normalized_rows,
     small_or_jit,
     solve_batch,
     solve_sorted,
@@ -61,6 +62,7 @@ __all__ = [
     "log_esp_suffix_table",
     "logaddexp",
     "masked_row_sums",
+    "normalized_rows",
     "neumaier_add",
     "order_keys",
     "power_of_mass",

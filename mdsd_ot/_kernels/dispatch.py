@@ -11,7 +11,7 @@ import types
 import numba as nb
 import numpy as np
 
-from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PYTHON_MAX_V, SEQUENTIAL_WORKSPACE_MAX_V
+from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PLAN_BLOCK, PYTHON_MAX_V, SEQUENTIAL_WORKSPACE_MAX_V
 from .common import neumaier_add
 from .scans import (
     bucketed_scan,
@@ -251,6 +251,41 @@ def solve_batch(P, Q, n, code):
         compile_notice(_batch_without, "the sequential-sampling kernels", 20)
         return _batch_without(P, Q, n)
     return _batch_conditional_poisson(P, Q, n)
+
+
+@nb.njit(cache=True, fastmath={"reassoc"}, inline="always")
+def _block_sum_min(x, a, e):
+    s = 0.0
+    mn = np.inf
+    for i in range(a, e):
+        s += x[i]
+        mn = min(mn, x[i])
+    return s, mn
+
+
+@nb.njit(cache=True, parallel=True)
+def normalized_rows(X, out):
+    """Row-parallel validation and normalisation of a ``(B, V)`` float64 array in one read and one
+    write: returns ``(sums, mins)`` per row (the sum compensated over blocks of ``PLAN_BLOCK``
+    entries) and writes ``X / sum`` to ``out`` for the rows whose sum is finite and positive and whose
+    entries are non-negative (a NaN or infinite entry makes the sum NaN or infinite)."""
+    B, V = X.shape
+    sums = np.empty(B)
+    mins = np.empty(B)
+    for b in nb.prange(B):
+        s, c = 0.0, 0.0
+        mn = np.inf
+        for a in range(0, V, PLAN_BLOCK):
+            bs, bm = _block_sum_min(X[b], a, min(a + PLAN_BLOCK, V))
+            s, c = neumaier_add(s, c, bs)
+            mn = min(mn, bm)
+        total = s + c
+        sums[b] = total
+        mins[b] = mn
+        if 0.0 < total < np.inf and mn >= 0.0:
+            for i in range(V):
+                out[b, i] = X[b, i] / total
+    return sums, mins
 
 
 @nb.njit(cache=True, parallel=True)
