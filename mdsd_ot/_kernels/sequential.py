@@ -723,7 +723,7 @@ def _new_state(prep, n):
 @nb.njit(cache=True)
 def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, b_lo):
     """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path): those of W_n to
-    ``acc``, those of ``X = int R t e^{-R t} (R t) P(N >= n - 1) dt`` to ``accx`` (the slope bounds of
+    ``acc``, those of ``X = int R e^{-R t} (R t) P(N >= n - 1) dt`` to ``accx`` (the slope bounds of
     docs/math.md#pruning).
 
     Each node's DP over its big tokens starts from ``resume`` (the states at a prefix no longer than
