@@ -76,7 +76,18 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
     if ndim == 2 and arr.shape[0] == 0:
         raise ValueError(f"{name} has no rows; pass at least one distribution")
     sums = arr.sum(axis=-1)
-    if not (np.isfinite(sums).all() and arr.min() >= 0):  # the slow checks only to say what is wrong
+    check_totals(arr, name, sums, arr.min(), normalize)
+    if normalize:
+        arr /= sums[..., None]
+    return arr
+
+
+def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bool) -> None:
+    """The checks of :func:`check_probabilities` given the row sums and the smallest entry of ``arr``
+    (however they were computed): every entry finite and non-negative, every row of positive mass,
+    and, unless ``normalize``, summing to one within ``SUM_TOL``; ``ValueError`` naming the first bad
+    entry or row otherwise."""
+    if not (np.isfinite(sums).all() and minimum >= 0):  # the slow checks only to say what is wrong
         if not np.all(np.isfinite(arr)):
             bad = np.argwhere(~np.isfinite(arr))[0]
             raise ValueError(f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)})")
@@ -90,15 +101,12 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
     if np.any(sums <= 0):
         raise ValueError(f"{name} has total mass 0; a distribution needs positive mass")
     off = np.abs(sums - 1.0)
-    if normalize:
-        arr /= sums[..., None]
-    elif np.any(off > SUM_TOL):
+    if not normalize and np.any(off > SUM_TOL):
         worst = float(np.atleast_1d(sums)[np.argmax(np.atleast_1d(off))])
         raise ValueError(
             f"{name} sums to {worst:.9g}, more than {SUM_TOL:g} away from 1; "
             f"pass normalize=True to rescale it"
         )
-    return arr
 
 
 def check_bool(value, name: str) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels, dual, primal
-from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL, SUM_TOL
-from ._validate import check_bool, check_choice, check_n, check_pair, fingerprint
+from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL
+from ._validate import check_bool, check_choice, check_n, check_pair, check_totals, fingerprint
 from .drafts import get_scheme
 from .result import AcceptanceResult
 
@@ -150,9 +150,8 @@ def _normalized_rows(P, Q, normalize):
     """:func:`check_pair` for ``(B, V)`` batches, then every row divided by its sum, in fresh arrays.
 
     Large float64 arrays take one row-parallel pass each (:func:`_kernels.normalized_rows`: one read,
-    one write, instead of numpy's copy, sum, min, sum and divide in one thread); anything that pass
-    flags (a NaN, inf, negative entry, zero row, or a sum off one without ``normalize``) goes through
-    :func:`check_pair`, which raises the precise message."""
+    one write, instead of numpy's copy, sum, min, sum and divide in one thread); its row sums and
+    minima go through the same checks as :func:`check_pair`'s (:func:`check_totals`: same messages)."""
     normalize = check_bool(normalize, "normalize")
     fast = [
         isinstance(x, np.ndarray)
@@ -163,22 +162,19 @@ def _normalized_rows(P, Q, normalize):
         and x.size >= PARALLEL_MIN_ENTRIES
         for x in (P, Q)
     ]
-    if all(fast) and P.shape == Q.shape:
-        out = []
-        for x in (P, Q):
-            rows = np.empty_like(x)
-            with np.errstate(invalid="ignore", over="ignore"):  # (a NaN or inf entry: flagged below)
-                sums, mins = _kernels.normalized_rows(x, rows)
-            good = np.isfinite(sums) & (sums > 0) & (mins >= 0)
-            if not (good.all() and (normalize or (np.abs(sums - 1.0) <= SUM_TOL).all())):
-                break
-            out.append(rows)
-        else:
-            return out[0], out[1]
-    P, Q = check_pair(P, Q, ndim=2, normalize=normalize)
-    P /= P.sum(axis=1, keepdims=True)  # check_pair returned fresh C-contiguous copies
-    Q /= Q.sum(axis=1, keepdims=True)
-    return P, Q
+    if not (all(fast) and P.shape == Q.shape):
+        P, Q = check_pair(P, Q, ndim=2, normalize=normalize)
+        P /= P.sum(axis=1, keepdims=True)  # check_pair returned fresh C-contiguous copies
+        Q /= Q.sum(axis=1, keepdims=True)
+        return P, Q
+    out = []
+    for x, name in ((P, "p"), (Q, "q")):
+        rows = np.empty_like(x)
+        with np.errstate(invalid="ignore", over="ignore"):  # (a NaN or inf entry: refused below)
+            sums, mins = _kernels.normalized_rows(x, rows)
+        check_totals(x, name, sums, float(mins.min()), normalize)  # rows written where these pass
+        out.append(rows)
+    return out[0], out[1]
 
 
 def optimal_acceptance_batch(
