@@ -64,12 +64,17 @@ def times_t(v, s):
 
 
 @nb.njit(cache=True, inline="always")
+def _weight_at(h, rt):
+    """Trapezoid weight of the density R e^{-R t} dt = (R t) e^{-R t} ds at a node where R t = ``rt``."""
+    return h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+
+
+@nb.njit(cache=True, inline="always")
 def _node_terms(h, r, s):
-    """``(weight, weight * R t)`` at node s: the trapezoid weight of the density
-    R e^{-R t} dt = (R t) e^{-R t} ds, and that of its first moment in ``R t`` (the slopes of
-    :func:`scan_without_replacement_into`)."""
+    """``(weight, weight * R t)`` at node s: the trapezoid weight of :func:`_weight_at`, and that of
+    the density's first moment in ``R t`` (the slopes of :func:`scan_without_replacement_into`)."""
     rt = times_t(r, s)
-    weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+    weight = _weight_at(h, rt)
     return weight, weight * rt
 
 
@@ -838,7 +843,7 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
             _small_count_laws(S, cn, bm - b_lo, coef_u, m, n, L, J, A, G, big_g)
         for c in range(cn):
             rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
-            weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+            weight = _weight_at(h, rt)
             if weight < SATURATED:
                 continue  # this node adds nothing measurable to this prefix
             if small and bm <= tops[c] and S[bm - b_lo, 1, c] > 0.0:
@@ -867,7 +872,7 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
         if cn < C:  # the saturated query, with the weight of the loop above, and the later ones
             c = cn  # (P(N < n - 1) <= P(N < n) < SATURATED: both probabilities taken as 1)
             rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
-            weight = h * rt * math.exp(-rt) if rt < 800.0 else 0.0
+            weight = _weight_at(h, rt)
             acc[c] += weight
             accx[c] += weight * rt
             for c2 in range(c + 1, C):
