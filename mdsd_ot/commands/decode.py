@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from . import _ray
@@ -24,7 +25,23 @@ def add_arguments(parser):
     parser.add_argument("--temperatures", default="0.3,0.7,1.0", help="comma-separated")
     parser.add_argument("--verifiers", default=None, help="comma-separated (default: every valid one)")
     parser.add_argument("--driver", default=None, help="verifier whose sample continues decoding")
-    parser.add_argument("--no-bound", action="store_true", help="skip the node-bound estimate")
+    parser.add_argument(
+        "--heuristic",
+        action="store_true",
+        help="also record the node-alpha* heuristic (neither a bound nor an estimate of the optimum)",
+    )
+    parser.add_argument("--no-bound", action="store_true", help=argparse.SUPPRESS)  # the old default's off
+    parser.add_argument(
+        "--per-cell",
+        action="store_true",
+        help="decode every (tree, scheme) cell on its own continuation instead of one union run per "
+        "temperature (one target forward per cell and call)",
+    )
+    parser.add_argument(
+        "--drive",
+        default=None,
+        help="TREE/SCHEME whose sample continues a union run (default: the largest tree, first scheme)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-records", type=int, default=None, help="first K prompts only")
     parser.add_argument("--top-k", type=int, default=None)
@@ -61,7 +78,9 @@ def run(args) -> int:
         temperatures=_floats(args.temperatures),
         verifiers=None if args.verifiers is None else split(args.verifiers),
         driver=args.driver,
-        bound=not args.no_bound,
+        bound=args.heuristic,
+        union=not args.per_cell,
+        drive=args.drive,
         max_new_tokens=args.max_new_tokens,
         max_records=args.max_records,
         top_k=args.top_k,

@@ -1,6 +1,7 @@
 """Multi-step speculative decoding with draft trees (docs/math.md#draft-trees).
 
 * :mod:`.shape` -- tree shapes by branching per depth (``"4x4"`` chains, ``"4,2,2,1"``);
+* :mod:`.union` -- one drafted tree for every smaller shape (first-children sub-trees), forests;
 * :mod:`.tree` -- drafting a tree with any draft scheme, verifying it with any registered verifier,
   and the exact expected tokens per target call of every verifier from one drafted tree.
 
@@ -20,6 +21,7 @@ from .tree import (
     valid_verifiers,
     verify_tree,
 )
+from .union import draft_forest, first_children, is_subshape, union_shape
 
 __all__ = [
     "TreeShape",
@@ -34,4 +36,8 @@ __all__ = [
     "verify_tree",
     "speedup",
     "valid_verifiers",
+    "union_shape",
+    "is_subshape",
+    "first_children",
+    "draft_forest",
 ]
