@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import _store
 from .._config import DECODE_OPTIMAL_MAX_V
+from .._validate import check_probabilities
 from ..drafts import SCHEMES
 from ..trees import (
     bound_estimate,
@@ -239,9 +240,11 @@ def decode_prompt_union(
                 f"target and draft have different vocabularies ({laws.shape[1]} vs {forest[0].vocab} "
                 f"logits); a speculative pair must share one tokenizer"
             )
+        laws = check_probabilities(laws, "target laws", ndim=2)  # once for the whole forest
+        laws /= laws.sum(axis=1, keepdims=True)
         where = {p: k for k, p in enumerate(every)}
         for t in forest:
-            t.set_target(laws[[where[t.path(v)] for v in range(t.tokens.size)]])
+            t.set_target(laws[[where[t.path(v)] for v in range(t.tokens.size)]], checked=True)
         t2 = time.perf_counter()
         call_rows, drive_tree = [], None
         for tree_label in config.trees:

@@ -87,9 +87,14 @@ class DraftTree:
         Shared by trees drafted from the same models at the same context (e.g. every tree of an
         enumeration): prepared verifiers and node bounds are then cached by the node's path instead
         of per tree. Only valid when equal paths carry equal laws.
+    checked : bool
+        ``q`` is already a float64 array of validated rows summing to one (taken without a copy);
+        for the library's own sub-trees and forests.
     """
 
-    def __init__(self, shape, scheme, tokens, parent, q, p=None, *, memo: dict | None = None):
+    def __init__(
+        self, shape, scheme, tokens, parent, q, p=None, *, memo: dict | None = None, checked: bool = False
+    ):
         self.shape = parse_shape(shape)
         self.scheme = get_scheme(scheme)
         self.tokens = np.asarray(tokens, dtype=np.int64)
@@ -117,8 +122,11 @@ class DraftTree:
                     f"node {v} at depth {d} has {self.children[v].size} children; the shape says {want}"
                 )
         self.n_internal = int(np.count_nonzero(self.depth < self.shape.depth))
-        self.q = check_probabilities(q, "q (draft laws, one row per internal node)", ndim=2)
-        self.q /= self.q.sum(axis=1, keepdims=True)
+        if checked:  # rows already validated and normalised (sub-trees, forests): taken as they are
+            self.q = np.asarray(q, dtype=np.float64)
+        else:
+            self.q = check_probabilities(q, "q (draft laws, one row per internal node)", ndim=2)
+            self.q /= self.q.sum(axis=1, keepdims=True)
         if self.q.shape[0] != self.n_internal:
             raise ValueError(
                 f"q must have one row per internal node ({self.n_internal}), got shape {self.q.shape}"
@@ -133,13 +141,15 @@ class DraftTree:
     def vocab(self) -> int:
         return int(self.q.shape[1])
 
-    def set_target(self, p) -> DraftTree:
+    def set_target(self, p, *, checked: bool = False) -> DraftTree:
         """Attach the target law at every node: ``p`` of shape ``(N + 1, V)``, row ``v`` the law of the
-        token after node ``v`` (validated and normalised like every verifier input)."""
-        p = check_probabilities(p, "p (target laws, one row per node)", ndim=2)
+        token after node ``v`` (validated and normalised like every verifier input; ``checked``: rows
+        already validated and normalised, taken as they are)."""
+        if not checked:
+            p = check_probabilities(p, "p (target laws, one row per node)", ndim=2)
         if p.shape != (self.tokens.size, self.vocab):
             raise ValueError(f"p must have shape ({self.tokens.size}, {self.vocab}), got {p.shape}")
-        self.p = p / p.sum(axis=1, keepdims=True)
+        self.p = p if checked else p / p.sum(axis=1, keepdims=True)
         self._prepared.clear()
         return self
 

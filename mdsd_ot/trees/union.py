@@ -96,7 +96,7 @@ def first_children(tree: DraftTree, shape, *, memo: dict | None = None) -> Draft
     keep = np.asarray(keep, dtype=np.int64)
     depth = tree.depth[keep]
     internal = keep[depth < shape.depth]  # breadth-first: internal nodes come first
-    sub = DraftTree(shape, scheme, tree.tokens[keep], parent, tree.q[internal], memo=memo)
+    sub = DraftTree(shape, scheme, tree.tokens[keep], parent, tree.q[internal], memo=memo, checked=True)
     if tree.p is not None:
         sub.p = tree.p[keep]  # already validated and normalised rows
     return sub
@@ -157,7 +157,7 @@ def draft_forest(
                     nxt.append(len(st["tokens"]) - 1)
             st["level"] = nxt
     trees = [
-        DraftTree(shape, scheme, st["tokens"], st["parent"], np.stack(st["q"]), memo=memo)
+        DraftTree(shape, scheme, st["tokens"], st["parent"], np.stack(st["q"]), memo=memo, checked=True)
         for (shape, scheme), st in zip(specs, state)
     ]
     if target is not None:
