@@ -2,7 +2,9 @@
 
 * :mod:`.shape` -- tree shapes by branching per depth (``"4x4"`` chains, ``"4,2,2,1"``);
 * :mod:`.tree` -- drafting a tree with any draft scheme, verifying it with any registered verifier,
-  and the exact expected tokens per target call of every verifier from one drafted tree.
+  and the exact expected tokens per target call of every verifier from one drafted tree;
+* :mod:`.verifiers` -- tree-level verifiers (:data:`TREE_VERIFIERS`: block and traversal
+  verification), which verify a whole chain or tree at once.
 
 The real decoder over Hugging Face models is :mod:`mdsd_ot.decode`.
 """
@@ -11,6 +13,7 @@ from .shape import TreeShape, parse_shape
 from .tree import (
     DraftTree,
     bound_estimate,
+    canonical_verifier,
     draft_tree,
     expected_tokens,
     node_bound,
@@ -18,8 +21,10 @@ from .tree import (
     outcome_law,
     speedup,
     valid_verifiers,
+    verifier_names,
     verify_tree,
 )
+from .verifiers import TREE_VERIFIERS, TreeVerifier
 
 __all__ = [
     "TreeShape",
@@ -34,4 +39,8 @@ __all__ = [
     "verify_tree",
     "speedup",
     "valid_verifiers",
+    "verifier_names",
+    "canonical_verifier",
+    "TreeVerifier",
+    "TREE_VERIFIERS",
 ]
