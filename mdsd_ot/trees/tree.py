@@ -37,6 +37,7 @@ __all__ = [
     "draft_tree",
     "node_bound",
     "expected_tokens",
+    "node_alpha_heuristic",
     "bound_estimate",
     "outcome_law",
     "verify_tree",
@@ -406,24 +407,45 @@ def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.n
     return out
 
 
-def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
-    """The node-bound estimate of the tokens per call: every node accepts with the optimal
-    acceptance ``alpha*_v`` of its scheme and continues into its best drafted child,
+def node_alpha_heuristic(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
+    """A heuristic score of the tree, **neither a bound nor an estimate** of any verifier's tokens per
+    call: every node accepts with the optimal one-step acceptance ``alpha*_v`` of its scheme and
+    continues into its best drafted child,
 
-    ``B(leaf) = 1``, ``B(v) = 1 + alpha*_v max_c B(c)`` (docs/math.md#tree-bound-estimate).
+    ``H(leaf) = 1``, ``H(v) = 1 + alpha*_v max_c H(c)`` (docs/math.md#node-alpha-heuristic).
 
     The ``alpha*_v`` come from :func:`node_bounds` (``backend``, ``device`` as there: the decoder
     evaluates them batched by the torch plan when its models run on an accelerator).
 
-    An *estimate*, not a proven bound: ``alpha*_v`` averages over the draws of ``v``'s children,
-    while the tree holds one draw. For a one-level tree its mean over draws is exactly
-    ``1 + alpha*`` (what the optimal verifier attains).
+    Not an upper bound: ``alpha*_v`` averages over the draws of ``v``'s children while the tree holds
+    one draw, so it can exceed what every valid verifier attains (averaged over the draws of ``3,1``
+    ``top_n`` trees at V = 4, where the membership verifier is optimal, by up to 40%). Not a lower
+    bound either: on chains it falls below block verification (by up to 17% on average over the
+    draws of ``1x2`` and ``1x3`` chains at V = 4; ``tests/test_tree_level.py``). What is proven
+    instead: block verification is optimal on chains (``"block"``), the membership verifier on
+    ``top_n`` trees (``"naive"``; docs/math.md#top-n-trees). For a one-level tree its
+    mean over draws is exactly ``1 + alpha*`` (what the ``optimal`` verifier attains).
     """
     alpha = node_bounds(tree, backend=backend, device=device)
     B = np.ones(tree.tokens.size)
     for v in range(tree.n_internal - 1, -1, -1):
         B[v] = 1.0 + alpha[v] * float(B[tree.children[v]].max())
     return float(B[0])
+
+
+def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
+    """Deprecated name of :func:`node_alpha_heuristic` (it is neither a bound nor an estimate);
+    emits a ``DeprecationWarning``."""
+    import warnings
+
+    warnings.warn(
+        "mdsd_ot.trees.bound_estimate is neither a bound nor an estimate of the tokens per call and is "
+        "deprecated: call node_alpha_heuristic (same value) or compare against block verification "
+        "(chains) and tree_optimum (small cases)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return node_alpha_heuristic(tree, backend=backend, device=device)
 
 
 def outcome_law(tree: DraftTree, verifier) -> dict:
