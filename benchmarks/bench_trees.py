@@ -3,7 +3,7 @@ tree at V = 151,936 (Qwen2.5's vocabulary), as a ratio to one target forward of 
 
 Every node holds an LLM-like (p, q) pair; the tree is drafted with each scheme that fits a 4 x 4 tree
 (i.i.d., sequential without replacement, greedy, top-n) and every verifier valid for it is evaluated
-exactly (:func:`mdsd_ot.trees.expected_tokens`), plus the node-bound estimate: the per-scheme total
+exactly (:func:`mdsd_ot.trees.expected_tokens`), plus the node-alpha heuristic: the per-scheme total
 is the overhead of one decoding call (a call's tree is drafted by one scheme); the sum over the four
 schemes is printed too. The baseline is one
 forward of the real target over prompt + tree (tree attention mask, KV cache of the prompt), measured
@@ -25,7 +25,7 @@ import time
 import numpy as np
 from _common import header, llm_like_pair
 
-from mdsd_ot.trees import DraftTree, bound_estimate, expected_tokens, parse_shape, valid_verifiers
+from mdsd_ot.trees import DraftTree, expected_tokens, node_alpha_heuristic, parse_shape, valid_verifiers
 
 V = 151_936
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "top_n")
@@ -58,15 +58,15 @@ def build_tree(scheme, rng, temperature):
 def _measured(scheme):
     """What the decoder evaluates on a tree of this scheme: every valid verifier that runs at full V
     (the LP-only ``optimal`` is left out: the decoder skips it beyond DECODE_OPTIMAL_MAX_V), then the
-    node-bound estimate."""
+    node-alpha heuristic."""
     from mdsd_ot.decode.runner import runs_at
 
-    return [v for v in valid_verifiers(scheme) if runs_at(v, scheme, V)] + ["bound estimate"]
+    return [v for v in valid_verifiers(scheme) if runs_at(v, scheme, V)] + ["node-alpha heuristic"]
 
 
 def _evaluate(tree, name):
     tree._prepared.clear()  # nothing reused across repetitions or verifiers
-    return bound_estimate(tree) if name == "bound estimate" else expected_tokens(tree, name)
+    return node_alpha_heuristic(tree) if name == "node-alpha heuristic" else expected_tokens(tree, name)
 
 
 def time_recursions(temperature, rng, repeat):

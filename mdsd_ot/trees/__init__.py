@@ -3,7 +3,9 @@
 * :mod:`.shape` -- tree shapes by branching per depth (``"4x4"`` chains, ``"4,2,2,1"``);
 * :mod:`.union` -- one drafted tree for every smaller shape (first-children sub-trees), forests;
 * :mod:`.tree` -- drafting a tree with any draft scheme, verifying it with any registered verifier,
-  and the exact expected tokens per target call of every verifier from one drafted tree.
+  and the exact expected tokens per target call of every verifier from one drafted tree;
+* :mod:`.verifiers` -- tree-level verifiers (:data:`TREE_VERIFIERS`: block and traversal
+  verification), which verify a whole chain or tree at once.
 
 The real decoder over Hugging Face models is :mod:`mdsd_ot.decode`.
 """
@@ -12,16 +14,20 @@ from .shape import TreeShape, parse_shape
 from .tree import (
     DraftTree,
     bound_estimate,
+    canonical_verifier,
     draft_tree,
     expected_tokens,
+    node_alpha_heuristic,
     node_bound,
     node_bounds,
     outcome_law,
     speedup,
     valid_verifiers,
+    verifier_names,
     verify_tree,
 )
 from .union import draft_forest, first_children, is_subshape, union_shape
+from .verifiers import TREE_VERIFIERS, TreeVerifier
 
 __all__ = [
     "TreeShape",
@@ -29,6 +35,7 @@ __all__ = [
     "DraftTree",
     "draft_tree",
     "expected_tokens",
+    "node_alpha_heuristic",
     "bound_estimate",
     "node_bound",
     "node_bounds",
@@ -40,4 +47,8 @@ __all__ = [
     "is_subshape",
     "first_children",
     "draft_forest",
+    "verifier_names",
+    "canonical_verifier",
+    "TreeVerifier",
+    "TREE_VERIFIERS",
 ]
