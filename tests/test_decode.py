@@ -111,7 +111,7 @@ def test_rows_exact_values_and_summary(tmp_path):
     for r in rows:
         depth = 2 if r["tree"] == "2x2" else 3
         valid = {"with_replacement": {"naive", "rrs", "spectr", "optimal"}, "top_n": {"naive", "optimal"}}
-        names = valid[r["scheme"]]
+        names = valid[r["scheme"]] | {"traversal"} | ({"block"} if r["tree"] == "1x3" else set())
         assert {k.split(":")[1] for k in r if k.startswith("exact:")} == names
         for k in r:
             if k.startswith("exact:") or k == "bound":
@@ -292,7 +292,7 @@ def test_optimal_is_reported_at_full_vocabulary(tmp_path):
     assert {r["scheme"] for r in rows} == {"with_replacement", "greedy", "top_n"}
     for r in rows:
         reported = {k.split(":")[1] for k in r if k.startswith("exact:")}
-        want = set(valid_verifiers(r["scheme"]))
+        want = set(valid_verifiers(r["scheme"])) | {"traversal"}  # node-wise ones and traversal
         assert reported == want, (r["scheme"], reported)
         assert "errors" not in r
         depth = 1 if r["tree"] == "2x1" else 2

@@ -32,14 +32,15 @@ FALLBACK_DRIVER = "naive"
 DEFAULT_DRIVER = {name: s.reference_verifier or FALLBACK_DRIVER for name, s in SCHEMES.items()}
 
 
-def driver_for(scheme: str, driver: str | None) -> str:
-    """The driving verifier for ``scheme`` (``driver`` when given, which must be valid for it)."""
-    name = DEFAULT_DRIVER[scheme] if driver is None else driver
-    if name not in valid_verifiers(scheme):
-        raise ValueError(
-            f"driver verifier {name!r} is not valid for {scheme!r} drafts; "
-            f"choose among {valid_verifiers(scheme)}"
-        )
+def driver_for(scheme: str, driver: str | None, shape=None) -> str:
+    """The driving verifier for ``scheme`` (``driver`` when given, which must be valid for it; with
+    ``shape``, a tree-level verifier of that shape may drive too, e.g. ``traversal``)."""
+    from ..trees import canonical_verifier
+
+    name = DEFAULT_DRIVER[scheme] if driver is None else canonical_verifier(driver)
+    valid = valid_verifiers(scheme, shape=shape)
+    if name not in valid:
+        raise ValueError(f"driver verifier {name!r} is not valid for {scheme!r} drafts; choose among {valid}")
     return name
 
 
@@ -144,12 +145,10 @@ class DecodeConfig:
                 raise ValueError(f"temperatures must be finite numbers > 0, got {T!r}")
         self.temperatures = sorted({float(T) for T in temps})
         if self.verifiers is not None:
-            from ..verifiers import get_verifier
+            from ..trees import canonical_verifier, verifier_names
 
-            self.verifiers = sorted({get_verifier(v).name for v in self.verifiers})
-            from ..verifiers import VERIFIERS
-
-            if self.verifiers == sorted(VERIFIERS):  # spelled out as the default: the same run
+            self.verifiers = sorted({canonical_verifier(v) for v in self.verifiers})
+            if self.verifiers == sorted(verifier_names()):  # spelled out as the default: the same run
                 self.verifiers = None
         for name, lo in (("max_new_tokens", 1), ("seed", 0)):
             v = getattr(self, name)
@@ -182,7 +181,9 @@ class DecodeConfig:
         if self.union:
             tree, scheme = self.drive_cell()
             self.drive = f"{tree}/{scheme}"
-            self.driver = driver_for(scheme, self.driver)  # resolved: a default spelled out is the same run
+            self.driver = driver_for(
+                scheme, self.driver, tree
+            )  # resolved: a default spelled out is the same run
         elif self.driver is not None and all(self.driver == DEFAULT_DRIVER[s] for s in self.schemes):
             self.driver = None
         elif self.drive is not None:
@@ -225,12 +226,20 @@ class DecodeConfig:
         """Every (temperature, tree, scheme) decoded for each prompt, in a fixed order."""
         return [(T, t, s) for T in self.temperatures for t in self.trees for s in self.schemes]
 
-    def verifiers_for(self, scheme: str) -> list[str]:
-        """The verifiers evaluated under ``scheme``: the configured ones valid for it, driver included."""
-        names = valid_verifiers(scheme, self.verifiers)
-        if self.union and scheme != self.drive_cell()[1]:
-            return names  # only the driving cell's scheme needs the driver
-        driver = driver_for(scheme, self.driver)
+    def verifiers_for(self, scheme: str, shape=None) -> list[str]:
+        """The verifiers evaluated under ``scheme``: the configured ones valid for it, driver included;
+        with ``shape``, the tree-level ones (block, traversal) that verify trees of that shape too."""
+        names = valid_verifiers(scheme, self.verifiers, shape=shape)
+        if self.union:
+            tree, drive_scheme = self.drive_cell()
+            if (scheme, None if shape is None else parse_shape(shape).label) not in (
+                (drive_scheme, tree),
+                (drive_scheme, None),
+            ):
+                return names  # only the driving cell needs the driver
+            driver = driver_for(scheme, self.driver, tree)
+        else:
+            driver = driver_for(scheme, self.driver)
         return names if driver in names else [driver, *names]
 
     def key(self) -> dict:

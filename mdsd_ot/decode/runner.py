@@ -73,8 +73,12 @@ def runs_at(verifier, scheme, vocab: int) -> bool:
     >>> runs_at("optimal", "with_replacement", 151_936), runs_at("optimal", "without_replacement", 151_936)
     (True, False)
     """
+    from ..trees import TREE_VERIFIERS, canonical_verifier
     from ..verifiers import get_verifier
 
+    name = canonical_verifier(verifier) if isinstance(verifier, str) else None
+    if name in TREE_VERIFIERS:
+        return True  # tree-level verifiers: O(N V) per tree at any vocabulary
     v = get_verifier(verifier)
     covers = getattr(v, "covers", None)
     if covers is None or covers(scheme):
@@ -96,7 +100,7 @@ def decode_prompt(
     T, tree_label, scheme = cell
     shape = parse_shape(tree_label)
     driver = driver_for(scheme, config.driver)
-    names = config.verifiers_for(scheme)
+    names = config.verifiers_for(scheme, shape)
     dist = dict(temperature=T, top_k=config.top_k, top_p=config.top_p)
     target_lm.reset(prompt_ids)
     draft_lm.reset(prompt_ids)
@@ -267,7 +271,7 @@ def decode_prompt_union(
                     "drive": config.drive,
                     "union": union,
                 }
-                _exact_values(row, tree, config.verifiers_for(scheme), scheme, config)
+                _exact_values(row, tree, config.verifiers_for(scheme, tree_label), scheme, config)
                 if (tree_label, scheme) == drive:
                     drive_tree, drive_row = tree, row
                 call_rows.append(row)
