@@ -6,6 +6,7 @@ Every CLI case checks the exit status, that the message is one line, and that no
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -156,3 +157,66 @@ def test_a_mistyped_local_path_is_not_read_as_a_hub_name(tmp_path, capsys, monke
         ["study", "--target", "models/Qwen-05B", "--draft", "models/x", "--prompts", "p.jsonl"],
         "target models/Qwen-05B: no such file or folder in models/",
     )
+
+
+# ------------------------------------------------------------------------- one interval function
+
+
+def test_t_quantile_matches_an_independent_mpmath_quantile():
+    from oracles import mp_t_quantile
+
+    from mdsd_ot.intervals import t_quantile
+
+    assert math.isnan(t_quantile(1)) and math.isnan(t_quantile(0))
+    for G in (2, 3, 6, 7, 30, 54, 200):
+        assert t_quantile(G) == pytest.approx(mp_t_quantile(G - 1, 0.975), rel=1e-12)
+        assert t_quantile(G, 0.9) == pytest.approx(mp_t_quantile(G - 1, 0.95), rel=1e-12)
+    # closed forms: df = 1 is Cauchy, tan(pi (u - 1/2)); df = 2: (2u - 1) sqrt(2 / (4u(1 - u)))
+    assert t_quantile(2) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-13)
+    assert t_quantile(3) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), rel=1e-13)
+    with pytest.raises(ValueError, match="level"):
+        t_quantile(5, 1.5)
+
+
+def test_cluster_mean_ci_against_the_formula_written_out():
+    from oracles import mp_t_quantile
+
+    from mdsd_ot.intervals import cluster_mean_ci
+
+    rng = np.random.default_rng(24)
+    for m, G in ((5, 2), (40, 6), (300, 54)):
+        x = rng.normal(size=m)
+        g = np.concatenate([np.arange(G), rng.integers(0, G, m - G)])
+        mean, half = cluster_mean_ci(x, g)
+        mu = x.mean()
+        s = np.array([(x[g == c] - mu).sum() for c in range(G)])
+        se = math.sqrt((s**2).sum() / m**2 * G / (G - 1))
+        assert mean == pytest.approx(mu, abs=1e-14)
+        assert half == pytest.approx(mp_t_quantile(G - 1, 0.975) * se, rel=1e-12)
+        perm = rng.permutation(m)  # order of the rows does not matter, to the bit
+        assert cluster_mean_ci(x[perm], g[perm]) == (mean, half)
+    mean, half = cluster_mean_ci([0.25, 0.75], ["a", "a"])
+    assert mean == 0.5 and math.isnan(half)
+    with pytest.raises(ValueError, match="differ in length"):
+        cluster_mean_ci([1.0, 2.0], ["a"])
+
+
+def test_study_statistics_and_the_decode_report_use_the_one_function():
+    from mdsd_ot import intervals, study
+    from mdsd_ot.decode import report
+
+    assert study.cluster_mean_ci is intervals.cluster_mean_ci
+    assert report.cluster_mean_ci is intervals.cluster_mean_ci
+
+
+def test_demo_header_states_the_number_of_clusters(tmp_path, capsys):
+    code, out, err = _cli(
+        capsys,
+        ["demo", "--positions", "12", "--n", "2", "--temperatures", "1", "--verifiers", "rrs", "--no-plot",
+         "--no-progress", "--out", tmp_path / "d"],
+    )  # fmt: skip
+    assert code == 0, err
+    from mdsd_ot.intervals import t_quantile
+
+    G = int(out.split("over G = ")[1].split()[0])
+    assert 2 <= G <= 7 and f"t({G - 1}) = {t_quantile(G):.3f}" in out
