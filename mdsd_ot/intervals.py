@@ -126,7 +126,9 @@ def interval_note(clusters: int, unit: str = "prompt", level: float = LEVEL) -> 
     pct = f"{100 * _check_level(level):g}%"
     g = int(clusters)
     if g < 2:
-        return f"{pct} intervals clustered by {unit}: none, a single {unit} gives no between-{unit} variation."
+        return (
+            f"{pct} intervals clustered by {unit}: none, a single {unit} gives no between-{unit} variation."
+        )
     return (
         f"{pct} intervals clustered by {unit}: mean ± t(G-1) · se over G = {g} {unit}s "
         f"(t({g - 1}) = {t_quantile(g, level):.3f})."
