@@ -341,6 +341,12 @@ def fingerprint_path(name, *, role: str = "model", previous: dict | None = None)
     if not p.exists():
         if _looks_like_path(name):
             raise FileNotFoundError(f"{role} {name}: no such file or folder")
+        head = name.split("/", 1)[0] if "/" in name else ""
+        if head and os.path.isdir(head):  # "models/Qwen-05B" next to a local models/: a mistyped path
+            raise FileNotFoundError(
+                f"{role} {name}: no such file or folder in {head}/ (read as a local path, not a "
+                f"hub name, because a local folder {head}/ exists here)"
+            )
         return {
             "digest": "name:" + name,
             "name": name,
@@ -907,7 +913,14 @@ class ResultsFolder:
                     f"and prompts made its rows, so resuming could mix results; finish it with "
                     f"that version, or use a new folder"
                 )
+            results = _holds_results(path)
             if cfg.get("kind") != self.kind:
+                if not results:  # e.g. a run that failed before its first record: nothing to keep
+                    _warn(
+                        f"{path} was set up for a {cfg.get('kind')!r} run that wrote no results; "
+                        f"setting it up again for this {self.kind}"
+                    )
+                    return self._write_config(cfg_path)
                 raise StoreError(
                     f"{path} holds a {cfg.get('kind')!r} folder, not a {self.kind!r} folder; use a new folder"
                 )
@@ -915,6 +928,15 @@ class ResultsFolder:
             if cfg.get("shard") != self.shard:
                 diffs.append(f"shard: {self.shard} now, {cfg.get('shard')} before")
             diffs += compare_identity(cfg["identity"], self.identity)
+            if diffs and not results:
+                # a run that stopped before its first record finished (a mistyped model, a missing
+                # dependency) leaves only config.json: nothing can be mixed, so the corrected run
+                # takes the folder over instead of being refused
+                _warn(
+                    f"{path} was set up for another {self.kind} ({'; '.join(diffs)}) but holds no "
+                    f"results; setting it up again for this one"
+                )
+                return self._write_config(cfg_path)
             if diffs:
                 raise IdentityMismatch(
                     f"{path} holds results of a different {self.kind}: {'; '.join(diffs)}. "
@@ -936,6 +958,10 @@ class ResultsFolder:
             )
         if state == "damaged":
             _warn(f"{cfg_path} was {problem} and the folder holds no results yet; writing it again")
+        self._write_config(cfg_path)
+
+    def _write_config(self, cfg_path: Path) -> None:
+        """Write a new ``config.json`` recording this folder's kind, identity and shard."""
         cfg = {
             "format": FORMAT,
             "kind": self.kind,

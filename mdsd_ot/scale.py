@@ -64,6 +64,7 @@ from pathlib import Path
 
 from . import _store
 from ._config import SCALE_LOCK_WAIT_S, SCALE_POLL_S, SCALE_SHARDS_PER_SLOT
+from .backends import install_hint
 
 __all__ = [
     "JobKind",
@@ -400,7 +401,7 @@ def _ray():
     try:
         import ray
     except ImportError as exc:
-        raise ImportError('running on Ray needs the ray extra: pip install "mdsd_ot[ray]"') from exc
+        raise ImportError("running on Ray needs the ray extra; " + install_hint("ray")) from exc
     return ray
 
 

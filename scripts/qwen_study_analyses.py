@@ -22,7 +22,8 @@ greedy − RSD, the gap against n paired across n, the conditional-Poisson bound
 sequential one, and hard positions (TV(p, q) > 0.1) with quantiles.
 
 Every interval is the 95% interval of the study summaries, clustered by problem:
-:func:`mdsd_ot.study.cluster_mean_ci` (``mean ± 1.96 se``,
+:func:`mdsd_ot.study.cluster_mean_ci` (``mean ± t se``, t the 0.975 quantile of Student's t on g − 1
+degrees of freedom,
 ``se² = g/(g−1) · Σ_problems (Σ_positions (x − mean))² / m²`` for m values in g problems).
 The functions below take rows (dicts as in ``positions.jsonl``) and return numbers; ``main`` prints.
 """

@@ -526,3 +526,17 @@ def slow_excess(ps, qs, n, scheme):
         if d > best + 1e-15:
             best = d
     return best
+
+
+def mp_t_quantile(df: int, prob: float) -> float:
+    """Quantile of Student's t on ``df`` degrees of freedom by 50-digit root finding on its CDF
+    ``F(t) = 1 - I_{df/(df+t^2)}(df/2, 1/2) / 2`` (``t > 0``; regularised incomplete beta, mpmath),
+    independent of scipy."""
+    with mpmath.workdps(50):
+        df_, p_ = mpmath.mpf(df), mpmath.mpf(prob)
+
+        def cdf_minus(t):
+            x = df_ / (df_ + t * t)
+            return 1 - mpmath.betainc(df_ / 2, mpmath.mpf(1) / 2, 0, x, regularized=True) / 2 - p_
+
+        return float(mpmath.findroot(cdf_minus, mpmath.mpf(2)))

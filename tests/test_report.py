@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracles import mp_t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -40,14 +41,14 @@ def _text():
 
 def _oracle_ci(x, groups):
     """Cluster-robust 95% interval written out from its formula (numpy, not the library's code):
-    se² = g/(g−1) · Σ_clusters (Σ (x − mean))² / m²."""
+    se² = g/(g−1) · Σ_clusters (Σ (x − mean))² / m², half-width t_{0.975, g−1} · se (mpmath quantile)."""
     x = np.asarray(x, dtype=np.float64)
     groups = np.asarray(groups)
     m, mean = x.size, x.mean()
     labels = np.unique(groups)
     s = np.array([(x[groups == c] - mean).sum() for c in labels])
     var = (s**2).sum() / m**2 * labels.size / (labels.size - 1)
-    return mean, 1.96 * math.sqrt(var)
+    return mean, mp_t_quantile(labels.size - 1, 0.975) * math.sqrt(var)
 
 
 def _oracle_quantile(x, q):

@@ -155,7 +155,9 @@ def test_cluster_ci_matches_hand_computation():
     g = {"a": (x[0] - mu) + (x[1] - mu), "b": x[2] - mu, "c": (x[3] - mu) + (x[4] - mu)}
     se = math.sqrt(sum(v * v for v in g.values()) / 25 * 3 / 2)
     assert mean == pytest.approx(mu, abs=1e-15)
-    assert half == pytest.approx(1.96 * se, abs=1e-15)
+    # t quantile on G - 1 = 2 degrees of freedom, closed form: (2u - 1) sqrt(2 / (4u(1 - u))), u = 0.975
+    t2 = 0.95 * math.sqrt(2 / (4 * 0.975 * 0.025))
+    assert half == pytest.approx(t2 * se, rel=1e-13)
 
 
 class _Counting:

@@ -308,9 +308,9 @@ def test_import_mdsd_ot_does_not_import_torch():
 
 def test_missing_torch_gives_actionable_import_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
-    with pytest.raises(ImportError, match=r'pip install "mdsd_ot\[torch\]"'):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[torch\]"'):
         tb.to_distribution([0.0, 1.0])
-    with pytest.raises(ImportError, match=r"mdsd_ot\[torch\]"):
+    with pytest.raises(ImportError, match=r"from your clone of the repository"):
         tb.sorted_prefix_bound([0.5, 0.5], [0.5, 0.5], 2)
 
 

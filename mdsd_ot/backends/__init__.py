@@ -2,9 +2,22 @@
 
 Only :mod:`mdsd_ot.backends.torch` exists so far. Importing :mod:`mdsd_ot.backends` (or
 :mod:`mdsd_ot.backends.torch`) does **not** import torch: every function imports it lazily and raises
-``ImportError`` with the install hint ``pip install "mdsd_ot[torch]"`` when it is missing.
+``ImportError`` with an install hint (:func:`install_hint`) when it is missing.
 """
 
-TORCH_HINT = 'torch is required for this feature; install it with: pip install "mdsd_ot[torch]"'
 
-__all__ = ["TORCH_HINT"]
+def install_hint(extra: str) -> str:
+    """How to install an optional extra of mdsd_ot: from the clone of the repository.
+
+    The package is not published on PyPI (``pip install "mdsd_ot[...]"`` would install whatever
+    owns that name there), so every message names the editable install of the clone.
+
+    >>> install_hint("torch")
+    'install it from your clone of the repository (in its folder): pip install -e ".[torch]"'
+    """
+    return f'install it from your clone of the repository (in its folder): pip install -e ".[{extra}]"'
+
+
+TORCH_HINT = "torch is required for this feature; " + install_hint("torch")
+
+__all__ = ["TORCH_HINT", "install_hint"]

@@ -1,7 +1,7 @@
 r"""Thin torch backend: model outputs in, validated float64 distributions and batched bounds out.
 
 Importing this module does not import torch; each function imports it on first use and raises
-``ImportError`` (``pip install "mdsd_ot[torch]"``) when it is missing.
+``ImportError`` (``pip install -e ".[torch]"`` from the clone) when it is missing.
 
 Two jobs:
 

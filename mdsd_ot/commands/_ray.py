@@ -15,7 +15,9 @@ from pathlib import Path
 
 def add_arguments(parser) -> None:
     """Add ``--ray [ADDRESS]``, ``--shards`` and ``--ray-cpus/-gpus/-memory/-retries``."""
-    ray = parser.add_argument_group('running on Ray (pip install "mdsd_ot[ray]"; README: Scaling out)')
+    ray = parser.add_argument_group(
+        'running on Ray (from the clone: pip install -e ".[ray]"; README: Scaling out)'
+    )
     ray.add_argument(
         "--ray",
         nargs="?",

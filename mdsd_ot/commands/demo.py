@@ -95,6 +95,7 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
+    from ..intervals import interval_note
     from ..sample import load_sample, sample_metadata
     from ..study import SCHEMES, StudyConfig, evaluate_rows, format_table, summarize
     from ..verifiers import get_verifier
@@ -139,11 +140,12 @@ def run(args) -> int:
     if not table:
         raise ValueError("no method could run for these options: " + "; ".join(failures))
     elapsed = time.time() - t0
+    problems = len({r["record"] for r in rows})
     head = (
         f"mdsd-ot demo: {len(chosen)} positions x {len(temps)} temperatures of real "
         f"{meta['target']} (target) / {meta['draft']} (draft) distributions on HumanEval\n"
         f"(compact form: top-{meta['top_k']} union + tail token; see mdsd_ot.sample). "
-        f"Mean acceptance, 95% intervals clustered by problem."
+        f"Mean acceptance; {interval_note(problems, 'problem')}"
     )
     text = "\n".join(
         [

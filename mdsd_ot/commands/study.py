@@ -94,6 +94,7 @@ def add_arguments(parser):
 def run(args) -> int:
     from .. import _store
     from ..study import StudyConfig
+    from ..study.collection import check_model_dependencies
     from ..study.job import StudyJob, run_shard
 
     _ray.check(args)
@@ -134,6 +135,7 @@ def run(args) -> int:
         if out is None:
             return 2
     else:
+        check_model_dependencies("mdsd-ot study")  # before the folder is made
         with _store.one_line_warnings("mdsd-ot study"):
             out = run_shard(job, args.shard, args.out, progress=not args.no_progress)
     print(f"study written to {out} in {time.time() - t0:.1f} s")

@@ -26,9 +26,11 @@ Sharding: ``shard=(i, N)`` keeps the records whose index is ``i`` modulo ``N``; 
 combines shard folders into one.
 
 Confidence intervals: positions of one prompt are correlated, so the 95% interval of a mean is
-``mean +- 1.96 * se`` with the cluster-robust standard error over prompts,
+``mean +- t * se`` with the cluster-robust standard error over prompts,
 ``se^2 = G/(G-1) * sum_g (sum_{i in g} (x_i - mean))^2 / m^2`` (``m`` positions in ``G``
-prompts; :func:`cluster_mean_ci`, the one interval formula of the summaries and of ``scripts/``).
+prompts) and ``t`` the 0.975 quantile of Student's t on ``G - 1`` degrees of freedom
+(:func:`cluster_mean_ci`, i.e. :func:`mdsd_ot.intervals.cluster_mean_ci`, the one interval formula
+of the summaries, of the demo, of decode and of ``scripts/``).
 
 Modules: :mod:`.config` (what a study computes), :mod:`.collection` (prompts, models, distributions),
 :mod:`.evaluation` (bounds and verifiers per position), :mod:`.statistics` (cluster-robust

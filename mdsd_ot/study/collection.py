@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from .. import _store
+from ..backends import install_hint
 
 
 def load_prompts(source) -> list[dict]:
@@ -101,6 +102,20 @@ def _torch():
     return require_torch()
 
 
+def check_model_dependencies(what: str = "the study") -> None:
+    """Raise ``ImportError`` with the install hint if torch or transformers is missing, without
+    importing either (run before a results folder is created, so that no half-made folder is left)."""
+    import importlib.util
+
+    for name in ("torch", "transformers"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ImportError(f"{what} needs {name}, which is not installed; {install_hint('torch')}")
+
+
 def load_models(
     target: str,
     draft: str,
@@ -133,7 +148,7 @@ def load_models(
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
-        raise ImportError('the study needs transformers: pip install "mdsd_ot[torch]"') from exc
+        raise ImportError("the study needs transformers; " + install_hint("torch")) from exc
     dev = _device(device)
     if dev.type == "cpu":
         torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
@@ -144,8 +159,8 @@ def load_models(
     # ``dtype=`` replaced ``torch_dtype=`` in transformers 4.56 (older versions ignore ``dtype``)
     kw = {"dtype": torch_dtype} if (major, minor) >= (4, 56) else {"torch_dtype": torch_dtype}
     models = []
-    for name in (target, draft):
-        model = AutoModelForCausalLM.from_pretrained(name, **kw)
+    for role, name in (("target", target), ("draft", draft)):
+        model = _from_pretrained(AutoModelForCausalLM, name, role, **kw)
         models.append(model.eval().to(dev))
     tok = None
     try:
@@ -154,6 +169,21 @@ def load_models(
         if tokenizer is not None:
             raise
     return models[0], models[1], tok
+
+
+def _from_pretrained(cls, name, role: str, **kw):
+    """``cls.from_pretrained(name)``; a name that is neither a local folder nor a model transformers
+    can fetch gets one line saying so, instead of transformers' network message."""
+    try:
+        return cls.from_pretrained(name, **kw)
+    except OSError as exc:
+        if os.path.exists(os.path.expanduser(os.fspath(name))):
+            raise
+        reason = " ".join(str(exc).split()).split(". ")[0]
+        raise FileNotFoundError(
+            f"{role} {name!r} is not a local folder, and transformers could not fetch a model of "
+            f"that name (offline, or no such model on the hub: {reason[:200]}); check the path or name"
+        ) from None
 
 
 def _vocab(model) -> int:

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from .. import _store
+from ..intervals import interval_note
 from .statistics import summarize
 
 
@@ -51,6 +52,15 @@ def format_table(table, *, kind: str = "acceptance") -> str:
     return "\n".join(lines)
 
 
+def _fewer_clusters(table, n_rec: int) -> str:
+    """A note when some cells rest on fewer prompts than the study has (their t has fewer degrees of
+    freedom; the ``records`` column of summary.csv gives each cell's G)."""
+    fewest = min((t["records"] for t in table), default=n_rec)
+    if fewest >= n_rec:
+        return ""
+    return f" Cells evaluated on fewer prompts (down to {fewest}) use their own G (summary.csv: records)."
+
+
 def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> dict:
     """Write ``summary.md/.csv/.json`` and the plots for a study folder; return the file paths."""
     out = Path(out)
@@ -73,8 +83,9 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
     md = [
         f"# {title}",
         "",
-        f"{n_pos} positions from {n_rec} prompts; mean acceptance per position, 95% intervals "
-        f"clustered by prompt.",
+        f"{n_pos} positions from {n_rec} prompts; mean acceptance per position. "
+        + interval_note(n_rec, "prompt")
+        + _fewer_clusters(table, n_rec),
         "",
         "## Acceptance",
         "",

@@ -1,10 +1,9 @@
-"""Statistics: means with the cluster-robust 95% interval over prompts (one formula, also used by
-``scripts/``)."""
+"""Statistics: means with the cluster-robust 95% interval over prompts (one formula,
+:func:`mdsd_ot.intervals.cluster_mean_ci`, also used by ``scripts/``, the demo and decode)."""
 
 from __future__ import annotations
 
-import math
-
+from ..intervals import cluster_mean_ci
 from .config import verifier_scheme
 
 
@@ -24,28 +23,9 @@ def _method_keys(rows):
     return sorted(keys, key=order)
 
 
-def _cluster_mean_ci(values, groups):
-    """Mean and cluster-robust 95% half-width (clusters = records; public as ``cluster_mean_ci``).
-
-    ``mean +- 1.96 se`` with ``se^2 = G/(G-1) * sum_g (sum_{i in g} (x_i - mean))^2 / m^2`` for ``m``
-    values in ``G`` clusters (no ``G/(G-1)`` factor when ``G = 1``; NaN half-width when ``m < 2``).
-
-    Sums are exactly rounded (``math.fsum``), so the result does not depend on the order of the
-    values: a resumed study, whose rows are in another order, gives the same bytes.
-    """
-    x = [float(v) for v in values]
-    m = len(x)
-    mean = math.fsum(x) / m
-    if m < 2:
-        return mean, float("nan")
-    parts = {}
-    for g, v in zip(groups, x):
-        parts.setdefault(g, []).append(v - mean)
-    g = len(parts)
-    var = math.fsum(math.fsum(r) ** 2 for r in parts.values()) / m**2
-    if g > 1:
-        var *= g / (g - 1)  # small-sample correction
-    return mean, 1.96 * math.sqrt(var)
+#: The clustered interval (public as ``mdsd_ot.study.cluster_mean_ci``): one function for every
+#: summary, :func:`mdsd_ot.intervals.cluster_mean_ci` (t quantile on G - 1 degrees of freedom).
+_cluster_mean_ci = cluster_mean_ci
 
 
 def summarize(rows) -> list[dict]:

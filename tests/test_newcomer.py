@@ -1,0 +1,222 @@
+"""A newcomer's first hour, round 2 (issue #24): what a new user runs into, run as a new user would.
+
+Every CLI case checks the exit status, that the message is one line, and that no traceback is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdsd_ot.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(capsys, argv):
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _one_line_error(capsys, argv, *fragments, code=2):
+    got, out, err = _cli(capsys, argv)
+    assert got == code, (got, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "error" in lines[0], err
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------ a failed study, then the fixed one
+
+V = 10
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tiny_models import save_tiny_lm, tiny_lm
+
+    root = tmp_path_factory.mktemp("pair")
+    for name, seed in (("target", 1), ("draft", 2)):
+        save_tiny_lm(tiny_lm(V, seed=seed, spread=20.0), root / name)
+    rng = np.random.default_rng(3)
+    recs = [
+        {
+            "id": f"r{i}",
+            "prompt_ids": rng.integers(0, V, 3).tolist(),
+            "completion_ids": rng.integers(0, V, 3).tolist(),
+        }
+        for i in range(2)
+    ]
+    (root / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return root
+
+
+def _study_argv(root, out, target):
+    return [
+        "study", "--target", target, "--draft", root / "draft", "--prompts", root / "prompts.jsonl",
+        "--out", out, "--temperatures", "1", "--n", "2", "--schemes", "with_replacement",
+        "--verifiers", "naive", "--device", "cpu", "--no-progress",
+    ]  # fmt: skip
+
+
+def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path, capsys):
+    """A hub-style name that cannot be fetched fails after the folder was set up; the fixed rerun works."""
+    out = tmp_path / "study"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    argv = _study_argv(tiny_pair, out, "nosuchorg/nosuchmodel")
+    done = subprocess.run(
+        [sys.executable, "-m", "mdsd_ot", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "target 'nosuchorg/nosuchmodel' is not a local folder" in line and "Traceback" not in line
+    assert (out / "config.json").exists() and (out / "positions.jsonl").stat().st_size == 0
+    code, stdout, err = _cli(capsys, _study_argv(tiny_pair, out, tiny_pair / "target"))
+    assert code == 0, err
+    assert "holds no results; setting it up again" in err
+    rows = [json.loads(x) for x in (out / "positions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 3
+    assert json.loads((out / "config.json").read_text())["identity"]["target"]["path"] == str(
+        (tiny_pair / "target").resolve()
+    )
+
+
+def test_a_study_that_failed_to_load_models_is_taken_over(tiny_pair, tmp_path, capsys, monkeypatch):
+    """torch missing (or any failure) at model loading: the folder holds no rows, the rerun proceeds."""
+    from mdsd_ot.study import job
+
+    out = tmp_path / "study"
+
+    def broken(*a, **k):
+        raise ImportError("torch is required for this feature (simulated)")
+
+    job._MODELS.clear()
+    monkeypatch.setattr(job, "load_models", broken)
+    _one_line_error(capsys, _study_argv(tiny_pair, out, tiny_pair / "target"), "simulated")
+    monkeypatch.undo()
+    assert (out / "done.txt").stat().st_size == 0
+    # the rerun with other parameters still takes the empty folder (nothing to mix)
+    argv = _study_argv(tiny_pair, out, tiny_pair / "target")
+    argv[argv.index("--temperatures") + 1] = "0.5"
+    code, stdout, err = _cli(capsys, argv)
+    assert code == 0, err
+    assert "temperatures: [0.5] now, [1.0] before" in err and "holds no results" in err
+    assert {json.loads(x)["T"] for x in (out / "positions.jsonl").read_text().splitlines()} == {0.5}
+
+
+def test_a_folder_with_rows_is_still_refused(tiny_pair, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert _cli(capsys, _study_argv(tiny_pair, out, tiny_pair / "target"))[0] == 0
+    argv = _study_argv(tiny_pair, out, tiny_pair / "target")
+    argv[argv.index("--temperatures") + 1] = "0.5"
+    _one_line_error(
+        capsys, argv, "holds results of a different study", "temperatures: [0.5] now, [1.0] before"
+    )
+
+
+def test_torch_missing_is_said_before_any_folder_is_made(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    out = tmp_path / "study"
+    line = _one_line_error(
+        capsys,
+        ["study", "--target", "t", "--draft", "d", "--out", out],
+        "needs torch",
+        'pip install -e ".[torch]"',
+    )
+    assert "mdsd_ot[torch]" not in line and not out.exists()
+
+
+def test_a_mistyped_local_path_is_not_read_as_a_hub_name(tmp_path, capsys, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "p.jsonl").write_text('{"id": "a", "prompt_ids": [1], "completion_ids": [2]}\n')
+    monkeypatch.chdir(tmp_path)
+    _one_line_error(
+        capsys,
+        ["study", "--target", "models/Qwen-05B", "--draft", "models/x", "--prompts", "p.jsonl"],
+        "target models/Qwen-05B: no such file or folder in models/",
+    )
+
+
+# ------------------------------------------------------------------------- one interval function
+
+
+def test_t_quantile_matches_an_independent_mpmath_quantile():
+    from oracles import mp_t_quantile
+
+    from mdsd_ot.intervals import t_quantile
+
+    assert math.isnan(t_quantile(1)) and math.isnan(t_quantile(0))
+    for G in (2, 3, 6, 7, 30, 54, 200):
+        assert t_quantile(G) == pytest.approx(mp_t_quantile(G - 1, 0.975), rel=1e-12)
+        assert t_quantile(G, 0.9) == pytest.approx(mp_t_quantile(G - 1, 0.95), rel=1e-12)
+    # closed forms: df = 1 is Cauchy, tan(pi (u - 1/2)); df = 2: (2u - 1) sqrt(2 / (4u(1 - u)))
+    assert t_quantile(2) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-13)
+    assert t_quantile(3) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), rel=1e-13)
+    with pytest.raises(ValueError, match="level"):
+        t_quantile(5, 1.5)
+
+
+def test_cluster_mean_ci_against_the_formula_written_out():
+    from oracles import mp_t_quantile
+
+    from mdsd_ot.intervals import cluster_mean_ci
+
+    rng = np.random.default_rng(24)
+    for m, G in ((5, 2), (40, 6), (300, 54)):
+        x = rng.normal(size=m)
+        g = np.concatenate([np.arange(G), rng.integers(0, G, m - G)])
+        mean, half = cluster_mean_ci(x, g)
+        mu = x.mean()
+        s = np.array([(x[g == c] - mu).sum() for c in range(G)])
+        se = math.sqrt((s**2).sum() / m**2 * G / (G - 1))
+        assert mean == pytest.approx(mu, abs=1e-14)
+        assert half == pytest.approx(mp_t_quantile(G - 1, 0.975) * se, rel=1e-12)
+        perm = rng.permutation(m)  # order of the rows does not matter, to the bit
+        assert cluster_mean_ci(x[perm], g[perm]) == (mean, half)
+    mean, half = cluster_mean_ci([0.25, 0.75], ["a", "a"])
+    assert mean == 0.5 and math.isnan(half)
+    with pytest.raises(ValueError, match="differ in length"):
+        cluster_mean_ci([1.0, 2.0], ["a"])
+
+
+def test_study_statistics_and_the_decode_report_use_the_one_function():
+    from mdsd_ot import intervals, study
+    from mdsd_ot.decode import report
+
+    assert study.cluster_mean_ci is intervals.cluster_mean_ci
+    assert report.cluster_mean_ci is intervals.cluster_mean_ci
+
+
+def test_demo_header_states_the_number_of_clusters(tmp_path, capsys):
+    code, out, err = _cli(
+        capsys,
+        ["demo", "--positions", "12", "--n", "2", "--temperatures", "1", "--verifiers", "rrs", "--no-plot",
+         "--no-progress", "--out", tmp_path / "d"],
+    )  # fmt: skip
+    assert code == 0, err
+    from mdsd_ot.intervals import t_quantile
+
+    G = int(out.split("over G = ")[1].split()[0])
+    assert 2 <= G <= 7 and f"t({G - 1}) = {t_quantile(G):.3f}" in out
