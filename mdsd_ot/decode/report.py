@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from .. import _store
-from ..study.statistics import _cluster_mean_ci as cluster_mean_ci
+from ..intervals import cluster_mean_ci, interval_note
 from ..trees import parse_shape, speedup
 
 __all__ = ["summarize", "write_report", "measured_cost_ratio"]
@@ -188,7 +188,8 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
             if any("bound" in r for r in rows)
             else ""
         )
-        + ". 95% intervals clustered by prompt."
+        + ". "
+        + interval_note(len({r["record"] for r in rows}))
         + _union_note(rows),
         "",
         _proven_note(table),
