@@ -79,7 +79,7 @@ class DecodeConfig:
         ``"TREE/SCHEME"``: the cell whose sample continues decoding in a union run (default: the
         largest tree, the first scheme).
     bound : bool
-        Also record the node-alpha* heuristic (:func:`mdsd_ot.trees.bound_estimate`): neither a bound
+        Also record the node-alpha* heuristic (:func:`mdsd_ot.trees.node_alpha_heuristic`): neither a bound
         nor an estimate of the optimum (docs/math.md#tree-bound-estimate); off by default.
     max_new_tokens : int
         Tokens to generate per prompt and cell (EOS stops earlier). The last call's tokens are cut to

@@ -33,11 +33,11 @@ from .._config import DECODE_OPTIMAL_MAX_V
 from .._validate import check_probabilities
 from ..drafts import SCHEMES
 from ..trees import (
-    bound_estimate,
     draft_forest,
     draft_tree,
     expected_tokens,
     first_children,
+    node_alpha_heuristic,
     parse_shape,
     verify_tree,
 )
@@ -141,7 +141,7 @@ def decode_prompt(
             try:
                 # alpha* of every node: by the torch evaluation plan, batched on the models' device when
                 # that is an accelerator; optimal_acceptance node by node on CPU
-                row["bound"] = bound_estimate(tree, backend="auto", device=root.device)
+                row["bound"] = node_alpha_heuristic(tree, backend="auto", device=root.device)
             except (ValueError, RuntimeError) as exc:
                 row["bound"] = None
                 row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
@@ -185,7 +185,7 @@ def _exact_values(row, tree, names, scheme, config):
             row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
     if config.bound:
         try:
-            row["bound"] = bound_estimate(tree)
+            row["bound"] = node_alpha_heuristic(tree)
         except (ValueError, RuntimeError) as exc:
             row["bound"] = None
             row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
