@@ -212,7 +212,13 @@ TREE_COMPARE_MAX_TREES = 50_000
 #: Columns of the causal LP above which HiGHS runs interior point (with crossover) instead of simplex.
 TREE_LP_IPM_COLUMNS = 10_000
 
-#: The causal LP's re-checks: largest violation of a class total, of x >= 0 and of the emitted law
-#: (E followed by the target has the target's law) accepted from the read-back plan, and the largest
-#: gap between the plan's value and the dual bound.
+#: The causal LP's rows go to HiGHS multiplied by these factors in turn, until a solution passes every
+#: re-check: HiGHS's feasibility tolerance is absolute (1e-10 at best), so a factor s enforces the rows
+#: to 1e-10 / s, which the plans of drafted trees rarer than 1e-10 need for an emitted law exact to
+#: LAW_TOL; a large factor can leave the simplex without a verdict on some inputs, hence the list.
+TREE_LP_ROW_SCALES = (1e6, 1e3, 1e9, 1e12, 1.0)
+
+#: The causal LP's re-checks: largest violation of a class total and of x >= 0 accepted from the
+#: solver's plan (the emitted law itself must match the target's to LAW_TOL, and the dual bound the
+#: plan's value to VALUE_TOL).
 TREE_LP_FEAS_TOL = 1e-10

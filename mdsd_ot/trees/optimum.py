@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._config import TREE_LP_FEAS_TOL, TREE_LP_IPM_COLUMNS, TREE_OPTIMUM_MAX_CLASSES, VALUE_TOL
+from .._config import (
+    LAW_TOL,
+    TREE_LP_FEAS_TOL,
+    TREE_LP_IPM_COLUMNS,
+    TREE_LP_ROW_SCALES,
+    TREE_OPTIMUM_MAX_CLASSES,
+    VALUE_TOL,
+)
 from ..verifiers.base import sample_index
 from .enumerate import TreeEnumeration, enumerate_trees, path_set
 from .shape import parse_shape
@@ -45,14 +52,17 @@ _LAW_MATCH_TOL = 1e-9
 # ------------------------------------------------------------------------------------------- the LP
 @dataclass(frozen=True)
 class CausalLP:
-    """The causal LP in equality form: maximise ``cost @ x`` s.t. ``A x = b``, ``x >= 0``.
+    """The causal LP in equality form: maximise ``cost @ z`` s.t. ``A z = b``, ``z >= 0``.
 
-    Columns: first one per (class, path ``w`` of the class, token ``y`` with ``P(y | w) > 0``), the
-    emitted sequence ``w + (y,)``; then one auxiliary column ``m^+(u)`` per path ``u``. Rows: first
-    one per class (its total ``P(T)``), then one per (path ``u``, token ``y`` with ``P(y | u) > 0``):
-    ``sum of x over E beginning with u + (y,)  -  P(y | u) m^+(u) = 0``. Summed over ``y`` these rows
-    say that ``m^+(u)`` is the mass strictly extending ``u``, so no separate definition row is needed.
-    Paths of target probability 0 carry no columns (no valid verifier emits through them).
+    Columns: first one per (class ``T``, path ``w`` of the class, token ``y`` with ``P(y | w) > 0``):
+    ``z[T, E] = x[T, E] / P(T)``, the probability of emitting ``E = w + (y,)`` given the class (each
+    class's plan is then a law of its own, however rare the class: the solver's tolerances apply to
+    conditional probabilities); then one auxiliary column ``m^+(u)`` per path ``u``. Rows: first one
+    per class, ``sum_E z[T, E] = 1``, then one per (path ``u``, token ``y`` with ``P(y | u) > 0``):
+    ``sum over (T, E), E beginning with u + (y,), of P(T) z[T, E]  -  P(y | u) m^+(u) = 0``. Summed
+    over ``y`` these rows say that ``m^+(u)`` is the mass strictly extending ``u``, so no separate
+    definition row is needed. Paths of target probability 0 carry no columns (no valid verifier emits
+    through them). ``cost = P(T) |E|``.
     """
 
     enumeration: TreeEnumeration
@@ -66,7 +76,7 @@ class CausalLP:
     value: np.ndarray
     b: np.ndarray
     cost: np.ndarray
-    upper: np.ndarray  # an upper bound of every column at every feasible point (for the dual bound)
+    upper: np.ndarray  # an upper bound of every column at every feasible point (for the dual bound): 1
 
     @property
     def n_x(self) -> int:
@@ -126,7 +136,8 @@ def build_causal_lp(e: TreeEnumeration) -> CausalLP:
             i = path_id.get(u)
             if i is not None:
                 classes_of[i].append(c)
-    idx_blocks, cls_blocks, path_blocks, tok_blocks, nnz_per_col = [], [], [], [], []
+    mass = np.array([tc.probability for tc in e.classes])
+    idx_blocks, val_blocks, cls_blocks, path_blocks, tok_blocks, nnz_per_col = [], [], [], [], [], []
     for i, u in enumerate(kept):
         cs = np.array(classes_of[i], dtype=np.int64)
         s = support[i]
@@ -138,6 +149,10 @@ def build_causal_lp(e: TreeEnumeration) -> CausalLP:
         rows[:, 1 : len(u) + 1] = prefix_rows[i]
         rows[:, -1] = np.tile(row_of_token[i][s], cs.size)
         idx_blocks.append(rows.ravel())
+        vals = np.empty((n, len(u) + 2))
+        vals[:, 0] = 1.0
+        vals[:, 1:] = mass[rows[:, :1]]
+        val_blocks.append(vals.ravel())
         cls_blocks.append(rows[:, 0].copy())
         path_blocks.append(np.full(n, i, dtype=np.int64))
         tok_blocks.append(np.tile(s, cs.size))
@@ -153,11 +168,11 @@ def build_causal_lp(e: TreeEnumeration) -> CausalLP:
     start = np.zeros(counts.size + 1, dtype=np.int64)
     start[1:] = np.cumsum(counts)
     index = np.concatenate(idx_blocks + m_index)
-    value = np.concatenate([np.ones(start[n_x])] + m_value)
+    value = np.concatenate(val_blocks + m_value)
     b = np.zeros(int(row_start[-1]))
-    b[:K] = [tc.probability for tc in e.classes]
-    cost = np.concatenate([lengths[col_path] + 1.0, np.zeros(len(kept))])
-    upper = np.concatenate([b[col_class], np.ones(len(kept))])
+    b[:K] = 1.0
+    cost = np.concatenate([mass[col_class] * (lengths[col_path] + 1.0), np.zeros(len(kept))])
+    upper = np.ones(n_x + len(kept))
     return CausalLP(
         e,
         tuple(kept),
@@ -174,8 +189,14 @@ def build_causal_lp(e: TreeEnumeration) -> CausalLP:
     )
 
 
-def _solve_highs(lp: CausalLP, solver: str | None):
-    """HiGHS on the LP (output silenced): ``(ok, message, x, row_dual, objective)``."""
+def _solve_highs(lp: CausalLP, solver: str | None, row_scale: float = 1.0):
+    """HiGHS on the LP (output silenced), every row (and its right-hand side) multiplied by ``row_scale``:
+    ``(ok, message, x, row_dual, objective, basic)``, the duals those of the unscaled rows and
+    ``basic`` the (columns, rows) basic flags of the final basis (None without a valid basis).
+
+    HiGHS's feasibility tolerance is absolute (1e-10, its smallest); a class of drafted trees rarer
+    than that moves the causal rows by less, so its plan would go unchecked. Scaling the rows by
+    ``row_scale`` enforces them to ``1e-10 / row_scale``."""
     import highspy
 
     from ..primal import _quiet_highs
@@ -187,12 +208,13 @@ def _solve_highs(lp: CausalLP, solver: str | None):
     model.col_cost_ = lp.cost
     model.col_lower_ = np.zeros(lp.n_columns)
     model.col_upper_ = np.full(lp.n_columns, highspy.kHighsInf)
-    model.row_lower_ = lp.b
-    model.row_upper_ = lp.b
     model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     model.a_matrix_.start_ = lp.start.astype(np.int32)
     model.a_matrix_.index_ = lp.index.astype(np.int32)
-    model.a_matrix_.value_ = lp.value
+    scale = float(row_scale)
+    model.row_lower_ = lp.b * scale
+    model.row_upper_ = lp.b * scale
+    model.a_matrix_.value_ = lp.value * scale
     h = _quiet_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("log_to_console", False)
@@ -206,15 +228,59 @@ def _solve_highs(lp: CausalLP, solver: str | None):
     ok = status == highspy.HighsModelStatus.kOptimal
     sol = h.getSolution()
     x = np.asarray(sol.col_value, dtype=np.float64)
-    y = np.asarray(sol.row_dual, dtype=np.float64)
-    return ok, h.modelStatusToString(status), x, y, float(h.getInfo().objective_function_value)
+    y = np.asarray(sol.row_dual, dtype=np.float64) * scale
+    basis = h.getBasis()
+    basic = None
+    if ok and basis.valid:
+        kb = highspy.HighsBasisStatus.kBasic
+        basic = (
+            np.array([s == kb for s in basis.col_status], dtype=bool),
+            np.array([s == kb for s in basis.row_status], dtype=bool),
+        )
+    return ok, h.modelStatusToString(status), x, y, float(h.getInfo().objective_function_value), basic
+
+
+def _resolve_basis(lp: CausalLP, basic):
+    """The vertex of HiGHS's final basis recomputed in float64: ``(z, y)`` or None.
+
+    HiGHS returns a solution feasible to its tolerance (1e-10 absolute), so a class of probability
+    below that can carry a plan the causal rows do not see. With the basic columns ``B`` and the rows
+    at their bounds ``N`` (``|N| = |B|``), ``A[N, B] z_B = b_N`` and ``A[N, B]^T y_N = cost_B`` are
+    solved by one sparse LU: residuals of a few ulps. None when the basis matrix is singular or the
+    solution leaves ``z >= 0``; the caller keeps HiGHS's solution then (and its re-checks decide)."""
+    import warnings
+
+    import scipy.sparse.linalg as sla
+
+    cols, rows_basic = basic
+    rows = np.flatnonzero(~rows_basic)
+    cols = np.flatnonzero(cols)
+    if rows.size != cols.size or rows.size == 0:
+        return None
+    B = lp.matrix()[:, cols].tocsr()[rows].tocsc()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lu = sla.splu(B)
+            zb = lu.solve(lp.b[rows])
+            yn = lu.solve(lp.cost[cols], trans="T")
+    except (RuntimeError, ValueError, Warning):
+        return None
+    if not (np.isfinite(zb).all() and np.isfinite(yn).all()) or zb.min(initial=0.0) < -TREE_LP_FEAS_TOL:
+        return None
+    z = np.zeros(lp.n_columns)
+    z[cols] = np.maximum(zb, 0.0)
+    y = np.zeros(lp.n_rows)
+    y[rows] = yn
+    return z, y
 
 
 def _dual_bound(lp: CausalLP, y: np.ndarray) -> float:
     """An upper bound on the LP's optimum from any row multipliers ``y``.
 
-    For every feasible ``x`` (``A x = b``, ``0 <= x <= upper``):
-    ``cost @ x = y @ b + (cost - A^T y) @ x <= y @ b + sum_j max(0, cost_j - (A^T y)_j) upper_j``.
+    For every feasible ``z`` (``A z = b``, ``0 <= z <= upper``; ``z <= 1`` holds at every feasible point:
+    a plan's entries and ``m^+(u)`` are probabilities):
+    ``cost @ z = y @ b + (cost - A^T y) @ z <= y @ b + sum_j max(0, cost_j - (A^T y)_j) upper_j``.
     Valid whatever ``y`` is; tight at an optimal dual. Both signs of the solver's duals are tried (a
     sign convention mix-up can only loosen the bound, never make it invalid)."""
     A = lp.matrix()
@@ -351,7 +417,8 @@ class TreeOptimum:
         ``E|E|`` of the read-back plan: the expected tokens one call emits under :attr:`verifier`.
     success : bool
         True only when proven: HiGHS reported an optimum, the plan read back is feasible (class totals,
-        ``x >= 0``) and its emitted law passes :func:`emitted_law_error` to ``TREE_LP_FEAS_TOL``, and the
+        ``x >= 0``, to ``TREE_LP_FEAS_TOL``), its emitted law passes :func:`emitted_law_error` to
+        ``LAW_TOL`` (1e-12), and the
         dual bound lies within ``VALUE_TOL`` of :attr:`value`.
     status : int
         0 proven optimal; 2 the solver found no feasible plan; 4 the solver stopped (numerical trouble,
@@ -412,7 +479,9 @@ def tree_optimum(
     point with crossover above ``TREE_LP_IPM_COLUMNS`` columns), and re-checks the answer: the plan is
     read back as the law of the emitted tokens per class, its validity re-derived from the plan alone
     (:func:`emitted_law_error`), and its value compared with a dual bound recomputed from the solver's
-    row duals.
+    row duals. HiGHS's tolerances are absolute (1e-10 at best), looser than the plans of classes rarer
+    than that need: the rows are scaled up (``TREE_LP_ROW_SCALES``) and the vertex of HiGHS's
+    final basis is recomputed by a sparse LU before the re-checks.
 
     Parameters
     ----------
@@ -448,11 +517,24 @@ def tree_optimum(
 
 
 def solve_tree_lp(e: TreeEnumeration, *, solver: str | None = None) -> TreeOptimum:
-    """:func:`tree_optimum` for a drafted-tree law already enumerated (:func:`enumerate_trees`)."""
+    """:func:`tree_optimum` for a drafted-tree law already enumerated (:func:`enumerate_trees`).
+
+    The rows go to HiGHS scaled by each of ``TREE_LP_ROW_SCALES`` in turn until a solution
+    passes every re-check (:func:`_solve_highs` says why); the first that passes is returned, else the
+    last attempt with its failed checks."""
     if solver not in (None, "simplex", "ipm"):
         raise ValueError(f"unknown solver {solver!r}; choose 'simplex', 'ipm' or None (by size)")
     lp = build_causal_lp(e)
-    ok, message, x, y, objective = _solve_highs(lp, solver)
+    for row_scale in TREE_LP_ROW_SCALES:
+        result = _attempt(e, lp, solver, row_scale)
+        if result.success:
+            return result
+    return result
+
+
+def _attempt(e: TreeEnumeration, lp: CausalLP, solver, row_scale: float) -> TreeOptimum:
+    """One HiGHS solve and the re-checks of its plan."""
+    ok, message, x, y, objective, basic = _solve_highs(lp, solver, row_scale)
     K = len(e.classes)
     plans: list = [dict() for _ in range(K)]
     if not ok:
@@ -461,6 +543,14 @@ def solve_tree_lp(e: TreeEnumeration, *, solver: str | None = None) -> TreeOptim
         return TreeOptimum(
             math.nan, False, status, f"HiGHS: {message}", math.inf, math.inf, K, lp.n_columns, (), verifier, e
         )
+    duals = [y]
+    polished = _resolve_basis(lp, basic) if basic is not None else None
+    if polished is not None:
+        A = lp.matrix()
+        if np.abs(A @ polished[0] - lp.b).max() <= np.abs(A @ np.maximum(x, 0.0) - lp.b).max():
+            x = polished[0]
+            objective = float(lp.cost @ x)
+        duals.append(polished[1])
     xs = x[: lp.n_x]
     problems = []
     negative = float(-min(0.0, xs.min(initial=0.0)))
@@ -476,16 +566,16 @@ def solve_tree_lp(e: TreeEnumeration, *, solver: str | None = None) -> TreeOptim
         E = lp.paths[lp.col_path[j]] + (int(lp.col_token[j]),)
         plans[c][E] = plans[c].get(E, 0.0) + float(xs[j]) / totals[c]
     law_error, value = emitted_law_error(e, plans)
-    if law_error > TREE_LP_FEAS_TOL:
+    if law_error > LAW_TOL:
         problems.append(f"the emitted law is off the target's by {law_error:.3g}")
-    bound = _dual_bound(lp, y)
+    bound = min(_dual_bound(lp, yy) for yy in duals)
     if not bound - value <= VALUE_TOL:
         problems.append(f"the dual bound {bound:.15g} exceeds the plan's value by {bound - value:.3g}")
     if abs(objective - value) > VALUE_TOL:
         problems.append(f"HiGHS's objective {objective:.15g} differs from the plan's value")
     verifier = LPTreeVerifier(e, plans)
     if problems:
-        msg = "re-check failed: " + "; ".join(problems)
+        msg = f"re-check failed (rows scaled by {row_scale:g}): " + "; ".join(problems)
         return TreeOptimum(value, False, 4, msg, bound, law_error, K, lp.n_columns, tuple(plans), verifier, e)
     msg = (
         f"proven optimal: HiGHS {message.lower()}, emitted law within {law_error:.1e} of the target's, "
