@@ -5,11 +5,17 @@
 * :mod:`.tree` -- drafting a tree with any draft scheme, verifying it with any registered verifier,
   and the exact expected tokens per target call of every verifier from one drafted tree;
 * :mod:`.verifiers` -- tree-level verifiers (:data:`TREE_VERIFIERS`: block and traversal
-  verification), which verify a whole chain or tree at once.
+  verification), which verify a whole chain or tree at once;
+* :mod:`.enumerate`, :mod:`.optimum`, :mod:`.compare` -- every drafted tree with its probability, the
+  exact optimum over all valid tree verifiers (the causal LP, :func:`tree_optimum`) and every valid
+  verifier against it (:func:`compare_tree`), at small scale.
 
 The real decoder over Hugging Face models is :mod:`mdsd_ot.decode`.
 """
 
+from .compare import TreeComparison, TreeComparisonRecord, compare_tree
+from .enumerate import NextTokenLaw, TreeEnumeration, enumerate_trees, model_law, toy_models
+from .optimum import LPTreeVerifier, TreeOptimum, tree_optimum
 from .shape import TreeShape, parse_shape
 from .tree import (
     DraftTree,
@@ -51,4 +57,15 @@ __all__ = [
     "canonical_verifier",
     "TreeVerifier",
     "TREE_VERIFIERS",
+    "tree_optimum",
+    "TreeOptimum",
+    "LPTreeVerifier",
+    "compare_tree",
+    "TreeComparison",
+    "TreeComparisonRecord",
+    "enumerate_trees",
+    "TreeEnumeration",
+    "NextTokenLaw",
+    "model_law",
+    "toy_models",
 ]
