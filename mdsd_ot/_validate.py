@@ -146,13 +146,53 @@ def check_n(n) -> int:
     return n
 
 
-def check_choice(value, name: str, choices) -> str:
-    """Validate a string option against its allowed values."""
+def _fold(text: str) -> str:
+    """A name as it is matched: case, surrounding spaces and ``-`` vs ``_`` do not matter."""
+    return text.strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def choices_text(choices, aliases=None) -> str:
+    """``['a', 'b'] (aliases: x -> a; case does not matter)``: the choices as messages list them."""
+    text = str(sorted(choices))
+    if aliases:
+        text += " (aliases: " + ", ".join(f"{a} -> {t}" for a, t in sorted(aliases.items()))
+        text += "; case does not matter)"
+    return text
+
+
+def check_choice(value, name: str, choices, aliases=None, *, fold: bool = False) -> str:
+    """Validate a string option against its allowed values; return the canonical choice.
+
+    Parameters
+    ----------
+    value : str
+    name : str
+        The option's name, for the message.
+    choices : iterable of str
+        Canonical values.
+    aliases : dict or None
+        Other accepted names -> canonical value (listed in the message of an unknown value).
+    fold : bool
+        Match case-insensitively, ``-`` and ``_`` alike (implied by ``aliases``); the caller must use
+        the returned canonical value.
+
+    >>> check_choice("HiGHS", "method", ["dual", "lp"], {"highs": "lp"})
+    'lp'
+    """
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {sorted(choices)}; got {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {sorted(choices)}")
-    return value
+        raise TypeError(
+            f"{name} must be a string, one of {choices_text(choices, aliases)}; got {type(value).__name__}"
+        )
+    if value in choices:
+        return value
+    if aliases is not None or fold:
+        table = {_fold(c): c for c in choices}
+        for a, target in (aliases or {}).items():
+            table.setdefault(_fold(a), target)
+        hit = table.get(_fold(value))
+        if hit is not None:
+            return hit
+    raise ValueError(f"unknown {name} {value!r}; choose one of {choices_text(choices, aliases)}")
 
 
 def fingerprint(*arrays, **params) -> str:

@@ -220,3 +220,79 @@ def test_demo_header_states_the_number_of_clusters(tmp_path, capsys):
 
     G = int(out.split("over G = ")[1].split()[0])
     assert 2 <= G <= 7 and f"t({G - 1}) = {t_quantile(G):.3f}" in out
+
+
+# ----------------------------------------------------------------------- a scipy-like result, aliases
+
+
+P4 = [0.5, 0.3, 0.2, 0.0]
+Q4 = [0.1, 0.2, 0.3, 0.4]
+
+
+def test_result_status_and_to_dict():
+    from mdsd_ot import AcceptanceResult, optimal_acceptance
+    from mdsd_ot.result import STATUS
+
+    r = optimal_acceptance(P4, Q4, 2)
+    # alpha* by brute force over every subset H (independent of the solver)
+    brute = min(
+        sum(P4[i] for i in H) + 1 - sum(Q4[i] for i in H) ** 2
+        for k in range(5)
+        for H in __import__("itertools").combinations(range(4), k)
+    )
+    d = r.to_dict()
+    assert d["status"] == 0 and d["success"] is True and abs(d["value"] - brute) < 1e-12
+    assert json.loads(json.dumps(d)) == d and d["subset"] == [1, 2, 3]
+    lp = optimal_acceptance(P4, Q4, 2, method="lp").to_dict()
+    assert {"plan", "draft_sets", "residual"} <= set(lp) and lp["status"] == 0
+    json.dumps(lp)
+    failed = AcceptanceResult(
+        float("nan"), np.empty(0, dtype=np.int64), "lp", "greedy", 2, False, "LP failed"
+    )
+    unchecked = AcceptanceResult(0.5, np.empty(0, dtype=np.int64), "dual", "greedy", 2, False, "check failed")
+    assert (failed.status, unchecked.status) == (2, 1) and set(STATUS) == {0, 1, 2}
+    with pytest.raises(ValueError, match="status must be one of"):
+        AcceptanceResult(0.5, np.empty(0, dtype=np.int64), "dual", "greedy", 2, status=7)
+
+
+@pytest.mark.parametrize("method", ["highs", "HiGHS", "LP", "Dual", "brute-force"])
+def test_method_aliases_and_case(method):
+    from mdsd_ot import optimal_acceptance
+
+    r = optimal_acceptance(P4, Q4, 2, method=method)
+    assert r.method in ("lp", "dual", "bruteforce") and abs(r.value - 0.69) < 1e-9
+    assert optimal_acceptance(P4, Q4, 2, method="highs").method == "lp"
+
+
+def test_verifier_and_scheme_names_any_case_with_aliases_in_messages():
+    from mdsd_ot import compare, get_scheme, verifier_acceptance
+
+    exact = verifier_acceptance("spectr", P4, Q4, 2).value
+    for name in ("SpecTr", "SPECTR", "k-seq", " spectr "):
+        assert verifier_acceptance(name, P4, Q4, 2).value == exact
+    assert verifier_acceptance("RRS", P4, Q4, 2).verifier == "rrs"
+    assert verifier_acceptance("SpecInfer", P4, Q4, 2).verifier == "rrs"
+    assert get_scheme("Without-Replacement").name == "without_replacement"
+    assert [r.verifier for r in compare(P4, Q4, 2, verifiers="RRS,SpecTr")] == ["rrs", "spectr"]
+    with pytest.raises(ValueError, match=r"aliases: k_seq -> spectr, rsd -> rrs_without_replacement"):
+        verifier_acceptance("specter", P4, Q4, 2)
+    with pytest.raises(ValueError, match=r"aliases: cp -> conditional_poisson.*case does not matter"):
+        get_scheme("with_replace")
+
+
+def test_cli_names_any_case(tmp_path, capsys):
+    f = tmp_path / "pq.json"
+    f.write_text(json.dumps({"p": P4, "q": Q4}))
+    code, out, err = _cli(
+        capsys, ["bound", f, "--method", "HiGHS", "--sampling", "With_Replacement,IID", "--json"]
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert [r["sampling"] for r in data["results"]] == ["with_replacement"]
+    assert data["results"][0]["method"] == "lp" and data["results"][0]["status"] == 0
+    code, out, err = _cli(capsys, ["compare", f, "--verifiers", "SpecTr,RRS", "--json"])
+    assert code == 0, err
+    _one_line_error(capsys, ["bound", f, "--method", "simplex"], "unknown method 'simplex'", "highs -> lp")
+    _one_line_error(
+        capsys, ["compare", f, "--verifiers", "specter"], "unknown verifier", "rsd -> rrs_without"
+    )

@@ -30,13 +30,13 @@ def load_inputs(args):
 
 
 def parse_samplings(text: str) -> list[str]:
-    """Comma-separated scheme names, or ``all``."""
-    if text.strip() == "all":
+    """Comma-separated scheme names or aliases (any case), or ``all``; canonical names, no repeats."""
+    from .._validate import choices_text
+    from ..drafts import SCHEME_ALIASES, get_scheme
+
+    if text.strip().lower() == "all":
         return list(SCHEMES)
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    for s in names:
-        if s not in SCHEMES:
-            raise ValueError(f"unknown sampling {s!r}; choose from {sorted(SCHEMES)} or 'all'")
+    names = [get_scheme(s.strip()).name for s in text.split(",") if s.strip()]
     if not names:
-        raise ValueError(f"no sampling given; choose from {sorted(SCHEMES)} or 'all'")
-    return names
+        raise ValueError(f"no sampling given; choose from {choices_text(SCHEMES, SCHEME_ALIASES)} or 'all'")
+    return list(dict.fromkeys(names))
