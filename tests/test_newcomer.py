@@ -296,3 +296,135 @@ def test_cli_names_any_case(tmp_path, capsys):
     _one_line_error(
         capsys, ["compare", f, "--verifiers", "specter"], "unknown verifier", "rsd -> rrs_without"
     )
+
+
+# ------------------------------------------------------------------------------------- logits in
+
+
+def _logit_cases():
+    rng = np.random.default_rng(5)
+    out = []
+    for V in (1, 2, 7, 50):
+        z = rng.normal(scale=3.0, size=(4, V))
+        if V >= 7:
+            z[0, :3] = z[0, 3]  # ties
+            z[1, 2] = -np.inf  # a masked token
+            z[2] = np.round(z[2])  # many ties
+        out.append(z)
+    return out
+
+
+@pytest.mark.parametrize("T", [1.0, 0.3, 2.5])
+@pytest.mark.parametrize("top_k", [None, 1, 3, 100])
+@pytest.mark.parametrize("top_p", [None, 0.5, 0.9, 1.0])
+def test_numpy_to_distribution_agrees_with_torch(T, top_k, top_p):
+    torch = pytest.importorskip("torch")
+    from mdsd_ot import to_distribution
+    from mdsd_ot.backends import torch as tb
+
+    for z in _logit_cases():
+        mine = to_distribution(z, temperature=T, top_k=top_k, top_p=top_p)
+        ref = tb.to_distribution(torch.tensor(z), temperature=T, top_k=top_k, top_p=top_p).numpy()
+        assert mine.dtype == np.float64 and mine.shape == z.shape
+        assert np.max(np.abs(mine - ref)) <= 1e-12
+        assert np.array_equal(mine == 0, ref == 0)  # the same tokens truncated
+        one = to_distribution(z[0], temperature=T, top_k=top_k, top_p=top_p)  # 1-D input
+        assert np.max(np.abs(one - ref[0])) <= 1e-12
+        probs = ref[3] if top_k is None and top_p is None else None
+        if probs is not None:  # kind="probs" from the same softmax
+            back = to_distribution(
+                tb.to_distribution(torch.tensor(z[3])).numpy(), temperature=T, kind="probs"
+            )
+            want = tb.to_distribution(torch.tensor(z[3]), temperature=T).numpy()
+            assert np.max(np.abs(back - want)) <= 1e-12
+
+
+def test_to_distribution_against_the_definition():
+    from mdsd_ot import to_distribution
+
+    z = np.array([2.0, 1.0, 1.0, 0.0, -3.0])
+    # closed form: softmax(z / T) restricted to the kept tokens, renormalised
+    e = np.exp(z / 0.5)
+    assert np.allclose(to_distribution(z, 0.5), e / e.sum(), rtol=0, atol=1e-15)
+    kept = e * np.array([1, 1, 0, 0, 0])  # top_k = 2: the tie at index 1/2 goes to index 1
+    assert np.allclose(to_distribution(z, 0.5, top_k=2), kept / kept.sum(), rtol=0, atol=1e-15)
+    # top_p = 0.7 at T = 1: masses 0.5745, 0.2113, 0.2113, ...: the prefix before index 2 holds 0.786
+    e1 = np.exp(z)
+    pr = e1 / e1.sum()
+    assert pr[0] < 0.7 < pr[0] + pr[1]
+    kept = e1 * np.array([1, 1, 0, 0, 0])
+    assert np.allclose(to_distribution(z, top_p=0.7), kept / kept.sum(), rtol=0, atol=1e-15)
+    huge = to_distribution([1e308, -1e308, 0.0], 0.01)  # no overflow, no warning
+    assert huge.tolist() == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(logits=[1.0, np.nan]), ValueError, "NaN or \\+inf"),
+        (dict(logits=[-np.inf, -np.inf]), ValueError, "entirely -inf"),
+        (dict(logits=[1.0, 2.0], temperature=0), ValueError, "top_k=1"),
+        (dict(logits=[1.0, 2.0], top_k=0), ValueError, "top_k must be >= 1"),
+        (dict(logits=[1.0, 2.0], top_p=1.5), ValueError, "top_p must lie in"),
+        (dict(logits=[1, 2]), TypeError, "integer dtype"),
+        (dict(logits=[[[1.0]]]), ValueError, "shape"),
+        (dict(logits=[1.0, 2.0], kind="odds"), ValueError, "unknown kind"),
+    ],
+)
+def test_to_distribution_bad_input(kwargs, exc, match):
+    from mdsd_ot import to_distribution
+
+    with pytest.raises(exc, match=match):
+        to_distribution(**kwargs)
+
+
+def test_logits_passed_as_probabilities_get_a_hint():
+    from mdsd_ot import optimal_acceptance
+
+    with pytest.raises(ValueError, match=r"negative entries .*mdsd_ot.to_distribution\(logits"):
+        optimal_acceptance([2.0, -1.0, 0.5], [0.2, 0.3, 0.5], 2)
+    with pytest.raises(ValueError, match=r"entries above 1, up to 3\.2.*to_distribution"):
+        optimal_acceptance([3.2, 1.5, 0.5], [0.2, 0.3, 0.5], 2)
+    with pytest.raises(ValueError) as info:  # a sum off by a little: no logits hint
+        optimal_acceptance([0.5, 0.3, 0.1], [0.2, 0.3, 0.5], 2)
+    assert "logits" not in str(info.value)
+    # a truncated q: the shape message, not the sum message
+    with pytest.raises(ValueError, match="same shape"):
+        optimal_acceptance([0.5, 0.3, 0.2], [0.2, 0.3], 2)
+
+
+def test_cli_logits_temperature_top_k_top_p(tmp_path, capsys):
+    from mdsd_ot import optimal_acceptance, to_distribution
+
+    zp, zq = [2.0, -1.0, 0.5, 0.0], [0.1, 0.2, 3.0, -2.0]
+    f = tmp_path / "logits.json"
+    f.write_text(json.dumps({"p": zp, "q": zq}))
+    for extra, opts in (
+        ([], {}),
+        (["--temperature", "0.7"], {"temperature": 0.7}),
+        (["--top-k", "3", "--top-p", "0.95"], {"top_k": 3, "top_p": 0.95}),
+    ):
+        code, out, err = _cli(capsys, ["bound", f, "--logits", "--json", *extra])
+        assert code == 0, err
+        want = optimal_acceptance(to_distribution(zp, **opts), to_distribution(zq, **opts), 2).value
+        # the definition written out for the plain case: softmax, then alpha* by brute force
+        got = json.loads(out)["results"][0]["value"]
+        assert abs(got - want) < 1e-12
+    e = np.exp(zp) / np.exp(zp).sum(), np.exp(zq) / np.exp(zq).sum()
+    brute = min(
+        sum(e[0][i] for i in H) + 1 - sum(e[1][i] for i in H) ** 2
+        for k in range(5)
+        for H in __import__("itertools").combinations(range(4), k)
+    )
+    code, out, err = _cli(capsys, ["bound", "--p=2,-1,0.5,0", "--q=0.1,0.2,3,-2", "--logits", "--json"])
+    assert code == 0 and abs(json.loads(out)["results"][0]["value"] - brute) < 1e-12
+    code, out, err = _cli(capsys, ["compare", f, "--logits", "--top-k", "3", "--verifiers", "rrs", "--json"])
+    assert code == 0, err
+    # without --logits: one line that says how to pass logits
+    _one_line_error(capsys, ["bound", f], "negative entries", "--logits")
+    _one_line_error(capsys, ["compare", f], "negative entries", "--logits")
+    _one_line_error(capsys, ["bound", f, "--logits", "--temperature", "0"], "temperature must be")
+    _one_line_error(capsys, ["bound", "--p", "0.5,0.5"], "--p and --q go together")
+    _one_line_error(capsys, ["bound", f, "--p", "0.5,0.5", "--q", "0.5,0.5"], "not both")
+    _one_line_error(capsys, ["compare"], "give p and q")
+    _one_line_error(capsys, ["bound", "--p", "0.5,0.5", "--q", "0.2,0.3,0.5"], "same shape")
