@@ -19,6 +19,7 @@ COMMANDS = {
     "merge": "merge",
     "audit": "audit",
     "decode": "decode",
+    "tiny-models": "tiny_models",
 }
 
 

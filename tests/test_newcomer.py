@@ -428,3 +428,45 @@ def test_cli_logits_temperature_top_k_top_p(tmp_path, capsys):
     _one_line_error(capsys, ["bound", f, "--p", "0.5,0.5", "--q", "0.5,0.5"], "not both")
     _one_line_error(capsys, ["compare"], "give p and q")
     _one_line_error(capsys, ["bound", "--p", "0.5,0.5", "--q", "0.2,0.3,0.5"], "same shape")
+
+
+# ------------------------------------------------------------------------------- try it offline
+
+
+def test_tiny_models_then_study_merge_decode_as_printed(tmp_path, capsys, monkeypatch):
+    """``mdsd-ot tiny-models DIR`` and the commands it prints, run as printed (smallest sizes)."""
+    import shlex
+
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, ["tiny-models", "tiny", "--vocab", "16", "--prompts", "2",
+                                   "--prompt-length", "3", "--completion-length", "4"])  # fmt: skip
+    assert code == 0, err
+    records = [json.loads(x) for x in (tmp_path / "tiny" / "prompts.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(
+        len(r["prompt_ids"]) == 3 and len(r["completion_ids"]) == 4 for r in records
+    )
+    assert all(0 <= t < 16 for r in records for t in r["prompt_ids"] + r["completion_ids"])
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("mdsd-ot ")]
+    assert [shlex.split(ln)[1] for ln in lines] == ["study", "study", "merge", "decode"]
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        if argv[0] != "merge":
+            argv.append("--no-progress")
+        if argv[0] == "decode":
+            argv[argv.index("--max-new-tokens") + 1] = "4"
+        code, out, err = _cli(capsys, argv)
+        assert code == 0, (line, err)
+    rows = [json.loads(x) for x in (tmp_path / "tiny" / "study" / "positions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 4 * 2  # prompts x positions x temperatures, merged from the two shards
+    for r in rows:  # the bounds are bounds: every verifier at most the bound of its scheme
+        assert r["verifier:rrs@2"] <= r["bound:with_replacement@2"] + 1e-9
+        assert r["verifier:spectr@3"] <= r["bound:with_replacement@3"] + 1e-9
+    assert (tmp_path / "tiny" / "decode" / "summary.md").exists()
+    # a second call into the same folder is refused, in one line, without touching it
+    _one_line_error(capsys, ["tiny-models", "tiny"], "exists already")
+
+
+def test_tiny_models_bad_options(tmp_path, capsys):
+    _one_line_error(capsys, ["tiny-models", tmp_path / "t", "--vocab", "1"], "vocab must be an integer >= 2")
+    assert not (tmp_path / "t").exists()
