@@ -470,3 +470,98 @@ def test_tiny_models_then_study_merge_decode_as_printed(tmp_path, capsys, monkey
 def test_tiny_models_bad_options(tmp_path, capsys):
     _one_line_error(capsys, ["tiny-models", tmp_path / "t", "--vocab", "1"], "vocab must be an integer >= 2")
     assert not (tmp_path / "t").exists()
+
+
+# ------------------------------------------------------------------------------------- plots
+
+
+def _study_table():
+    methods = ["bound:with_replacement", "bound:without_replacement", "bound:greedy", "verifier:naive",
+               "verifier:rrs", "verifier:spectr", "verifier:optimal", "verifier:rrs_without_replacement",
+               "verifier:greedy", "verifier:spechub", "gap:rrs", "gap:spectr"]  # fmt: skip
+    return [
+        {"method": m, "T": T, "n": n, "mean": 0.9 - 0.01 * i, "ci95": 0.01,
+         "count": 100 if m == "verifier:rrs_without_replacement" else 200}
+        for i, m in enumerate(methods) for T in (0.5, 1.0) for n in (2, 3)
+        if not (m == "verifier:spechub" and n == 3)
+    ]  # fmt: skip
+
+
+def _decode_table():
+    rows = []
+    for T in (0.5, 1.0):
+        for tree, size in (("2x3", 6), ("4,2", 12)):
+            for m in ("exact:naive", "exact:rrs", "exact:spectr", "exact:optimal", "bound", "sampled:rrs"):
+                rows.append({"T": T, "tree": tree, "tree_size": size, "scheme": "with_replacement",
+                             "method": m, "mean": 2.0, "ci95": 0.1})  # fmt: skip
+    return rows
+
+
+def _same(a, b):
+    return a == b or (str(a) == str(b))
+
+
+def _check_every_line_labelled(fig):
+    """Every drawn series (errorbar container) has exactly one entry in the figure's one legend, of
+    the same colour, line style and marker, whose text names the series."""
+    from matplotlib.colors import to_rgba
+
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    legend = fig.legends[0]
+    entries = [
+        (to_rgba(h.get_color()), h.get_linestyle(), h.get_marker(), t.get_text())
+        for h, t in zip(legend.legend_handles, legend.get_texts())
+    ]
+    drawn = set()
+    for ax in fig.axes:
+        for c in ax.containers:
+            line = c.lines[0]
+            key = (to_rgba(line.get_color()), line.get_linestyle(), line.get_marker())
+            hits = [e for e in entries if e[:3] == key]
+            assert len(hits) == 1, (c.get_label(), key, entries)
+            name = c.get_label().split(":", 1)[1]
+            assert name in hits[0][3], (name, hits[0][3])
+            drawn.add(key)
+    assert len(drawn) == len(entries) and drawn  # no legend entry without a line, no line twice
+    return {e[3].split("\n")[0] for e in entries}
+
+
+def test_every_drawn_line_has_a_label_in_the_one_legend():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from mdsd_ot.plots import figure_decode, figure_families
+
+    table = _study_table()
+    labels = _check_every_line_labelled(figure_families(table, "acceptance", title="tiny"))
+    assert {"verifier:rrs", "verifier:spectr", "bound:greedy", "verifier:spechub"} <= labels
+    assert _check_every_line_labelled(figure_families(table, "gap")) == {"rrs", "spectr"}
+    for which in (0, 1):
+        fig = figure_decode(_decode_table(), which, title="tiny decode")
+        labels = _check_every_line_labelled(fig)
+        assert {"naive", "rrs", "spectr", "optimal", "node-bound estimate (with_replacement)"} == labels
+        assert fig._suptitle.get_text() == "tiny decode"
+    plt.close("all")
+
+
+def test_styles_are_fixed_across_figures():
+    from mdsd_ot.plots import FAMILY_COLORS, style
+
+    keys = ["verifier:naive", "verifier:rrs", "verifier:spectr", "verifier:optimal",
+            "verifier:rrs_without_replacement", "verifier:greedy", "verifier:spechub"]  # fmt: skip
+    looks = {style(k)[:3] for k in keys}
+    assert len(looks) == len(keys)  # every verifier told apart
+    assert style("verifier:rrs") == style("gap:rrs") == style("exact:rrs")
+    assert (
+        style("bound:with_replacement")[0] == FAMILY_COLORS["with_replacement"] == style("verifier:spectr")[0]
+    )
+    assert style("verifier:my_sampler")[:3] not in looks  # an outside verifier gets its own look
+
+
+def test_study_report_plots_use_the_module(tmp_path):
+    pytest.importorskip("matplotlib")
+    from mdsd_ot.study.report import plot_summary
+
+    files = plot_summary(_study_table(), tmp_path, title="tiny")
+    assert set(files) == {"acceptance_plot", "gap_plot"}
+    assert all(f.stat().st_size > 10_000 for f in files.values())
