@@ -9,6 +9,7 @@ from . import _cli_startup  # noqa: F401  (first: a quiet Ctrl-C while the mdsd-
 from .api import METHODS, optimal_acceptance, optimal_acceptance_batch
 from .compare import Comparison, compare
 from .drafts import SCHEMES, DraftScheme, get_scheme
+from .logits import to_distribution
 from .result import AcceptanceResult
 from .verifiers import VERIFIERS, verifier_acceptance
 
@@ -26,4 +27,5 @@ __all__ = [
     "verifier_acceptance",
     "compare",
     "Comparison",
+    "to_distribution",
 ]

@@ -52,6 +52,27 @@ def _as_float_array(x, name: str) -> np.ndarray:
     return np.array(arr, dtype=np.float64, order="C")  # always a fresh C-contiguous float64 copy
 
 
+def _shaped(x, name: str, ndim: int) -> np.ndarray:
+    """``x`` as a fresh float64 array with the required number of dimensions and no empty axis."""
+    arr = _as_float_array(x, name)
+    if arr.ndim != ndim:
+        shape = "(V,)" if ndim == 1 else "(B, V)"
+        raise ValueError(f"{name} must have shape {shape}; got an array of shape {arr.shape}")
+    if arr.shape[-1] == 0:
+        raise ValueError(f"{name} is empty; a distribution needs at least one token")
+    if ndim == 2 and arr.shape[0] == 0:
+        raise ValueError(f"{name} has no rows; pass at least one distribution")
+    return arr
+
+
+def _totals_checked(arr: np.ndarray, name: str, normalize: bool) -> np.ndarray:
+    sums = arr.sum(axis=-1)
+    check_totals(arr, name, sums, arr.min(), normalize)
+    if normalize:
+        arr /= sums[..., None]
+    return arr
+
+
 def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = False) -> np.ndarray:
     """Return ``x`` as a validated float64 array of probability vectors along the last axis.
 
@@ -67,19 +88,14 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
         Rescale each row to sum to one instead of rejecting sums off one by more than ``SUM_TOL``.
     """
     normalize = check_bool(normalize, "normalize")
-    arr = _as_float_array(x, name)
-    if arr.ndim != ndim:
-        shape = "(V,)" if ndim == 1 else "(B, V)"
-        raise ValueError(f"{name} must have shape {shape}; got an array of shape {arr.shape}")
-    if arr.shape[-1] == 0:
-        raise ValueError(f"{name} is empty; a distribution needs at least one token")
-    if ndim == 2 and arr.shape[0] == 0:
-        raise ValueError(f"{name} has no rows; pass at least one distribution")
-    sums = arr.sum(axis=-1)
-    check_totals(arr, name, sums, arr.min(), normalize)
-    if normalize:
-        arr /= sums[..., None]
-    return arr
+    return _totals_checked(_shaped(x, name, ndim), name, normalize)
+
+
+#: Appended to the messages of inputs that look like logits (negative entries, entries above 1).
+LOGITS_HINT = (
+    "if these are logits, convert them first: mdsd_ot.to_distribution(logits, temperature=1.0) "
+    "(on the command line: --logits)"
+)
 
 
 def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bool) -> None:
@@ -95,7 +111,7 @@ def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bo
             bad = np.argwhere(arr < 0)[0]
             raise ValueError(
                 f"{name} has negative entries (first at index {tuple(int(i) for i in bad)}: "
-                f"{arr[tuple(bad)]:.3g}); probabilities must be >= 0"
+                f"{arr[tuple(bad)]:.3g}); probabilities must be >= 0; {LOGITS_HINT}"
             )
         raise ValueError(f"{name} has entries too large to sum in float64; rescale it")
     if np.any(sums <= 0):
@@ -103,9 +119,11 @@ def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bo
     off = np.abs(sums - 1.0)
     if not normalize and np.any(off > SUM_TOL):
         worst = float(np.atleast_1d(sums)[np.argmax(np.atleast_1d(off))])
+        top = float(np.max(arr))
+        hint = f" ({name} has entries above 1, up to {top:.4g}: {LOGITS_HINT})" if top > 1.0 else ""
         raise ValueError(
             f"{name} sums to {worst:.9g}, more than {SUM_TOL:g} away from 1; "
-            f"pass normalize=True to rescale it"
+            f"pass normalize=True to rescale it{hint}"
         )
 
 
@@ -119,14 +137,13 @@ def check_bool(value, name: str) -> bool:
 def check_pair(p, q, *, ndim: int = 1, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Validate a target/draft pair of the same shape."""
     normalize = check_bool(normalize, "normalize")
-    p = check_probabilities(p, "p", ndim=ndim, normalize=normalize)
-    q = check_probabilities(q, "q", ndim=ndim, normalize=normalize)
-    if p.shape != q.shape:
+    p, q = _shaped(p, "p", ndim), _shaped(q, "q", ndim)
+    if p.shape != q.shape:  # first: a truncated q would otherwise get the message about its sum
         raise ValueError(
             f"p and q must have the same shape (one probability per vocabulary token); "
             f"got p {p.shape} and q {q.shape}"
         )
-    return p, q
+    return _totals_checked(p, "p", normalize), _totals_checked(q, "q", normalize)
 
 
 def check_n(n) -> int:
@@ -146,13 +163,53 @@ def check_n(n) -> int:
     return n
 
 
-def check_choice(value, name: str, choices) -> str:
-    """Validate a string option against its allowed values."""
+def _fold(text: str) -> str:
+    """A name as it is matched: case, surrounding spaces and ``-`` vs ``_`` do not matter."""
+    return text.strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def choices_text(choices, aliases=None) -> str:
+    """``['a', 'b'] (aliases: x -> a; case does not matter)``: the choices as messages list them."""
+    text = str(sorted(choices))
+    if aliases:
+        text += " (aliases: " + ", ".join(f"{a} -> {t}" for a, t in sorted(aliases.items()))
+        text += "; case does not matter)"
+    return text
+
+
+def check_choice(value, name: str, choices, aliases=None, *, fold: bool = False) -> str:
+    """Validate a string option against its allowed values; return the canonical choice.
+
+    Parameters
+    ----------
+    value : str
+    name : str
+        The option's name, for the message.
+    choices : iterable of str
+        Canonical values.
+    aliases : dict or None
+        Other accepted names -> canonical value (listed in the message of an unknown value).
+    fold : bool
+        Match case-insensitively, ``-`` and ``_`` alike (implied by ``aliases``); the caller must use
+        the returned canonical value.
+
+    >>> check_choice("HiGHS", "method", ["dual", "lp"], {"highs": "lp"})
+    'lp'
+    """
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {sorted(choices)}; got {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {sorted(choices)}")
-    return value
+        raise TypeError(
+            f"{name} must be a string, one of {choices_text(choices, aliases)}; got {type(value).__name__}"
+        )
+    if value in choices:
+        return value
+    if aliases is not None or fold:
+        table = {_fold(c): c for c in choices}
+        for a, target in (aliases or {}).items():
+            table.setdefault(_fold(a), target)
+        hit = table.get(_fold(value))
+        if hit is not None:
+            return hit
+    raise ValueError(f"unknown {name} {value!r}; choose one of {choices_text(choices, aliases)}")
 
 
 def fingerprint(*arrays, **params) -> str:

@@ -14,6 +14,10 @@ __all__ = ["optimal_acceptance", "optimal_acceptance_batch", "METHODS"]
 
 METHODS = ("auto", "dual", "lp", "cvxpy", "bruteforce")
 
+#: Other accepted method names (matched case-insensitively, as the canonical ones are): ``"highs"``
+#: is the LP solved by HiGHS, which is what ``"lp"`` does.
+METHOD_ALIASES = {"highs": "lp", "brute_force": "bruteforce"}
+
 
 def _dual_objective(p, q, n, scheme, subset, refine: int = 0) -> float:
     """``p(H) + 1 - Q(H)``, recomputed from scratch for the subset (an upper bound on alpha*).
@@ -109,7 +113,7 @@ def optimal_acceptance(
     q /= q.sum()
     n = check_n(n)
     scheme = get_scheme(sampling)
-    method = check_choice(method, "method", METHODS)
+    method = check_choice(method, "method", METHODS, METHOD_ALIASES)
     scheme.check(q, n)
     extra = {}
     if scheme.q_dominates and np.array_equal(p, q) and method in ("auto", "dual"):

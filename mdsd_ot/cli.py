@@ -20,6 +20,7 @@ COMMANDS = {
     "audit": "audit",
     "decode": "decode",
     "trees": "trees",
+    "tiny-models": "tiny_models",
 }
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._config import ENUMERATION_MAX_TUPLES, RECHECK_TOL
 from ._validate import check_choice, check_n, check_pair, fingerprint
-from .drafts import SCHEMES, DraftScheme
+from .drafts import DraftScheme, get_scheme
 from .verifiers import ACCEPTANCE_METHODS, DEFAULT_SAMPLES, VERIFIERS, get_verifier, verifier_acceptance
 from .verifiers.base import power_exceeds
 
@@ -226,7 +226,7 @@ def compare(
     # option names first: inside the loop a bad name would be one more "cannot run" reason, and every
     # verifier would be skipped silently (an empty table)
     if sampling is not None and not isinstance(sampling, DraftScheme):
-        sampling = check_choice(sampling, "sampling", SCHEMES)
+        sampling = get_scheme(sampling).name  # aliases and any case accepted
     method = check_choice(method, "method", ACCEPTANCE_METHODS)
     explicit = verifiers is not None
     names = _parse_names(verifiers) if explicit else list(VERIFIERS)

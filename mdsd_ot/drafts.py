@@ -849,8 +849,21 @@ SCHEMES: dict[str, DraftScheme] = {
 }
 
 
+#: Other accepted scheme names; matching ignores case and ``-`` vs ``_`` (``"With-Replacement"``).
+SCHEME_ALIASES: dict[str, str] = {
+    "iid": "with_replacement",
+    "sequential": "without_replacement",
+    "cp": "conditional_poisson",
+    "top": "top_n",
+}
+
+
 def get_scheme(name) -> DraftScheme:
-    """Look up a scheme by name (``ValueError`` listing the choices when unknown)."""
+    """Look up a scheme by name or alias (``ValueError`` listing the choices and aliases when unknown).
+
+    >>> get_scheme("With-Replacement").name, get_scheme("iid").name, get_scheme("CP").name
+    ('with_replacement', 'with_replacement', 'conditional_poisson')
+    """
     if isinstance(name, DraftScheme):
         return name
-    return SCHEMES[check_choice(name, "sampling", SCHEMES)]
+    return SCHEMES[check_choice(name, "sampling", SCHEMES, SCHEME_ALIASES)]

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+#: Integer status codes of :class:`AcceptanceResult` (as ``scipy.optimize``: 0 is success).
+STATUS = {
+    0: "success: the value's certificate was re-checked independently",
+    1: "the independent re-check of the certificate failed (value not certified)",
+    2: "the solver failed (no value)",
+}
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,9 @@ class AcceptanceResult:
         True when the solver finished and the certificate re-check passed.
     message : str
         Human-readable status.
+    status : int
+        ``0`` success, ``1`` the certificate re-check failed, ``2`` the solver failed (value NaN); see
+        :data:`STATUS`. Derived from ``success`` and ``value`` when not given.
     plan : ndarray or None
         Primal methods only: ``plan[s, y]`` = probability of outputting ``y`` given draft set ``s``
         (rows follow ``draft_sets``).
@@ -47,6 +58,42 @@ class AcceptanceResult:
     plan: np.ndarray | None = field(default=None, repr=False)
     draft_sets: tuple | None = field(default=None, repr=False)
     residual: np.ndarray | None = field(default=None, repr=False)
+    status: int | None = None
+
+    def __post_init__(self):
+        if self.status is None:
+            code = 0 if self.success else (2 if not math.isfinite(self.value) else 1)
+            object.__setattr__(self, "status", code)
+        elif self.status not in STATUS:
+            raise ValueError(f"status must be one of {sorted(STATUS)}, got {self.status!r}")
+
+    def to_dict(self) -> dict:
+        """The result as plain Python values (lists, floats, ints, str), ready for ``json.dumps``.
+
+        The primal fields (``plan``, ``draft_sets``, ``residual``) are included only when present.
+
+        >>> from mdsd_ot import optimal_acceptance
+        >>> d = optimal_acceptance([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2).to_dict()
+        >>> d["status"], d["success"], round(d["value"], 6), d["subset"], d["method"]
+        (0, True, 0.69, [1, 2, 3], 'dual')
+        """
+        out = {
+            "value": float(self.value),
+            "subset": [int(i) for i in np.asarray(self.subset).tolist()],
+            "method": self.method,
+            "sampling": self.sampling,
+            "n": int(self.n),
+            "success": bool(self.success),
+            "status": int(self.status),
+            "message": self.message,
+        }
+        if self.plan is not None:
+            out["plan"] = np.asarray(self.plan, dtype=np.float64).tolist()
+        if self.draft_sets is not None:
+            out["draft_sets"] = [[int(t) for t in s] for s in self.draft_sets]
+        if self.residual is not None:
+            out["residual"] = np.asarray(self.residual, dtype=np.float64).tolist()
+        return out
 
     @property
     def gap(self) -> float:

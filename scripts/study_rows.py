@@ -13,8 +13,8 @@ of the rows it decompresses to.
     python scripts/study_rows.py unpack docs/results/qwen_coder_humaneval /tmp/study  # a study folder
     python scripts/study_rows.py check docs/results/qwen_coder_humaneval              # verify, count
 
-``export`` also copies the run's ``summary.md/.csv/.json`` and writes ``config.json`` without what
-only describes this machine: absolute paths
+``export`` also copies the run's ``summary.md/.csv/.json`` and its two figures, and writes
+``config.json`` without what only describes this machine: absolute paths
 become ``$MODELS/<folder name>`` or the folder's name, and the file-system ``stat`` entries are dropped
 (the models stay identified by the sha256 of each file). ``unpack`` writes a folder that
 ``mdsd_ot.study.read_rows`` and ``mdsd-ot merge`` accept (the rows verify against ``done.txt``).
@@ -38,6 +38,7 @@ from pathlib import Path
 
 ROWS, DONE, CONFIG, SUMS = "positions.jsonl", "done.txt", "config.json", "SHA256SUMS"
 SUMMARIES = ("summary.md", "summary.csv", "summary.json")
+PLOTS = ("acceptance_vs_temperature.png", "gap_to_bound.png")  # mdsd_ot.plots, as published
 
 
 def _sha(data: bytes) -> str:
@@ -120,7 +121,7 @@ def export(src, dest, *, models: str | None = None, versions: dict | None = None
     (dest / (ROWS + ".xz")).write_bytes(packed)
     (dest / SUMS).write_text(f"{_sha(packed)}  {ROWS}.xz\n{_sha(raw)}  {ROWS}\n")
     shutil.copyfile(src / DONE, dest / DONE)
-    for name in SUMMARIES:  # the run's tables, when it wrote them (mdsd-ot merge does)
+    for name in SUMMARIES + PLOTS:  # the run's tables and figures, when it wrote them (mdsd-ot merge does)
         if (src / name).exists():
             shutil.copyfile(src / name, dest / name)
     cfg = json.loads((src / CONFIG).read_text())

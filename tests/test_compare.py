@@ -106,7 +106,7 @@ def test_normalize_and_validation():
     "kwargs, match",
     [
         ({"sampling": "bad"}, "unknown sampling 'bad'; choose one of"),
-        ({"sampling": "Greedy"}, "unknown sampling 'Greedy'"),
+        ({"sampling": "greedy_drafts"}, "unknown sampling 'greedy_drafts'"),  # "Greedy" is accepted
         ({"method": "mc"}, "unknown method 'mc'; choose one of \\['auto', 'exact', 'monte_carlo'\\]"),
     ],
 )

@@ -220,3 +220,348 @@ def test_demo_header_states_the_number_of_clusters(tmp_path, capsys):
 
     G = int(out.split("over G = ")[1].split()[0])
     assert 2 <= G <= 7 and f"t({G - 1}) = {t_quantile(G):.3f}" in out
+
+
+# ----------------------------------------------------------------------- a scipy-like result, aliases
+
+
+P4 = [0.5, 0.3, 0.2, 0.0]
+Q4 = [0.1, 0.2, 0.3, 0.4]
+
+
+def test_result_status_and_to_dict():
+    from mdsd_ot import AcceptanceResult, optimal_acceptance
+    from mdsd_ot.result import STATUS
+
+    r = optimal_acceptance(P4, Q4, 2)
+    # alpha* by brute force over every subset H (independent of the solver)
+    brute = min(
+        sum(P4[i] for i in H) + 1 - sum(Q4[i] for i in H) ** 2
+        for k in range(5)
+        for H in __import__("itertools").combinations(range(4), k)
+    )
+    d = r.to_dict()
+    assert d["status"] == 0 and d["success"] is True and abs(d["value"] - brute) < 1e-12
+    assert json.loads(json.dumps(d)) == d and d["subset"] == [1, 2, 3]
+    lp = optimal_acceptance(P4, Q4, 2, method="lp").to_dict()
+    assert {"plan", "draft_sets", "residual"} <= set(lp) and lp["status"] == 0
+    json.dumps(lp)
+    failed = AcceptanceResult(
+        float("nan"), np.empty(0, dtype=np.int64), "lp", "greedy", 2, False, "LP failed"
+    )
+    unchecked = AcceptanceResult(0.5, np.empty(0, dtype=np.int64), "dual", "greedy", 2, False, "check failed")
+    assert (failed.status, unchecked.status) == (2, 1) and set(STATUS) == {0, 1, 2}
+    with pytest.raises(ValueError, match="status must be one of"):
+        AcceptanceResult(0.5, np.empty(0, dtype=np.int64), "dual", "greedy", 2, status=7)
+
+
+@pytest.mark.parametrize("method", ["highs", "HiGHS", "LP", "Dual", "brute-force"])
+def test_method_aliases_and_case(method):
+    from mdsd_ot import optimal_acceptance
+
+    r = optimal_acceptance(P4, Q4, 2, method=method)
+    assert r.method in ("lp", "dual", "bruteforce") and abs(r.value - 0.69) < 1e-9
+    assert optimal_acceptance(P4, Q4, 2, method="highs").method == "lp"
+
+
+def test_verifier_and_scheme_names_any_case_with_aliases_in_messages():
+    from mdsd_ot import compare, get_scheme, verifier_acceptance
+
+    exact = verifier_acceptance("spectr", P4, Q4, 2).value
+    for name in ("SpecTr", "SPECTR", "k-seq", " spectr "):
+        assert verifier_acceptance(name, P4, Q4, 2).value == exact
+    assert verifier_acceptance("RRS", P4, Q4, 2).verifier == "rrs"
+    assert verifier_acceptance("SpecInfer", P4, Q4, 2).verifier == "rrs"
+    assert get_scheme("Without-Replacement").name == "without_replacement"
+    assert [r.verifier for r in compare(P4, Q4, 2, verifiers="RRS,SpecTr")] == ["rrs", "spectr"]
+    with pytest.raises(ValueError, match=r"aliases: k_seq -> spectr, rsd -> rrs_without_replacement"):
+        verifier_acceptance("specter", P4, Q4, 2)
+    with pytest.raises(ValueError, match=r"aliases: cp -> conditional_poisson.*case does not matter"):
+        get_scheme("with_replace")
+
+
+def test_cli_names_any_case(tmp_path, capsys):
+    f = tmp_path / "pq.json"
+    f.write_text(json.dumps({"p": P4, "q": Q4}))
+    code, out, err = _cli(
+        capsys, ["bound", f, "--method", "HiGHS", "--sampling", "With_Replacement,IID", "--json"]
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert [r["sampling"] for r in data["results"]] == ["with_replacement"]
+    assert data["results"][0]["method"] == "lp" and data["results"][0]["status"] == 0
+    code, out, err = _cli(capsys, ["compare", f, "--verifiers", "SpecTr,RRS", "--json"])
+    assert code == 0, err
+    _one_line_error(capsys, ["bound", f, "--method", "simplex"], "unknown method 'simplex'", "highs -> lp")
+    _one_line_error(
+        capsys, ["compare", f, "--verifiers", "specter"], "unknown verifier", "rsd -> rrs_without"
+    )
+
+
+# ------------------------------------------------------------------------------------- logits in
+
+
+def _logit_cases():
+    rng = np.random.default_rng(5)
+    out = []
+    for V in (1, 2, 7, 50):
+        z = rng.normal(scale=3.0, size=(4, V))
+        if V >= 7:
+            z[0, :3] = z[0, 3]  # ties
+            z[1, 2] = -np.inf  # a masked token
+            z[2] = np.round(z[2])  # many ties
+        out.append(z)
+    return out
+
+
+@pytest.mark.parametrize("T", [1.0, 0.3, 2.5])
+@pytest.mark.parametrize("top_k", [None, 1, 3, 100])
+@pytest.mark.parametrize("top_p", [None, 0.5, 0.9, 1.0])
+def test_numpy_to_distribution_agrees_with_torch(T, top_k, top_p):
+    torch = pytest.importorskip("torch")
+    from mdsd_ot import to_distribution
+    from mdsd_ot.backends import torch as tb
+
+    for z in _logit_cases():
+        mine = to_distribution(z, temperature=T, top_k=top_k, top_p=top_p)
+        ref = tb.to_distribution(torch.tensor(z), temperature=T, top_k=top_k, top_p=top_p).numpy()
+        assert mine.dtype == np.float64 and mine.shape == z.shape
+        assert np.max(np.abs(mine - ref)) <= 1e-12
+        assert np.array_equal(mine == 0, ref == 0)  # the same tokens truncated
+        one = to_distribution(z[0], temperature=T, top_k=top_k, top_p=top_p)  # 1-D input
+        assert np.max(np.abs(one - ref[0])) <= 1e-12
+        probs = ref[3] if top_k is None and top_p is None else None
+        if probs is not None:  # kind="probs" from the same softmax
+            back = to_distribution(
+                tb.to_distribution(torch.tensor(z[3])).numpy(), temperature=T, kind="probs"
+            )
+            want = tb.to_distribution(torch.tensor(z[3]), temperature=T).numpy()
+            assert np.max(np.abs(back - want)) <= 1e-12
+
+
+def test_to_distribution_against_the_definition():
+    from mdsd_ot import to_distribution
+
+    z = np.array([2.0, 1.0, 1.0, 0.0, -3.0])
+    # closed form: softmax(z / T) restricted to the kept tokens, renormalised
+    e = np.exp(z / 0.5)
+    assert np.allclose(to_distribution(z, 0.5), e / e.sum(), rtol=0, atol=1e-15)
+    kept = e * np.array([1, 1, 0, 0, 0])  # top_k = 2: the tie at index 1/2 goes to index 1
+    assert np.allclose(to_distribution(z, 0.5, top_k=2), kept / kept.sum(), rtol=0, atol=1e-15)
+    # top_p = 0.7 at T = 1: masses 0.5745, 0.2113, 0.2113, ...: the prefix before index 2 holds 0.786
+    e1 = np.exp(z)
+    pr = e1 / e1.sum()
+    assert pr[0] < 0.7 < pr[0] + pr[1]
+    kept = e1 * np.array([1, 1, 0, 0, 0])
+    assert np.allclose(to_distribution(z, top_p=0.7), kept / kept.sum(), rtol=0, atol=1e-15)
+    huge = to_distribution([1e308, -1e308, 0.0], 0.01)  # no overflow, no warning
+    assert huge.tolist() == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(logits=[1.0, np.nan]), ValueError, "NaN or \\+inf"),
+        (dict(logits=[-np.inf, -np.inf]), ValueError, "entirely -inf"),
+        (dict(logits=[1.0, 2.0], temperature=0), ValueError, "top_k=1"),
+        (dict(logits=[1.0, 2.0], top_k=0), ValueError, "top_k must be >= 1"),
+        (dict(logits=[1.0, 2.0], top_p=1.5), ValueError, "top_p must lie in"),
+        (dict(logits=[1, 2]), TypeError, "integer dtype"),
+        (dict(logits=[[[1.0]]]), ValueError, "shape"),
+        (dict(logits=[1.0, 2.0], kind="odds"), ValueError, "unknown kind"),
+    ],
+)
+def test_to_distribution_bad_input(kwargs, exc, match):
+    from mdsd_ot import to_distribution
+
+    with pytest.raises(exc, match=match):
+        to_distribution(**kwargs)
+
+
+def test_logits_passed_as_probabilities_get_a_hint():
+    from mdsd_ot import optimal_acceptance
+
+    with pytest.raises(ValueError, match=r"negative entries .*mdsd_ot.to_distribution\(logits"):
+        optimal_acceptance([2.0, -1.0, 0.5], [0.2, 0.3, 0.5], 2)
+    with pytest.raises(ValueError, match=r"entries above 1, up to 3\.2.*to_distribution"):
+        optimal_acceptance([3.2, 1.5, 0.5], [0.2, 0.3, 0.5], 2)
+    with pytest.raises(ValueError) as info:  # a sum off by a little: no logits hint
+        optimal_acceptance([0.5, 0.3, 0.1], [0.2, 0.3, 0.5], 2)
+    assert "logits" not in str(info.value)
+    # a truncated q: the shape message, not the sum message
+    with pytest.raises(ValueError, match="same shape"):
+        optimal_acceptance([0.5, 0.3, 0.2], [0.2, 0.3], 2)
+
+
+def test_cli_logits_temperature_top_k_top_p(tmp_path, capsys):
+    from mdsd_ot import optimal_acceptance, to_distribution
+
+    zp, zq = [2.0, -1.0, 0.5, 0.0], [0.1, 0.2, 3.0, -2.0]
+    f = tmp_path / "logits.json"
+    f.write_text(json.dumps({"p": zp, "q": zq}))
+    for extra, opts in (
+        ([], {}),
+        (["--temperature", "0.7"], {"temperature": 0.7}),
+        (["--top-k", "3", "--top-p", "0.95"], {"top_k": 3, "top_p": 0.95}),
+    ):
+        code, out, err = _cli(capsys, ["bound", f, "--logits", "--json", *extra])
+        assert code == 0, err
+        want = optimal_acceptance(to_distribution(zp, **opts), to_distribution(zq, **opts), 2).value
+        # the definition written out for the plain case: softmax, then alpha* by brute force
+        got = json.loads(out)["results"][0]["value"]
+        assert abs(got - want) < 1e-12
+    e = np.exp(zp) / np.exp(zp).sum(), np.exp(zq) / np.exp(zq).sum()
+    brute = min(
+        sum(e[0][i] for i in H) + 1 - sum(e[1][i] for i in H) ** 2
+        for k in range(5)
+        for H in __import__("itertools").combinations(range(4), k)
+    )
+    code, out, err = _cli(capsys, ["bound", "--p=2,-1,0.5,0", "--q=0.1,0.2,3,-2", "--logits", "--json"])
+    assert code == 0 and abs(json.loads(out)["results"][0]["value"] - brute) < 1e-12
+    code, out, err = _cli(capsys, ["compare", f, "--logits", "--top-k", "3", "--verifiers", "rrs", "--json"])
+    assert code == 0, err
+    # without --logits: one line that says how to pass logits
+    _one_line_error(capsys, ["bound", f], "negative entries", "--logits")
+    _one_line_error(capsys, ["compare", f], "negative entries", "--logits")
+    _one_line_error(capsys, ["bound", f, "--logits", "--temperature", "0"], "temperature must be")
+    _one_line_error(capsys, ["bound", "--p", "0.5,0.5"], "--p and --q go together")
+    _one_line_error(capsys, ["bound", f, "--p", "0.5,0.5", "--q", "0.5,0.5"], "not both")
+    _one_line_error(capsys, ["compare"], "give p and q")
+    _one_line_error(capsys, ["bound", "--p", "0.5,0.5", "--q", "0.2,0.3,0.5"], "same shape")
+
+
+# ------------------------------------------------------------------------------- try it offline
+
+
+def test_tiny_models_then_study_merge_decode_as_printed(tmp_path, capsys, monkeypatch):
+    """``mdsd-ot tiny-models DIR`` and the commands it prints, run as printed (smallest sizes)."""
+    import shlex
+
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, ["tiny-models", "tiny", "--vocab", "16", "--prompts", "2",
+                                   "--prompt-length", "3", "--completion-length", "4"])  # fmt: skip
+    assert code == 0, err
+    records = [json.loads(x) for x in (tmp_path / "tiny" / "prompts.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(
+        len(r["prompt_ids"]) == 3 and len(r["completion_ids"]) == 4 for r in records
+    )
+    assert all(0 <= t < 16 for r in records for t in r["prompt_ids"] + r["completion_ids"])
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("mdsd-ot ")]
+    assert [shlex.split(ln)[1] for ln in lines] == ["study", "study", "merge", "decode"]
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        if argv[0] != "merge":
+            argv.append("--no-progress")
+        if argv[0] == "decode":
+            argv[argv.index("--max-new-tokens") + 1] = "4"
+        code, out, err = _cli(capsys, argv)
+        assert code == 0, (line, err)
+    rows = [json.loads(x) for x in (tmp_path / "tiny" / "study" / "positions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 4 * 2  # prompts x positions x temperatures, merged from the two shards
+    for r in rows:  # the bounds are bounds: every verifier at most the bound of its scheme
+        assert r["verifier:rrs@2"] <= r["bound:with_replacement@2"] + 1e-9
+        assert r["verifier:spectr@3"] <= r["bound:with_replacement@3"] + 1e-9
+    assert (tmp_path / "tiny" / "decode" / "summary.md").exists()
+    # a second call into the same folder is refused, in one line, without touching it
+    _one_line_error(capsys, ["tiny-models", "tiny"], "exists already")
+
+
+def test_tiny_models_bad_options(tmp_path, capsys):
+    _one_line_error(capsys, ["tiny-models", tmp_path / "t", "--vocab", "1"], "vocab must be an integer >= 2")
+    assert not (tmp_path / "t").exists()
+
+
+# ------------------------------------------------------------------------------------- plots
+
+
+def _study_table():
+    methods = ["bound:with_replacement", "bound:without_replacement", "bound:greedy", "verifier:naive",
+               "verifier:rrs", "verifier:spectr", "verifier:optimal", "verifier:rrs_without_replacement",
+               "verifier:greedy", "verifier:spechub", "gap:rrs", "gap:spectr"]  # fmt: skip
+    return [
+        {"method": m, "T": T, "n": n, "mean": 0.9 - 0.01 * i, "ci95": 0.01,
+         "count": 100 if m == "verifier:rrs_without_replacement" else 200}
+        for i, m in enumerate(methods) for T in (0.5, 1.0) for n in (2, 3)
+        if not (m == "verifier:spechub" and n == 3)
+    ]  # fmt: skip
+
+
+def _decode_table():
+    rows = []
+    for T in (0.5, 1.0):
+        for tree, size in (("2x3", 6), ("4,2", 12)):
+            for m in ("exact:naive", "exact:rrs", "exact:spectr", "exact:optimal", "bound", "sampled:rrs"):
+                rows.append({"T": T, "tree": tree, "tree_size": size, "scheme": "with_replacement",
+                             "method": m, "mean": 2.0, "ci95": 0.1})  # fmt: skip
+    return rows
+
+
+def _same(a, b):
+    return a == b or (str(a) == str(b))
+
+
+def _check_every_line_labelled(fig):
+    """Every drawn series (errorbar container) has exactly one entry in the figure's one legend, of
+    the same colour, line style and marker, whose text names the series."""
+    from matplotlib.colors import to_rgba
+
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    legend = fig.legends[0]
+    entries = [
+        (to_rgba(h.get_color()), h.get_linestyle(), h.get_marker(), t.get_text())
+        for h, t in zip(legend.legend_handles, legend.get_texts())
+    ]
+    drawn = set()
+    for ax in fig.axes:
+        for c in ax.containers:
+            line = c.lines[0]
+            key = (to_rgba(line.get_color()), line.get_linestyle(), line.get_marker())
+            hits = [e for e in entries if e[:3] == key]
+            assert len(hits) == 1, (c.get_label(), key, entries)
+            name = c.get_label().split(":", 1)[1]
+            assert name in hits[0][3], (name, hits[0][3])
+            drawn.add(key)
+    assert len(drawn) == len(entries) and drawn  # no legend entry without a line, no line twice
+    return {e[3].split("\n")[0] for e in entries}
+
+
+def test_every_drawn_line_has_a_label_in_the_one_legend():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from mdsd_ot.plots import figure_decode, figure_families
+
+    table = _study_table()
+    labels = _check_every_line_labelled(figure_families(table, "acceptance", title="tiny"))
+    assert {"verifier:rrs", "verifier:spectr", "bound:greedy", "verifier:spechub"} <= labels
+    assert _check_every_line_labelled(figure_families(table, "gap")) == {"rrs", "spectr"}
+    for which in (0, 1):
+        fig = figure_decode(_decode_table(), which, title="tiny decode")
+        labels = _check_every_line_labelled(fig)
+        assert {"naive", "rrs", "spectr", "optimal", "node-bound estimate (with_replacement)"} == labels
+        assert fig._suptitle.get_text() == "tiny decode"
+    plt.close("all")
+
+
+def test_styles_are_fixed_across_figures():
+    from mdsd_ot.plots import FAMILY_COLORS, style
+
+    keys = ["verifier:naive", "verifier:rrs", "verifier:spectr", "verifier:optimal",
+            "verifier:rrs_without_replacement", "verifier:greedy", "verifier:spechub"]  # fmt: skip
+    looks = {style(k)[:3] for k in keys}
+    assert len(looks) == len(keys)  # every verifier told apart
+    assert style("verifier:rrs") == style("gap:rrs") == style("exact:rrs")
+    assert (
+        style("bound:with_replacement")[0] == FAMILY_COLORS["with_replacement"] == style("verifier:spectr")[0]
+    )
+    assert style("verifier:my_sampler")[:3] not in looks  # an outside verifier gets its own look
+
+
+def test_study_report_plots_use_the_module(tmp_path):
+    pytest.importorskip("matplotlib")
+    from mdsd_ot.study.report import plot_summary
+
+    files = plot_summary(_study_table(), tmp_path, title="tiny")
+    assert set(files) == {"acceptance_plot", "gap_plot"}
+    assert all(f.stat().st_size > 10_000 for f in files.values())

@@ -26,16 +26,17 @@ def add_arguments(parser):
 def run(args) -> int:
     from .. import METHODS, optimal_acceptance
     from .._validate import check_choice, check_n, check_pair
+    from ..api import METHOD_ALIASES
 
     p, q = load_inputs(args)
     p, q = check_pair(p, q, normalize=args.normalize)
     check_n(args.n)
-    check_choice(args.method, "method", METHODS)
-    every = args.sampling.strip() == "all"
+    method = check_choice(args.method, "method", METHODS, METHOD_ALIASES)
+    every = args.sampling.strip().lower() == "all"
     results, skipped = [], []
     for s in parse_samplings(args.sampling):
         try:
-            results.append(optimal_acceptance(p, q, args.n, sampling=s, method=args.method))
+            results.append(optimal_acceptance(p, q, args.n, sampling=s, method=method))
         except ValueError as exc:
             if not every:  # a scheme named explicitly must run
                 raise
@@ -53,6 +54,7 @@ def run(args) -> int:
                     "subset": r.subset.tolist(),
                     "method": r.method,
                     "success": r.success,
+                    "status": r.status,
                     "message": r.message,
                 }
                 for r in results

@@ -96,9 +96,14 @@ class StudyConfig:
         if not self.ns:
             raise ValueError("give at least one n")
         self.ns = sorted({check_n(n) for n in self.ns})
-        for s in self.schemes:
-            check_choice(s, "scheme", SCHEMES)
-        self.schemes = [s for s in SCHEMES if s in set(self.schemes)]
+        from ..drafts import get_scheme
+
+        chosen = set()
+        for s in self.schemes:  # aliases and any case: canonical names, then the study's own list
+            name = get_scheme(s).name if isinstance(s, str) else s
+            check_choice(name, "scheme", SCHEMES)
+            chosen.add(name)
+        self.schemes = [s for s in SCHEMES if s in chosen]
         check_choice(self.continuation, "continuation", ("given", "sample"))
         check_choice(self.bound_backend, "bound_backend", ("auto", "numpy", "torch"))
         self.verifiers = sorted(set(check_verifier_names(self.verifiers)))
@@ -145,14 +150,15 @@ def verifier_scheme(name: str) -> str:
 
 
 def check_verifier_names(names) -> list:
-    """Reject unknown verifier names up front (``ValueError`` listing the registry)."""
-    from ..verifiers import VERIFIERS
+    """Registry names of ``names`` (aliases and any case accepted); ``ValueError`` listing the
+    registry for an unknown one."""
+    from ..verifiers import VERIFIERS, get_verifier
 
     names = list(names)
-    bad = [n for n in names if not isinstance(n, str) or n not in VERIFIERS]
+    bad = [n for n in names if not isinstance(n, str)]
     if bad:
         raise ValueError(f"unknown verifier {bad[0]!r}; choose among {sorted(VERIFIERS)}")
-    return names
+    return [get_verifier(n).name for n in names]  # aliases and any case: registry names
 
 
 def _verifier_applies(name: str, n: int) -> bool:

@@ -99,72 +99,16 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
     _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
     files["md"] = out / "summary.md"
     if plots:
-        files.update(plot_summary(table, out))
+        files.update(plot_summary(table, out, title=f"{title}: {n_pos} positions from {n_rec} prompts"))
     return files
 
 
-def plot_summary(table, out) -> dict:
-    """Acceptance vs temperature (one panel per n) and gap to the bound; {} without matplotlib."""
-    try:
-        import matplotlib
+def plot_summary(table, out, *, title: str | None = None) -> dict:
+    """Acceptance vs temperature (one panel per n) and gap to the bound, with the styles and shared
+    legends of :mod:`mdsd_ot.plots` (:func:`~mdsd_ot.plots.plot_families`); {} without matplotlib."""
+    from ..plots import plot_families
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        return plot_families(table, out, title=title)
     except ImportError:
         return {}
-    out = Path(out)
-    ns = sorted({t["n"] for t in table})
-    files = {}
-    for kind, fname, ylabel in (
-        ("acceptance", "acceptance_vs_temperature.png", "mean acceptance"),
-        ("gap", "gap_to_bound.png", "bound - verifier acceptance"),
-    ):
-        rows = [t for t in table if (t["method"].startswith("gap:")) == (kind == "gap")]
-        if not rows:
-            continue
-        all_methods = sorted({t["method"] for t in rows}, key=lambda m: (not m.startswith("bound:"), m))
-        colors = {m: f"C{i % 10}" for i, m in enumerate(all_methods)}
-        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns) + 2.6, 3.8), squeeze=False, sharey=True)
-        handles = {}
-        for ax, n in zip(axes[0], ns):
-            for method in all_methods:
-                pts = sorted(
-                    (t["T"], t["mean"], t["ci95"]) for t in rows if t["n"] == n and t["method"] == method
-                )
-                if not pts:
-                    continue
-                xs, ys, es = zip(*pts)
-                style = "-" if method.startswith("bound:") else "--"
-                h = ax.errorbar(
-                    xs,
-                    ys,
-                    yerr=[0 if not math.isfinite(e) else e for e in es],
-                    fmt=style + "o",
-                    ms=3,
-                    capsize=2,
-                    lw=1.2,
-                    elinewidth=0.6,
-                    color=colors[method],
-                    label=method,
-                )
-                handles.setdefault(method, h)
-            ax.set_title(f"n = {n}")
-            ax.set_xlabel("temperature")
-            ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel(ylabel)
-        right = 1 - 2.5 / (4.2 * len(ns) + 2.6)
-        fig.tight_layout(rect=(0, 0, right, 1))
-        fig.legend(
-            [handles[m] for m in all_methods if m in handles],
-            [m for m in all_methods if m in handles],
-            fontsize=7,
-            loc="center left",
-            bbox_to_anchor=(right, 0.5),
-            frameon=False,
-        )
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=120)
-        plt.close(fig)
-        _store.atomic_write(out / fname, png.getvalue(), step=fname)
-        files[kind + "_plot"] = out / fname
-    return files

@@ -66,7 +66,8 @@ VERIFIERS: dict[str, Verifier] = {
 
 #: Other names accepted wherever a verifier name is (:func:`get_verifier`, ``compare``, the CLI):
 #: the papers' names for the registry entries. Results always carry the registry name.
-ALIASES: dict[str, str] = {"specinfer": "rrs", "rsd": "rrs_without_replacement"}
+#: Matching ignores case and ``-`` vs ``_`` (``"SpecTr"``, ``"RRS"``, ``"K-SEQ"`` are accepted).
+ALIASES: dict[str, str] = {"specinfer": "rrs", "rsd": "rrs_without_replacement", "k_seq": "spectr"}
 
 ACCEPTANCE_METHODS = ("auto", "exact", "monte_carlo")
 
@@ -77,14 +78,12 @@ DEFAULT_SAMPLES = 20_000
 def get_verifier(name) -> Verifier:
     """Look up a verifier by registry name or alias (``ValueError`` listing the choices when unknown).
 
-    >>> get_verifier("specinfer").name
-    'rrs'
+    >>> get_verifier("specinfer").name, get_verifier("SpecTr").name, get_verifier("RSD").name
+    ('rrs', 'spectr', 'rrs_without_replacement')
     """
     if isinstance(name, Verifier):
         return name
-    if isinstance(name, str) and name in ALIASES:
-        name = ALIASES[name]
-    return VERIFIERS[check_choice(name, "verifier", VERIFIERS)]
+    return VERIFIERS[check_choice(name, "verifier", VERIFIERS, ALIASES)]
 
 
 @dataclass(frozen=True)
