@@ -180,7 +180,7 @@ MAX_TREE_NODES = 4096
 
 #: The decoder evaluates a verifier that needs an LP for the tree's draft scheme (``optimal`` under
 #: sequential, conditional-Poisson or top-n drafts: one LP per tree node) only up to this vocabulary
-#: size (``mdsd_ot.decode.runner.runs_at``); beyond it the node-bound estimate stands in for it. Under
+#: size (``mdsd_ot.decode.runner.runs_at``); beyond it it is not evaluated. Under
 #: i.i.d., greedy and hub drafts ``optimal`` has a full-vocabulary construction and always runs.
 DECODE_OPTIMAL_MAX_V = 64
 

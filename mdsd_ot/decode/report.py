@@ -90,7 +90,7 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
 
     Methods: ``exact:<verifier>`` (the exact recursion on every call's tree), ``bound`` (the
-    node-bound estimate) and ``sampled`` (tokens the driving verifier actually emitted). ``speedup``
+    node-alpha* heuristic, shown as ``heuristic``) and ``sampled`` (tokens the driving verifier actually emitted). ``speedup``
     is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio`` (default: :func:`measured_cost_ratio`).
     """
     c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
@@ -218,54 +218,12 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
 
 def plot_summary(table, out) -> dict:
     """``block_efficiency_vs_temperature.png`` (one panel per tree and scheme, a line per verifier)
-    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme); {} without
+    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme), drawn by
+    :func:`mdsd_ot.plots.plot_decode` (fixed style per verifier, one shared legend); {} without
     matplotlib."""
-    try:
-        import matplotlib
+    from .. import plots
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        return plots.plot_decode(table, out)
     except ImportError:
         return {}
-    out = Path(out)
-    written = {}
-    exact = [t for t in table if t["method"].startswith("exact:") or t["method"] == "heuristic"]
-    if not exact:
-        return {}
-
-    def panel(ax, rows, xkey, title):
-        for method in sorted({t["method"] for t in rows}):
-            pts = sorted((t[xkey], t["mean"], t["ci95"]) for t in rows if t["method"] == method)
-            xs, ys, es = zip(*pts)
-            es = [e if math.isfinite(e) else 0.0 for e in es]
-            style = dict(linestyle="--", color="grey") if method == "heuristic" else dict(marker="o")
-            ax.errorbar(xs, ys, yerr=es, label=method.replace("exact:", ""), capsize=2, **style)
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-
-    for name, xkey, group, xlabel in (
-        ("block_efficiency_vs_temperature.png", "T", ("tree", "scheme"), "temperature"),
-        ("block_efficiency_vs_tree_size.png", "tree_size", ("T", "scheme"), "draft tokens per tree"),
-    ):
-        groups = sorted({tuple(t[g] for g in group) for t in exact}, key=str)
-        k = len(groups)
-        cols = min(k, 3)
-        fig, axes = plt.subplots(
-            (k + cols - 1) // cols, cols, figsize=(4.5 * cols, 3.4 * ((k + cols - 1) // cols)), squeeze=False
-        )
-        for ax, key in zip(axes.flat, groups):
-            rows = [t for t in exact if tuple(t[g] for g in group) == key]
-            label = ", ".join(f"{g}={v:g}" if isinstance(v, float) else f"{v}" for g, v in zip(group, key))
-            panel(ax, rows, xkey, label)
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("tokens per target call")
-        for ax in list(axes.flat)[k:]:
-            ax.axis("off")
-        axes.flat[0].legend(fontsize=7)
-        fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=110)
-        plt.close(fig)
-        _store.atomic_write(out / name, png.getvalue(), step=name)
-        written[name] = out / name
-    return written

@@ -1,14 +1,18 @@
 """Tree decoding over a target/draft pair: one call at a time, rows streamed per prompt, resume, shards.
 
-For each prompt and each cell (temperature, tree, scheme) the decoder generates ``max_new_tokens``
-tokens by multi-step speculative decoding with draft trees (docs/math.md#draft-trees):
+A union run (the default, :func:`decode_prompt_union`, docs/math.md#union-trees) decodes each prompt
+once per temperature for every (tree, scheme) cell at once:
 
-1. draft the tree level by level (one batched draft forward per depth, :class:`.models.TreeLM`);
-2. one target forward over the tree (tree attention mask) gives ``p`` at every node;
-3. every configured verifier's exact expected tokens for this tree (:func:`mdsd_ot.trees.expected_tokens`)
-   and the node-bound estimate (its ``alpha*`` by the torch evaluation plan, batched on the models'
-   device when that is an accelerator: :func:`mdsd_ot.trees.node_bounds`) are recorded;
-4. decoding continues along the driving verifier's actual sample (:func:`mdsd_ot.trees.verify_tree`).
+1. draft one forest level by level (one batched draft forward per depth, :class:`.models.TreeLM`):
+   one tree of the union shape per scheme with nested draws, each shape's own tree for the others;
+2. one target forward over every distinct node (tree attention mask) gives ``p`` at every node;
+3. every cell's tree (a first-children sub-tree of its union tree, or its own tree) gets every valid
+   verifier's exact expected tokens (:func:`mdsd_ot.trees.expected_tokens`, node-wise and tree-level),
+   and, with ``bound=True``, the node-alpha* heuristic;
+4. decoding continues along the driving cell's verifier sample (:func:`mdsd_ot.trees.verify_tree`).
+
+A per-cell run (``union=False``, :func:`decode_prompt`) does the same for one cell at a time, with
+its own continuation.
 
 A call's row records ``emitted``, the number of tokens the driving verifier's sample produced (up to
 the first EOS): the sampled block efficiency. The continuation never exceeds ``max_new_tokens``: the
