@@ -90,8 +90,9 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
 
     Methods: ``exact:<verifier>`` (the exact recursion on every call's tree), ``bound`` (the
-    node-alpha* heuristic, shown as ``heuristic``) and ``sampled`` (tokens the driving verifier actually emitted). ``speedup``
-    is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio`` (default: :func:`measured_cost_ratio`).
+    node-alpha* heuristic, shown as ``heuristic``) and ``sampled`` (tokens the driving verifier
+    actually emitted). ``speedup`` is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio``
+    (default: :func:`measured_cost_ratio`).
     """
     c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
     cells: dict = {}
