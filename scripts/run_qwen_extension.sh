@@ -5,7 +5,7 @@
 # Two shards in parallel (one CPU thread each), then a merge. Killed runs resume when restarted.
 set -u
 cd "$(dirname "$0")/.."
-MODELS=${MODELS:-/work/models}
+MODELS=${MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/mdsd_ot/models}  # as scripts/prepare_qwen_models.py
 OUT=${OUT:-study_out_qwen_ext}
 mkdir -p "$OUT/logs"
 export HF_HUB_OFFLINE=1 NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1

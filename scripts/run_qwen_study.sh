@@ -1,10 +1,11 @@
 #!/bin/bash
 # The real study of docs/results/qwen_coder_humaneval.md: Qwen2.5-Coder 1.5B (target) / 0.5B (draft)
 # on the first 54 HumanEval problems (prompt + canonical solution, teacher forcing), full vocabulary.
-# Prerequisite: python scripts/prepare_qwen_models.py --out "$MODELS"   (checks the GGUF sha256)
+# Prerequisite: python scripts/prepare_qwen_models.py   (into $MODELS or the user cache; checks the
+# GGUF sha256; --help states where the quantized models come from)
 # Two shards in parallel (one CPU thread each), then a merge. Killed runs resume when restarted.
 set -u
-MODELS=${MODELS:-/work/models}
+MODELS=${MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/mdsd_ot/models}  # as scripts/prepare_qwen_models.py
 OUT=${OUT:-study_out_qwen}
 LOGS=${LOGS:-$OUT/logs}
 mkdir -p "$LOGS"

