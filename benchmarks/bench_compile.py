@@ -54,7 +54,11 @@ FAMILIES = {
     "verifier:spechub": "mdsd_ot.verifier_acceptance('spechub', p, q, 2)",
     "verifier:greedy": "mdsd_ot.verifier_acceptance('greedy', p, q, 3)",
     "verifier:optimal": "mdsd_ot.verifier_acceptance('optimal', p, q, 3)",
-    "plan": "from mdsd_ot.plan import evaluate_position; evaluate_position(p, q, [2, 3])",
+    "plan": "from mdsd_ot.plan import evaluate_position; evaluate_position(p, q, [2])",
+    "plan_sequential": "from mdsd_ot.plan import evaluate_position; evaluate_position(p, q, [2, 3])",
+    # below the binned-scan threshold (V < 16,384) the sorted scans are other kernels
+    "with_replacement@2000": "mdsd_ot.optimal_acceptance(p, q, 2)",
+    "without_replacement_2@2000": "mdsd_ot.optimal_acceptance(p, q, 2, sampling='without_replacement')",
 }
 
 
@@ -83,7 +87,8 @@ def main(argv=None) -> int:
         "|---|---|---|---|---|",
     ]
     for name in names:
-        code = SETUP.format(V=args.v) + FAMILIES[name]
+        V = int(name.split("@")[1]) if "@" in name else args.v
+        code = SETUP.format(V=V) + FAMILIES[name]
         with tempfile.TemporaryDirectory() as cache:
             t_start = time.perf_counter()
             cold = run(code, cache)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels, dual, primal
+from . import _compile, _kernels, dual, primal
 from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL
 from ._validate import check_bool, check_choice, check_n, check_pair, check_totals, fingerprint
 from .drafts import get_scheme
@@ -122,6 +122,7 @@ def optimal_acceptance(
         value, subset = 1.0, np.empty(0, dtype=np.int64)
         method = "dual"
     elif method in ("auto", "dual"):
+        _compile.notice_for_bound(scheme, n, p.size)  # a line before a long first compile
         value, subset, diff = _solve_dual_checked(p, q, n, scheme)
         ok, message = _verdict(diff, RECHECK_TOL)
         return AcceptanceResult(float(value), subset, "dual", scheme.name, n, ok, message)
@@ -204,9 +205,11 @@ def optimal_acceptance_batch(
         :func:`optimal_acceptance` (rows that fail are solved again with refinement); a row that
         still fails raises ``RuntimeError`` naming the row: no unchecked value is returned.
     """
-    P, Q = _normalized_rows(P, Q, normalize)
     n = check_n(n)
     scheme = get_scheme(sampling)
+    if np.ndim(P) == 2:  # a line before a long first compile (normalising large batches compiles too)
+        _compile.notice_for_batch(scheme, n, np.shape(P))
+    P, Q = _normalized_rows(P, Q, normalize)
     for row in Q:
         scheme.check(row, n)
     if scheme.kernel_code is None:  # a closed-form dual, row by row

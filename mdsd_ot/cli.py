@@ -44,7 +44,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line and exit status 2, as argparse does, without the usage block
-        self.exit(2, f"mdsd-ot: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +81,21 @@ def _os_error(exc: OSError) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``mdsd-ot ... | head``): stop quietly, status 0.
+
+    stdout is pointed at the null device so that the interpreter's final flush does not print
+    "Exception ignored ... BrokenPipeError"."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (captured, redirected)
+        pass
+    return 0
+
+
 def main(argv=None) -> int:
     prog = "mdsd-ot"
     try:  # Ctrl-C at any moment, imports and argument parsing included: one line, status 130
@@ -88,13 +103,22 @@ def main(argv=None) -> int:
 
         _cli_startup.restore()
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the sub-command that was given, with its --help
+            subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            (subs.choices.get(getattr(args, "command", None)) or parser).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
         if getattr(args, "_run", None) is None:
             parser.print_help()
             return 2
         prog = f"mdsd-ot {args.command}"
         try:
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+            sys.stdout.flush()  # here, not at exit: a closed pipe (| head) is handled below
+            return code
+        except BrokenPipeError:
+            return _closed_pipe()
         except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as exc:
             message = " ".join(str(exc).split()) or type(exc).__name__
             print(f"{prog}: error: {message}", file=sys.stderr)

@@ -17,7 +17,14 @@ import numpy as np
 from ._config import ENUMERATION_MAX_TUPLES, RECHECK_TOL
 from ._validate import check_choice, check_n, check_pair, fingerprint
 from .drafts import DraftScheme, get_scheme
-from .verifiers import ACCEPTANCE_METHODS, DEFAULT_SAMPLES, VERIFIERS, get_verifier, verifier_acceptance
+from .verifiers import (
+    ACCEPTANCE_METHODS,
+    DEFAULT_SAMPLES,
+    VERIFIERS,
+    check_samples,
+    get_verifier,
+    verifier_acceptance,
+)
 from .verifiers.base import power_exceeds
 
 __all__ = ["compare", "Comparison", "ComparisonRecord", "OPTIMAL_DEFAULT_MAX_TUPLES"]
@@ -228,6 +235,7 @@ def compare(
     if sampling is not None and not isinstance(sampling, DraftScheme):
         sampling = get_scheme(sampling).name  # aliases and any case accepted
     method = check_choice(method, "method", ACCEPTANCE_METHODS)
+    samples = check_samples(samples)  # up front, even where every verifier turns out exact
     explicit = verifiers is not None
     names = _parse_names(verifiers) if explicit else list(VERIFIERS)
     if not isinstance(rng, np.random.Generator):

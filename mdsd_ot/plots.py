@@ -132,10 +132,13 @@ def _pyplot():
 
 
 def _order(method: str):
-    """Legend order: by family, the bound first, then the verifiers in registry order."""
+    """Legend (and demo table) order: by family in scheme order, the bound first, then the verifiers
+    in registry order."""
     name = method.split(":", 1)[1]
     rank = _VERIFIER_ORDER.index(name) if name in _VERIFIER_ORDER else 99
-    return (family(method), not method.startswith("bound:"), rank, method)
+    fam = family(method)
+    fam_rank = list(FAMILY_COLORS).index(fam) if fam in FAMILY_COLORS else 99
+    return (fam_rank, fam, not method.startswith("bound:"), rank, method)
 
 
 def _draw(ax, xs, ys, es, method, hollow=False):

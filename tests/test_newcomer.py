@@ -588,7 +588,7 @@ def test_every_slow_family_has_a_measured_notice(notices):
     _compile.notice_for_bound(S, 3, 32_000)
     _compile.notice_for_bound(CP, 3, 32_000)
     _compile.notice_for_bound(W, 2, 2_000)  # non-binned scans: 1.3 s measured, no notice
-    _compile.notice_for_bound(S, 3, 100)  # Python twins: nothing compiles
+    _compile.notice_for_bound(W, 2, 100)  # Python twins: nothing compiles
     _compile.notice_for_bound(get_scheme("greedy"), 3, 32_000)  # closed form, numpy only
     assert notices == [
         ("the sorted-prefix scan kernels", 15),
@@ -610,6 +610,9 @@ def test_every_slow_family_has_a_measured_notice(notices):
         "the optimal-verifier kernels",
     ]
     assert all(s > 2 for _, s in notices)
+    notices.clear()  # the demo's 33-token pairs: the plan and the sequential scan still compile
+    _compile.notice_for_plan(schemes, verifiers, [2, 3], 33)
+    assert [w for w, _ in notices] == ["the evaluation-plan kernels", "the sequential-sampling kernels"]
 
 
 def test_the_entry_points_ask_for_their_notice(monkeypatch):
@@ -705,3 +708,133 @@ def test_no_absolute_machine_paths_and_no_pypi_install_hints():
         text = f.read_text(encoding="utf-8")
         assert not re.search(r"(?<![\w$.])/(work|home|root|Users)/", text), f
         assert not re.search(r'pip install "?mdsd_ot\[', text), f
+
+
+# ------------------------------------------------------------------------------------ the minor list
+
+
+def test_compare_samples_must_be_at_least_two(tmp_path, capsys):
+    for bad in ("-5", "0", "1"):
+        _one_line_error(
+            capsys, ["compare", "--p", "0.5,0.5", "--q", "0.3,0.7", "--samples", bad], "samples must be >= 2"
+        )
+    from mdsd_ot import compare
+
+    with pytest.raises(ValueError, match="samples must be >= 2"):
+        compare([0.5, 0.5], [0.3, 0.7], 2, samples=-5)  # even where every verifier is exact
+
+
+def _subparsers():
+    import argparse
+
+    from mdsd_ot.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    import argparse
+
+    from mdsd_ot.cli import _has_default
+
+    for name, cmd in _subparsers().items():
+        if name == "audit":  # mdsd_ot/commands/audit.py: owned by another change (--p/--q, --sampling)
+            continue
+        fmt = cmd._get_formatter()
+        for a in cmd._actions:
+            if isinstance(a, argparse._HelpAction) or not a.option_strings:
+                continue
+            text = fmt._expand_help(a) if a.help else ""
+            where = f"mdsd-ot {name} {a.option_strings[0]}"
+            assert text and not text.lstrip().startswith("(default"), f"{where}: no description"
+            flag = isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+            if not flag and not a.required and (_has_default(a) or a.default is None):
+                assert "default" in text, f"{where}: the help does not say its default: {text!r}"
+
+
+def test_bound_sampling_help_lists_every_registered_scheme():
+    from mdsd_ot import SCHEMES
+
+    text = " ".join(_subparsers()["bound"].format_help().split())
+    for name in SCHEMES:
+        assert name in text, name
+    assert "top_n" in text and "highs = lp" in text
+
+
+def test_parser_errors_name_the_sub_command_and_help(capsys):
+    for argv, cmd in (
+        (["bound", "--n", "x", "--p", "1", "--q", "1"], "mdsd-ot bound"),
+        (["compare", "--bogus"], "mdsd-ot compare"),
+        (["demo", "--positions"], "mdsd-ot demo"),
+        (["bogus"], "mdsd-ot"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"{cmd}: error: ") and line.endswith(f"(see {cmd} --help)"), line
+
+
+def test_a_closed_pipe_exits_quietly(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "big.npz", p=rng.dirichlet(np.ones(50_000)), q=rng.dirichlet(np.ones(50_000)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = f'{sys.executable} -m mdsd_ot bound big.npz --json | head -c 10; echo " rc=${{PIPESTATUS[0]}}"'
+    done = subprocess.run(
+        ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout.endswith(" rc=0\n") and done.stdout.startswith('{"n": 2'), done.stdout
+    assert done.stderr == "", done.stderr
+
+
+def test_demo_out_file_refused_before_the_run_and_positions_cap_said(tmp_path, capsys):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    _one_line_error(capsys, ["demo", "--out", f, "--no-progress"], "is a file; give a folder")
+    argv = ["demo", "--positions", "100000", "--n", "2", "--temperatures", "1", "--verifiers", "rrs",
+            "--no-plot", "--no-progress", "--out", tmp_path / "d"]  # fmt: skip
+    code, out, err = _cli(capsys, argv)
+    assert code == 0, err
+    assert "--positions 100000 is more than the sample's" in err and "using all" in err
+    assert " x 1 temperature of real" in out and "1 temperatures" not in out
+    assert "-0.0000" not in out
+    lines = [
+        ln.split(" |")[0].lstrip("| ")
+        for ln in out.splitlines()
+        if ln.startswith("| bound:") or ln.startswith("| verifier:")
+    ]
+    # each bound followed by the verifiers of its scheme, with replacement first
+    assert lines[:3] == ["bound:with_replacement", "verifier:rrs", "bound:without_replacement"], lines
+
+
+def test_no_negative_zero_in_tables():
+    from mdsd_ot.study.report import format_table
+
+    table = [{"method": "gap:greedy", "T": 1.0, "n": 2, "mean": -1e-17, "ci95": 2e-17}]
+    text = format_table(table, kind="gap")
+    assert "| gap:greedy | 2 | 0.0000 ± 0.0000 |" in text and "-0.0000" not in text
+
+
+def test_long_subsets_are_shown_without_quotes(tmp_path, capsys):
+    np.save(tmp_path / "p.npy", np.full(40, 1 / 40))
+    q = np.arange(1, 41, dtype=float)
+    np.save(tmp_path / "q.npy", q / q.sum())
+    code, out, err = _cli(capsys, ["bound", tmp_path / "p.npy", tmp_path / "q.npy"])
+    assert code == 0 and "'...'" not in out and "(12 of " in out and "--json: all" in out
+
+
+def test_the_shipped_cli_examples_run_as_pasted(capsys, monkeypatch):
+    import shlex
+
+    folder = ROOT / "examples" / "cli"
+    assert np.array_equal(np.load(folder / "p.npy"), [0.5, 0.3, 0.2, 0.0])
+    assert np.array_equal(np.load(folder / "q.npy"), [0.1, 0.2, 0.3, 0.4])
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    lines = [ln for ln in (folder / "README.md").read_text().splitlines() if ln.startswith("mdsd-ot ")]
+    assert len(lines) >= 6
+    for line in lines:
+        code, out, err = _cli(capsys, shlex.split(line)[1:])
+        assert code == 0, (line, err)

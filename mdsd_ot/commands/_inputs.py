@@ -17,10 +17,13 @@ def add_input_arguments(parser) -> None:
         "--p",
         default=None,
         metavar="LIST",
-        help="target distribution inline, e.g. --p 0.5,0.3,0.2 (logits: --p=-1,2)",
+        help="target distribution inline, e.g. --p 0.5,0.3,0.2 (logits: --p=-1,2) (default: read FILE)",
     )
     parser.add_argument(
-        "--q", default=None, metavar="LIST", help="draft distribution inline, e.g. --q 0.2,0.3,0.5"
+        "--q",
+        default=None,
+        metavar="LIST",
+        help="draft distribution inline, e.g. --q 0.2,0.3,0.5 (default: read FILE)",
     )
     parser.add_argument("--n", type=int, default=2, help="number of drafts (default 2)")
     parser.add_argument(

@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
         metavar="ADDRESS",
         help="run the shards as Ray tasks and merge them into --out; ADDRESS: 'auto', 'host:6379' or "
         "'ray://host:10001' (without: RAY_ADDRESS, a cluster started by 'ray start' here, else a "
-        "local one for this run)",
+        "local one for this run) (default: no Ray, one local process)",
     )
     ray.add_argument(
         "--shards",
@@ -36,7 +36,9 @@ def add_arguments(parser) -> None:
     )
     ray.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs per task")
     ray.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs per task (1: one GPU per shard)")
-    ray.add_argument("--ray-memory", default=None, help="memory reserved per task, e.g. 16G")
+    ray.add_argument(
+        "--ray-memory", default=None, help="memory reserved per task, e.g. 16G (default: none reserved)"
+    )
     ray.add_argument("--ray-retries", type=int, default=3, help="retries of a task whose worker died")
 
 

@@ -10,16 +10,23 @@ HELP = "optimal acceptance rate alpha* of n-draft speculative decoding for p and
 
 
 def add_arguments(parser):
+    from ..api import METHOD_ALIASES, METHODS
+    from ..drafts import SCHEME_ALIASES, SCHEMES
+
     add_input_arguments(parser)
     parser.add_argument(
         "--sampling",
         default="with_replacement",
-        help="draft scheme(s), comma-separated, or 'all' (default with_replacement); one of "
-        "with_replacement, without_replacement, greedy, hub, conditional_poisson; 'all' skips the "
-        "schemes that cannot run for this n (hub needs n = 2) with a note",
+        help=f"draft scheme(s), comma-separated, or 'all'; one of {', '.join(SCHEMES)} (aliases: "
+        + ", ".join(f"{a} = {t}" for a, t in SCHEME_ALIASES.items())
+        + "; any case); 'all' skips the schemes that cannot run for this n (hub needs n = 2) with a note",
     )
     parser.add_argument(
-        "--method", default="auto", help="solver: auto, dual, lp, cvxpy or bruteforce (default auto)"
+        "--method",
+        default="auto",
+        help=f"solver: {', '.join(METHODS)} ("
+        + ", ".join(f"{a} = {t}" for a, t in METHOD_ALIASES.items())
+        + ")",
     )
 
 
@@ -67,7 +74,14 @@ def run(args) -> int:
         width = max(len(r.sampling) for r in results)
         for r in results:
             subset = r.subset.tolist()
-            shown = subset if len(subset) <= 12 else subset[:12] + ["..."]
+            if len(subset) <= 12:
+                shown = "[" + ", ".join(map(str, subset)) + "]"
+            else:
+                shown = (
+                    "["
+                    + ", ".join(map(str, subset[:12]))
+                    + f", ...] (12 of {len(subset)} shown; --json: all)"
+                )
             # success only says that H attains the value (an upper bound on alpha*), not optimality
             status = "value attained by H, re-checked" if r.success else r.message
             print(

@@ -8,21 +8,29 @@ HELP = "acceptance of published verifiers (naive, rrs, spectr, ...) against the 
 
 
 def add_arguments(parser):
+    from ..verifiers import ALIASES, DEFAULT_SAMPLES, VERIFIERS
+
     add_input_arguments(parser)
     parser.add_argument(
         "--verifiers",
         default=None,
         help="comma-separated verifier names (default: every verifier that can run); from "
-        "naive, rrs, rrs_without_replacement, spectr, spechub, greedy, optimal",
+        + ", ".join(VERIFIERS)
+        + " (aliases: "
+        + ", ".join(f"{a} = {t}" for a, t in ALIASES.items())
+        + "; any case)",
     )
     parser.add_argument(
         "--sampling",
         default=None,
-        help="run every verifier under this draft scheme (only those valid for it); "
-        "default: each verifier's own scheme",
+        help="run every verifier under this draft scheme (only those valid for it) "
+        "(default: each verifier's own scheme)",
     )
     parser.add_argument(
-        "--samples", type=int, default=None, help="Monte Carlo draft tuples where no exact formula applies"
+        "--samples",
+        type=int,
+        default=None,
+        help=f"Monte Carlo draft tuples (>= 2) where no exact formula applies (default: {DEFAULT_SAMPLES})",
     )
     parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
 

@@ -24,7 +24,12 @@ def add_arguments(parser):
     parser.add_argument("--schemes", default="with_replacement", help="draft schemes, comma-separated")
     parser.add_argument("--temperatures", default="0.3,0.7,1.0", help="comma-separated")
     parser.add_argument("--verifiers", default=None, help="comma-separated (default: every valid one)")
-    parser.add_argument("--driver", default=None, help="verifier whose sample continues decoding")
+    parser.add_argument(
+        "--driver",
+        default=None,
+        help="verifier whose sample continues decoding (default: the scheme's own verifier, e.g. rrs for "
+        "with_replacement; traversal may drive)",
+    )
     parser.add_argument(
         "--heuristic",
         action="store_true",
@@ -42,15 +47,26 @@ def add_arguments(parser):
         default=None,
         help="TREE/SCHEME whose sample continues a union run (default: the largest tree, first scheme)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--max-records", type=int, default=None, help="first K prompts only")
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens decoded per prompt")
+    parser.add_argument("--max-records", type=int, default=None, help="first K prompts only (default: all)")
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="keep the k most likely tokens (default: no truncation)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=None, help="keep the top-p nucleus (default: no truncation)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of drafting and verification")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="weight dtype the models load in",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
-    parser.add_argument("--shard", default=None, help="i/N: decode every N-th prompt from i")
+    parser.add_argument(
+        "--shard", default=None, help="i/N: decode every N-th prompt from i (default: all prompts)"
+    )
     parser.add_argument(
         "--cost-ratio",
         type=float,

@@ -111,9 +111,19 @@ def run(args) -> int:
     temps, ns, verifiers = config.temperatures, config.ns, config.verifiers
     if args.positions < 1:
         raise ValueError(f"--positions must be >= 1, got {args.positions}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():  # before the run, not after it
+        raise ValueError(f"--out {out} is a file; give a folder (created if missing)")
+    out.mkdir(parents=True, exist_ok=True)
     records = load_sample(temperatures=temps)
     meta = sample_metadata()
     keys = sorted({(r.problem, r.position) for r in records})
+    if args.positions > len(keys):
+        print(
+            f"mdsd-ot demo: --positions {args.positions} is more than the sample's {len(keys)} "
+            f"positions; using all {len(keys)}",
+            file=sys.stderr,
+        )
     step = max(1, len(keys) // args.positions)
     chosen = set(keys[::step][: args.positions])
     rows = []
@@ -142,7 +152,8 @@ def run(args) -> int:
     elapsed = time.time() - t0
     problems = len({r["record"] for r in rows})
     head = (
-        f"mdsd-ot demo: {len(chosen)} positions x {len(temps)} temperatures of real "
+        f"mdsd-ot demo: {len(chosen)} positions x {len(temps)} "
+        f"temperature{'' if len(temps) == 1 else 's'} of real "
         f"{meta['target']} (target) / {meta['draft']} (draft) distributions on HumanEval\n"
         f"(compact form: top-{meta['top_k']} union + tail token; see mdsd_ot.sample). "
         f"Mean acceptance; {interval_note(problems, 'problem')}"
@@ -151,16 +162,14 @@ def run(args) -> int:
         [
             head,
             "",
-            format_table(table),
+            format_table(table, order="family"),
             "",
             "Gap = bound of the verifier's own draft scheme - its acceptance:",
             "",
-            format_table(table, kind="gap"),
+            format_table(table, kind="gap", order="family"),
         ]
     )
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "demo_summary.md").write_text(text + "\n", encoding="utf-8")
     (out / "demo_summary.json").write_text(json.dumps(table, indent=1))
     if args.no_plot:

@@ -30,6 +30,8 @@ def _names(text):
 
 
 def add_arguments(parser):
+    from ..verifiers import DEFAULT_SAMPLES
+
     parser.add_argument("--target", required=True, help="target model: local folder or hub name")
     parser.add_argument("--draft", required=True, help="draft model: local folder or hub name")
     parser.add_argument("--tokenizer", default=None, help="tokenizer source (default: --target)")
@@ -52,14 +54,21 @@ def add_arguments(parser):
         default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub",
         help="verifier names, comma-separated ('' for none)",
     )
-    parser.add_argument("--top-k", type=int, default=None, help="top-k truncation of p and q")
-    parser.add_argument("--top-p", type=float, default=None, help="top-p truncation of p and q")
-    parser.add_argument("--max-records", type=int, default=None, help="first K prompts only")
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="keep the k most likely tokens of p and q (default: no truncation)",
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=None, help="keep the top-p nucleus of p and q (default: no truncation)"
+    )
+    parser.add_argument("--max-records", type=int, default=None, help="first K prompts only (default: all)")
     parser.add_argument(
         "--max-positions-per-record",
         type=int,
         default=None,
-        help="first M continuation positions of each prompt only",
+        help="first M continuation positions of each prompt only (default: all)",
     )
     parser.add_argument(
         "--continuation",
@@ -67,13 +76,30 @@ def add_arguments(parser):
         default="given",
         help="teacher-force the given continuations or sample them from the target",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--sample-temperature", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=64, help="--continuation sample: tokens sampled per prompt"
+    )
+    parser.add_argument(
+        "--sample-temperature",
+        type=float,
+        default=1.0,
+        help="--continuation sample: temperature of the sampling",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling and Monte Carlo")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="weight dtype the models load in",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
-    parser.add_argument("--bound-backend", choices=("auto", "numpy", "torch"), default="auto")
+    parser.add_argument(
+        "--bound-backend",
+        choices=("auto", "numpy", "torch"),
+        default="auto",
+        help="auto: the torch plan on an accelerator, numpy on CPU (faster there)",
+    )
     parser.add_argument(
         "--every",
         default="",
@@ -84,9 +110,11 @@ def add_arguments(parser):
         "--mc-samples",
         type=int,
         default=None,
-        help="Monte Carlo draft tuples for verifiers without an exact form",
+        help=f"Monte Carlo draft tuples for verifiers without an exact form (default: {DEFAULT_SAMPLES})",
     )
-    parser.add_argument("--shard", default=None, help="i/N: process every N-th prompt from i")
+    parser.add_argument(
+        "--shard", default=None, help="i/N: process every N-th prompt from i (default: all prompts)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     _ray.add_arguments(parser)  # --ray [ADDRESS], --shards, --ray-cpus/-gpus/-memory/-retries
 

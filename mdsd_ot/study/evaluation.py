@@ -79,7 +79,11 @@ def evaluate_rows(
             fast = {}
     Pn = P.cpu().numpy() if hasattr(P, "detach") else np.asarray(P, dtype=np.float64)
     Qn = Q.cpu().numpy() if hasattr(Q, "detach") else np.asarray(Q, dtype=np.float64)
+    from .. import _compile
     from ..plan import evaluate_checked
+
+    if m:  # a line before the plan's long first compile (numpy plan only; the torch plan compiles nothing)
+        _compile.notice_for_plan(schemes, verifiers, ns, int(Pn.shape[1]))
 
     bound_keys = [(s, n, f"bound:{s}@{n}") for s in schemes for n in ns]
     verifier_keys = [(v, n, f"verifier:{v}@{n}") for v in verifiers for n in ns if _verifier_applies(v, n)]

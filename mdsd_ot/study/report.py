@@ -22,8 +22,23 @@ def read_rows(out) -> list[dict]:
     return _store.read_rows(out)
 
 
-def format_table(table, *, kind: str = "acceptance") -> str:
-    """A Markdown table: one line per method and n, one column per temperature (mean +- ci95)."""
+def _cell(mean: float, half: float) -> str:
+    """``mean ± half`` to 4 decimals; a value that rounds to zero is written 0.0000, never -0.0000."""
+    m = f"{mean:.4f}"
+    if m == "-0.0000":
+        m = "0.0000"
+    return f"{m} ± {half:.4f}" if math.isfinite(half) else m
+
+
+def format_table(table, *, kind: str = "acceptance", order: str = "name") -> str:
+    """A Markdown table: one line per method and n, one column per temperature (mean +- ci95).
+
+    ``order="name"``: per n, the bounds then the verifiers by name (the study summaries);
+    ``order="family"``: per n, each draft scheme's bound followed by the verifiers built for it, in
+    registry order (the demo; :func:`mdsd_ot.plots.family`).
+    """
+    if order not in ("name", "family"):
+        raise ValueError(f"unknown order {order!r}; choose 'name' or 'family'")
     want = (lambda m: m.startswith("gap:")) if kind == "gap" else (lambda m: not m.startswith("gap:"))
     rows = [t for t in table if want(t["method"])]
     temps = sorted({t["T"] for t in rows})
@@ -32,22 +47,21 @@ def format_table(table, *, kind: str = "acceptance") -> str:
         "|---|---|" + "---|" * len(temps),
     ]
     index = {(t["method"], t["n"], t["T"]): t for t in rows}
-    order = []
+    keys = []
     for t in rows:
-        if (t["method"], t["n"]) not in order:
-            order.append((t["method"], t["n"]))
-    order.sort(key=lambda mn: (mn[1], not mn[0].startswith("bound:"), mn[0]))
-    for method, n in order:
+        if (t["method"], t["n"]) not in keys:
+            keys.append((t["method"], t["n"]))
+    if order == "family":
+        from ..plots import _order
+
+        keys.sort(key=lambda mn: (mn[1], _order(mn[0])))
+    else:
+        keys.sort(key=lambda mn: (mn[1], not mn[0].startswith("bound:"), mn[0]))
+    for method, n in keys:
         cells = []
         for T in temps:
             t = index.get((method, n, T))
-            cells.append(
-                ""
-                if t is None
-                else (
-                    f"{t['mean']:.4f} ± {t['ci95']:.4f}" if math.isfinite(t["ci95"]) else f"{t['mean']:.4f}"
-                )
-            )
+            cells.append("" if t is None else _cell(t["mean"], t["ci95"]))
         lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -75,6 +75,16 @@ ACCEPTANCE_METHODS = ("auto", "exact", "monte_carlo")
 DEFAULT_SAMPLES = 20_000
 
 
+def check_samples(samples) -> int:
+    """The number of Monte Carlo draft tuples: an int >= 2 (a standard error needs two)."""
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral):
+        raise TypeError(f"samples must be an int (number of Monte Carlo draft tuples), got {samples!r}")
+    samples = int(samples)
+    if samples < 2:
+        raise ValueError(f"samples must be >= 2 for a standard error, got {samples}")
+    return samples
+
+
 def get_verifier(name) -> Verifier:
     """Look up a verifier by registry name or alias (``ValueError`` listing the choices when unknown).
 
@@ -192,11 +202,7 @@ def verifier_acceptance(
             f"no exact acceptance for verifier {verifier.name!r} with sampling {sampling_name!r} at "
             f"V={prepared.p.size}, n={prepared.n}; use method='monte_carlo'"
         )
-    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral):
-        raise TypeError(f"samples must be an int (number of Monte Carlo draft tuples), got {samples!r}")
-    samples = int(samples)
-    if samples < 2:
-        raise ValueError(f"samples must be >= 2 for a standard error, got {samples}")
+    samples = check_samples(samples)
     if samples * prepared.n > MAX_MONTE_CARLO_DRAWS:  # checked before any (samples, n) array exists
         raise ValueError(
             f"Monte Carlo with samples={samples:,} draft tuples of n={prepared.n:,} drafts would draw "

@@ -160,6 +160,10 @@ class _PreparedChain(PreparedVerifier):
         from .._kernels.optimal import chain_keys, chain_prepare, max_tree, single_draft_prepare
 
         small = _kernels.small_or_jit  # small V: the kernels' Python twins, nothing to compile
+        if n > 1:
+            from .. import _compile
+
+            _compile.notice("optimal", p.size)
         if n == 1:
             self._order = None  # the residual CDF runs over the tokens in index order
             out = small(single_draft_prepare, p.size)(p, q)

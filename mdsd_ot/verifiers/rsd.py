@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _compile
 from .._kernels import small_or_jit
 from .._kernels import verifiers as _kernels
 from ..drafts import complement_masses
@@ -63,6 +64,7 @@ def rsd_rejection(r: np.ndarray, s: np.ndarray, m: int) -> float:
     if m == 1:
         return float(np.maximum(r - s, 0.0).sum())
     if m == 2:
+        _compile.notice("rsd", r.size)
         kernel = small_or_jit(_kernels.rsd2_rejection, r.size)  # small V: no compile on a first call
         return float(kernel(r, s, complement_masses(s)))
     nxt, tv = residual(r, s)
