@@ -37,7 +37,7 @@ def add_arguments(parser):
         default=1.0,
         help="toy models: scale of the noise added to the target's logits for the draft (default 1.0)",
     )
-    parser.add_argument("--laws", default=None, metavar="FILE", help=LAWS_HELP)
+    parser.add_argument("--laws", default=None, metavar="FILE", help=LAWS_HELP + " (default: the toy models)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
