@@ -644,6 +644,33 @@ def test_same_sets_in_another_order_and_a_moved_model_are_the_same_study(
     _assert_same_as_reference(lab, folder)
 
 
+def test_options_spelled_out_with_their_defaults_are_the_same_study(
+    lab, tmp_path, capsys, monkeypatch, quick, appended
+):
+    """The identity stores what an option resolves to: ``--tokenizer`` naming the target and
+    ``--mc-samples`` at the verifiers' default resume the reference folder with nothing recomputed
+    (they were "a different study: tokenizer: ... now, null before"), and a shard run with them
+    merges with one run without."""
+    from mdsd_ot.verifiers import DEFAULT_SAMPLES
+
+    folder = _copy_of_reference(lab, tmp_path)
+    monkeypatch.setattr(study, "load_models", _no_models)
+    spelled = ["--tokenizer", str(lab.root / "target"), "--mc-samples", str(DEFAULT_SAMPLES)]
+    code, _, err = _cli(capsys, lab.argv(folder, *spelled))
+    assert code == 0, err
+    assert appended == []
+    _assert_same_as_reference(lab, folder)
+    code, _, err = _cli(capsys, lab.argv(folder, "--tokenizer", str(lab.root / "draft")))  # a real change
+    assert code == 2 and "tokenizer: " in err and "null before" in err
+    monkeypatch.undo()
+    for i, extra in ((0, spelled), (1, [])):
+        code, _, err = _cli(capsys, lab.argv(tmp_path / f"t{i}", "--shard", f"{i}/2", *extra))
+        assert code == 0, err
+    code, _, err = _cli(capsys, ["merge", tmp_path / "t0", tmp_path / "t1", "--out", tmp_path / "tm"])
+    assert code == 0 and err == "", err
+    assert _rows_by_key(tmp_path / "tm") == lab.ref_rows
+
+
 def test_config_json_deleted_or_empty_with_results_is_refused_naming_it(lab, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(study, "load_models", _no_models)
     for damage in ("deleted", "empty", "garbage"):

@@ -164,6 +164,9 @@ def study_identity(
         the sha256 of its configuration and weights, :func:`model_identity`).
     tokenizer : str, path, tokenizer or None
         ``None``: the tokenizer comes with the target (its files are part of the target's identity).
+        A tokenizer identified as the target itself (``--tokenizer`` spelling out the target) is
+        recorded as ``None`` too: the identity stores what an option resolves to, so a resume or merge
+        that spells out a default is the same study.
     dtype : str or None
         Weight dtype the models are loaded with.
     prompts : str or None
@@ -176,10 +179,18 @@ def study_identity(
     prev = previous or {}
     source = "" if prompts is None else f" from {prompts}"
     digest = _store.digest_of(records)
+    target_id = _identify(target, "target", prev.get("target"))
+    tokenizer_id = _identify(tokenizer, "tokenizer", prev.get("tokenizer") or prev.get("target"))
+    if (
+        tokenizer_id is not None
+        and target_id is not None
+        and tokenizer_id.get("digest") == target_id.get("digest")
+    ):
+        tokenizer_id = None  # the target's own files, spelled out: what the default resolves to
     ident = {
-        "target": _identify(target, "target", prev.get("target")),
+        "target": target_id,
         "draft": _identify(draft, "draft", prev.get("draft")),
-        "tokenizer": _identify(tokenizer, "tokenizer", prev.get("tokenizer")),
+        "tokenizer": tokenizer_id,
         "dtype": dtype,
         "prompts": {
             "digest": digest,
