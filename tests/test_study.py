@@ -408,3 +408,16 @@ def test_cli_under_a_strict_ascii_locale_exits_0(models, tmp_path):
         r.stdout.decode("ascii")  # pure ASCII
         if "--shard" not in argv:  # the summary's mean +/- half-width of the 95% interval
             assert b"+/-" in r.stdout, (argv[0], r.stdout[-300:])
+
+
+@pytest.mark.parametrize(
+    "bad", [(0.5, 2), (True, 2), (0, True), (1.0, 2), ("0", 2), (0, 2, 3), 5, "1/2/3", "a/2"]
+)
+def test_shard_must_be_two_integers(bad):
+    """(0.5, 2) kept no prompt and recorded shard "0.5/2", which the next open refused; True passed as
+    1. Both forms are refused up front with one message."""
+    from mdsd_ot.study.runner import _parse_shard
+
+    with pytest.raises(ValueError, match="shard"):
+        _parse_shard(bad)
+    assert _parse_shard((np.int64(1), 3)) == (1, 3) and _parse_shard("1/3") == (1, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import time
 from dataclasses import asdict
@@ -57,7 +58,18 @@ def _parse_shard(shard):
         except ValueError:
             raise ValueError(f"shard must look like 'i/N' (e.g. 0/2), got {shard!r}") from None
     else:
-        i, n = shard
+        try:
+            i, n = shard
+        except (TypeError, ValueError):
+            raise ValueError(f"shard must be 'i/N' or a pair of integers (i, N), got {shard!r}") from None
+        # integers only: (0.5, 2) kept no prompt and recorded shard "0.5/2", which the next open
+        # refused; True would pass as 1
+        try:
+            if isinstance(i, bool) or isinstance(n, bool):
+                raise TypeError
+            i, n = operator.index(i), operator.index(n)
+        except TypeError:
+            raise ValueError(f"shard i/N needs integers i and N, got {shard!r}") from None
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(f"shard i/N needs 0 <= i < N, got {i}/{n}")
     return i, n
