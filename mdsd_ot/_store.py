@@ -1076,7 +1076,29 @@ def _missing_shards(labels) -> list[str]:
     return [f"{i}/{n}" for n, have in sorted(by_n.items()) for i in range(n) if i not in have]
 
 
-def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
+def _record_digests(folder, records, ignore_fields) -> dict:
+    """``{record: sha256}`` of the rows of ``records`` in ``folder`` with the top-level keys
+    ``ignore_fields`` removed from every row (canonical JSON, rows in file order): what two runs of
+    one record must agree on when those fields (timings) may differ."""
+    digests = {}
+    path = Path(folder) / ROWS
+    try:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    continue
+                row = _parse_row(raw)
+                if row is None or row["record"] not in records:
+                    continue
+                kept = {k: v for k, v in row.items() if k not in ignore_fields}
+                h = digests.setdefault(row["record"], hashlib.sha256())
+                h.update(json.dumps(kept, sort_keys=True, allow_nan=True).encode() + b"\n")
+    except OSError as exc:
+        raise _with_path(exc, path) from None
+    return {rec: h.hexdigest() for rec, h in digests.items()}
+
+
+def merge_folders(sources, dest, *, kind: str, finalize=None, ignore_fields=()) -> dict:
     """Combine results folders of one identity into ``dest``; returns a small report dict.
 
     Refuses (``StoreError``) a ``dest`` that is one of the sources or holds results that are not a
@@ -1087,7 +1109,13 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
     left claiming rows it does not hold: ``done.txt`` is emptied first and written last, and every
     file is replaced atomically. ``finalize(dest)`` (e.g. writing a report) runs before the lock on
     ``dest`` is released.
+
+    ``ignore_fields``: top-level row keys that may differ between two runs of one record without
+    a conflict (measured timings: a decoder passes its wall-clock fields). Two copies of a record
+    whose rows differ only there are the same record (the first is kept, no warning); a difference
+    anywhere else is warned about as before, so a real conflict stands out.
     """
+    ignore_fields = frozenset(ignore_fields)
     sources = [Path(s) for s in sources]
     if not sources:
         raise ValueError("give at least one folder to merge")
@@ -1147,6 +1175,7 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
                 f"finished so far"
             )
     scans, chosen, counts = [], {}, []
+    conflicts = []  # (record, first folder, other folder): byte-different copies of one record
     for i, (s, c) in enumerate(zip(sources, configs)):
         scan = scan_folder(s)
         _warn_scan(s, scan, "left out of the merge (resume that run to recompute it)")
@@ -1161,15 +1190,28 @@ def merge_folders(sources, dest, *, kind: str, finalize=None) -> dict:
             if rec in chosen:
                 j, e0 = chosen[rec]
                 if e0["sha256"] != e["sha256"]:
-                    _warn(
-                        f"record {rec!r} has different rows in {sources[j]} and {s}; keeping "
-                        f"those of {sources[j]}"
-                    )
+                    conflicts.append((rec, j, i))
                 continue
             chosen[rec] = (i, e)
             n_new += 1
         counts.append(n_new)
         scans.append(scan)
+    if conflicts and ignore_fields:  # each folder read once for all its conflicting records
+        wanted = {}
+        for rec, j, i in conflicts:
+            wanted.setdefault(j, set()).add(rec)
+            wanted.setdefault(i, set()).add(rec)
+        digests = {k: _record_digests(sources[k], recs, ignore_fields) for k, recs in wanted.items()}
+        conflicts = [
+            (rec, j, i)
+            for rec, j, i in conflicts
+            if digests[j].get(rec) is None or digests[j].get(rec) != digests[i].get(rec)
+        ]
+    for rec, j, i in conflicts:
+        _warn(
+            f"record {rec!r} has different rows in {sources[j]} and {sources[i]}; keeping those of "
+            f"{sources[j]}"
+        )
     dest.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(dest).acquire()
     try:

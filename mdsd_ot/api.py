@@ -67,8 +67,43 @@ def _solve_dual_checked(p, q, n, scheme):
         refine += 1
 
 
+def _lower_bound(p, q, n, scheme, prove: bool):
+    """The exact acceptance of the verifier that attains alpha* for ``scheme`` (a proven lower bound),
+    where affordable: closed-form verifiers always, the full-vocabulary construction for i.i.d. drafts
+    with ``prove``; ``None`` where the scheme has none."""
+    how = scheme.optimal_at_full_v
+    if how is None or (how == "chain" and not prove):
+        return None
+    from .verifiers import VERIFIERS
+
+    return float(VERIFIERS["optimal"].prepare(p, q, n, sampling=scheme.name).acceptance())
+
+
+def _with_lower_bound(verdict, value, lower):
+    """``(ok, message)`` with the lower bound's verdict appended (a lower bound above the value means
+    that one of two independent computations is wrong: not a success)."""
+    ok, message = verdict
+    if lower is None:
+        return ok, message
+    gap = value - lower
+    if gap < -RECHECK_TOL:
+        return False, (
+            f"internal error: a valid verifier attains {lower!r}, above the dual value {value!r} by "
+            f"{-gap:.3g}; please report this input"
+        )
+    message = message.replace(" (this checks the value at H, not that H is optimal)", "")
+    return ok, message + f"; optimality proven: a valid verifier attains the value to {max(gap, 0.0):.1e}"
+
+
 def optimal_acceptance(
-    p, q, n, *, sampling: str = "with_replacement", method: str = "auto", normalize: bool = False
+    p,
+    q,
+    n,
+    *,
+    sampling: str = "with_replacement",
+    method: str = "auto",
+    normalize: bool = False,
+    prove: bool = False,
 ) -> AcceptanceResult:
     """Optimal acceptance rate of multi-draft speculative decoding.
 
@@ -94,12 +129,21 @@ def optimal_acceptance(
         small V), ``"cvxpy"`` (the same LP through cvxpy) or ``"bruteforce"`` (all 2^V subsets).
     normalize : bool
         Rescale p and q to sum to one instead of rejecting unnormalised input.
+    prove : bool
+        Also compute ``lower_bound`` for i.i.d. drafts (the exact acceptance of the full-vocabulary
+        optimal verifier; about twice the cost of the solve). For greedy, hub and top-n drafts it is
+        always computed (O(V)); sequential and conditional-Poisson drafts have none.
 
     Returns
     -------
     AcceptanceResult
-        ``value``, the optimal subset ``subset`` (re-checked before ``success`` is set), and for the
-        LP methods the transport plan and rejection residual.
+        ``value``, the optimal subset ``subset`` and ``success``: the certificate ``p(H) + 1 - Q(H)``
+        was recomputed by independent code and agrees with ``value`` to ``RECHECK_TOL`` (so ``value``
+        is an upper bound on alpha* to that tolerance); where ``lower_bound`` is computed (a valid
+        verifier's exact acceptance) it does not exceed ``value``, and ``value - lower_bound`` bounds
+        the distance to alpha*. Without a lower bound, optimality rests on the sorting theorem and the
+        scan's bounds, proven in docs/math.md#pruning (not re-checked at run time). For the LP
+        methods also the transport plan and rejection residual.
 
     Examples
     --------
@@ -114,6 +158,7 @@ def optimal_acceptance(
     n = check_n(n)
     scheme = get_scheme(sampling)
     method = check_choice(method, "method", METHODS, METHOD_ALIASES)
+    prove = check_bool(prove, "prove")
     scheme.check(q, n)
     extra = {}
     if scheme.q_dominates and np.array_equal(p, q) and method in ("auto", "dual"):
@@ -124,8 +169,9 @@ def optimal_acceptance(
     elif method in ("auto", "dual"):
         _compile.notice_for_bound(scheme, n, p.size)  # a line before a long first compile
         value, subset, diff = _solve_dual_checked(p, q, n, scheme)
-        ok, message = _verdict(diff, RECHECK_TOL)
-        return AcceptanceResult(float(value), subset, "dual", scheme.name, n, ok, message)
+        lower = _lower_bound(p, q, n, scheme, prove)
+        ok, message = _with_lower_bound(_verdict(diff, RECHECK_TOL), float(value), lower)
+        return AcceptanceResult(float(value), subset, "dual", scheme.name, n, ok, message, lower_bound=lower)
     elif method == "bruteforce":
         value, subset = dual.solve_bruteforce(p, q, n, scheme)
     else:

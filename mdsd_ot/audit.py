@@ -256,21 +256,46 @@ class AuditResult:
 # ----------------------------------------------------------------------------------------- helpers
 def _token(x) -> int:
     """An int from what ``verify`` returned: int, numpy/torch integer scalar, or an object with
-    ``.token`` (e.g. :class:`mdsd_ot.verifiers.Verdict`)."""
+    ``.token`` (e.g. :class:`mdsd_ot.verifiers.Verdict`). Booleans are refused (``True`` is not token
+    1), as are floats; anything that raises while being read (a ``.token`` or ``__index__`` that
+    raises) is a :class:`VerifierError` naming the exception."""
     if type(x) is int:
         return x
-    x = getattr(x, "token", x)
     try:
-        return operator.index(x)
-    except TypeError:
-        pass
-    item = getattr(x, "item", None)  # one-element numpy arrays and torch tensors
-    if callable(item):
+        x = getattr(x, "token", x)
+        if isinstance(x, (bool, np.bool_)):
+            raise VerifierError(f"verify must return an integer token index, got the boolean {x!r}")
         try:
-            return operator.index(item())
-        except (TypeError, ValueError, RuntimeError):
+            return operator.index(x)
+        except TypeError:
             pass
-    raise VerifierError(f"verify must return an integer token index, got {type(x).__name__} {x!r}")
+        item = getattr(x, "item", None)  # one-element numpy arrays and torch tensors
+        if callable(item):
+            try:
+                value = item()
+            except (TypeError, ValueError, RuntimeError):
+                value = None
+            if isinstance(value, (bool, np.bool_)):
+                raise VerifierError(f"verify must return an integer token index, got a boolean {x!r}")
+            if value is not None:
+                try:
+                    return operator.index(value)
+                except TypeError:
+                    pass
+        shown = repr(x)
+    except (VerifierError, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # the returned object is foreign code too
+        raise VerifierError(
+            f"reading the token that verify returned raised {type(exc).__name__}: {_exc_text(exc)}"
+        ) from None
+    raise VerifierError(f"verify must return an integer token index, got {type(x).__name__} {shown}")
+
+
+def _exc_text(exc: BaseException) -> str:
+    """One line for an exception raised by audited code (its message, or its arguments)."""
+    text = " ".join(str(exc).split())
+    return text if text else repr(exc)
 
 
 def _torch_generator(seq: np.random.SeedSequence):
@@ -487,12 +512,17 @@ def audit(
         for call in range(int(runs[i])):
             try:
                 out = verify(p_arg, q_arg, drafts, rng)
-            except Exception as exc:  # the audited code is foreign: report where it failed
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # foreign code: SystemExit, GeneratorExit too, never an exit
                 raise VerifierError(
                     f"verify raised {type(exc).__name__} on drafts {tuple(tuples[i].tolist())} "
-                    f"(run {call + 1}): {exc}"
-                ) from exc
-            tok = _token(out)
+                    f"(run {call + 1}): {_exc_text(exc)}"
+                ) from None
+            try:
+                tok = _token(out)
+            except VerifierError as exc:
+                raise VerifierError(f"{exc} (drafts {tuple(tuples[i].tolist())}, run {call + 1})") from None
             if not 0 <= tok < V:
                 raise VerifierError(
                     f"verify returned token {tok} on drafts "

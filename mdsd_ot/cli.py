@@ -96,12 +96,59 @@ def _closed_pipe() -> int:
     return 0
 
 
+#: Characters of the reports that a strict ASCII terminal cannot show, and what it shows instead.
+ASCII_FALLBACK = {
+    "\u00b1": "+/-",
+    "\u2212": "-",
+    "\u00d7": "x",
+    "\u2014": "--",
+    "\u2013": "-",
+    "\u2026": "...",
+}
+
+
+def _ascii_fallback(exc):
+    """Codec error handler of :func:`_safe_streams`: the spellings of ``ASCII_FALLBACK``, backslash
+    escapes for anything else."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start : exc.end]
+    return "".join(
+        ASCII_FALLBACK.get(c) or c.encode("ascii", "backslashreplace").decode("ascii") for c in bad
+    ), exc.end
+
+
+def _safe_streams() -> None:
+    """Under a locale whose encoding cannot write the reports (``LC_ALL=C`` with ``PYTHONUTF8=0``:
+    ASCII), stdout and stderr substitute plain spellings (``+/-`` for the summary's ``±``) instead of
+    raising ``UnicodeEncodeError`` after every record and file was written (a scheduler then saw a
+    failed job). UTF-8 streams are left alone."""
+    import codecs
+
+    try:
+        codecs.lookup_error("mdsd_ot_ascii")
+    except LookupError:
+        codecs.register_error("mdsd_ot_ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        try:
+            "".join(ASCII_FALLBACK).encode(encoding or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if callable(reconfigure):
+                try:
+                    reconfigure(errors="mdsd_ot_ascii")
+                except (ValueError, OSError):  # a replaced or closed stream: leave it
+                    pass
+
+
 def main(argv=None) -> int:
     prog = "mdsd-ot"
     try:  # Ctrl-C at any moment, imports and argument parsing included: one line, status 130
         from . import _cli_startup
 
         _cli_startup.restore()
+        _safe_streams()
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
         if extra:  # named by the sub-command that was given, with its --help

@@ -53,11 +53,29 @@ def _numbers(values, where: str) -> np.ndarray:
             )
     try:
         arr = np.asarray(values, dtype=np.float64)
+    except OverflowError:  # a JSON integer beyond float64 (310 digits and more)
+        big = next((v for v in _flat(values) if isinstance(v, int) and abs(v).bit_length() > 1024), None)
+        digits = f" (an integer of {len(str(abs(big)))} digits)" if big is not None else ""
+        raise ValueError(
+            f"{where} holds a number too large for float64{digits}; write each probability as a number "
+            f"like 0.5"
+        ) from None
     except (TypeError, ValueError, RecursionError):
         raise ValueError(f"{where} must contain only numbers") from None
     if arr.ndim != 1:
         raise ValueError(f"{where} must be a flat list of numbers, got nesting of depth {arr.ndim}")
     return arr
+
+
+def _flat(values):
+    """The scalars of nested lists (for messages; iterative, so deep nesting cannot recurse)."""
+    stack = [values]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        else:
+            yield v
 
 
 def _from_json(path: Path) -> list[np.ndarray]:
@@ -137,7 +155,37 @@ def _is_float(s: str) -> bool:
     return True
 
 
+def _check_npy_header(path: Path) -> None:
+    """Refuse a ``.npy`` whose header claims more data than the file holds, before numpy allocates
+    the claimed shape (a header saying (2, 2**40) made ``np.load`` fail with a MemoryError)."""
+    from numpy.lib import format as npy_format
+
+    try:
+        with open(path, "rb") as f:
+            version = npy_format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = npy_format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = npy_format.read_array_header_2_0(f)
+            else:
+                return  # np.load reports an unknown version itself
+            offset = f.tell()
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path} could not be read as a .npy array: {exc}") from None
+    if dtype.hasobject:
+        return  # refused by np.load(allow_pickle=False) with its own message
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    have = path.stat().st_size - offset
+    if need > have:
+        raise ValueError(
+            f"{path}: its header declares an array of shape {tuple(shape)} ({need:,} bytes of {dtype}) "
+            f"but the file holds {max(have, 0):,} bytes after the header; the file is truncated or not a "
+            f".npy array"
+        )
+
+
 def _from_npy(path: Path) -> list[np.ndarray]:
+    _check_npy_header(path)
     try:
         arr = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:

@@ -33,12 +33,24 @@ class AcceptanceResult:
     n : int
         Number of drafts.
     success : bool
-        True when the solver finished and the certificate re-check passed.
+        True when the solver finished, the certificate re-check passed (``p(H) + 1 - Q(H)``
+        recomputed by code independent of the solver agrees with ``value`` to ``RECHECK_TOL``, so
+        ``value`` is an upper bound on alpha* to that tolerance), and ``lower_bound``, where computed,
+        does not exceed ``value`` by more than ``RECHECK_TOL``. It does not by itself say that ``H``
+        is optimal: see ``lower_bound`` and docs/math.md#dual-and-sorting-theorem.
     message : str
         Human-readable status.
     status : int
         ``0`` success, ``1`` the certificate re-check failed, ``2`` the solver failed (value NaN); see
         :data:`STATUS`. Derived from ``success`` and ``value`` when not given.
+    lower_bound : float or None
+        A lower bound on alpha*: the exact acceptance of a valid verifier for the scheme that attains
+        alpha* (``DraftScheme.optimal_at_full_v``, computed by the verifier's own code, which shares
+        nothing with the dual scan). ``value - lower_bound`` then bounds the distance to the optimum
+        (optimality proven when it is below ``RECHECK_TOL``). Computed where it costs O(V) (greedy,
+        hub and top-n drafts), with ``prove=True`` also for i.i.d. drafts (the full-vocabulary
+        construction, about two scans); ``None`` otherwise (sequential and conditional-Poisson drafts
+        have no such verifier at full V).
     plan : ndarray or None
         Primal methods only: ``plan[s, y]`` = probability of outputting ``y`` given draft set ``s``
         (rows follow ``draft_sets``).
@@ -59,6 +71,7 @@ class AcceptanceResult:
     draft_sets: tuple | None = field(default=None, repr=False)
     residual: np.ndarray | None = field(default=None, repr=False)
     status: int | None = None
+    lower_bound: float | None = None
 
     def __post_init__(self):
         if self.status is None:
@@ -86,6 +99,7 @@ class AcceptanceResult:
             "success": bool(self.success),
             "status": int(self.status),
             "message": self.message,
+            "lower_bound": None if self.lower_bound is None else float(self.lower_bound),
         }
         if self.plan is not None:
             out["plan"] = np.asarray(self.plan, dtype=np.float64).tolist()

@@ -164,3 +164,45 @@ def test_masked_arrays_with_masked_entries_are_refused():
         optimal_acceptance(unmasked, [0.2, 0.3, 0.5], 2).value
         == optimal_acceptance([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 2).value
     )
+
+
+def test_lower_bound_proves_optimality_where_a_verifier_attains_alpha():
+    """``lower_bound``: the exact acceptance of a verifier that attains alpha*, computed by the
+    verifier's own code (O(V) for greedy, hub and top-n drafts; i.i.d. drafts with ``prove=True``);
+    it meets the dual value, and both agree with the LP. Sequential and conditional-Poisson drafts
+    have none (``None``)."""
+    from oracles import exact_alpha
+
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        V = int(rng.integers(3, 7))
+        p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+        for sampling in (
+            "with_replacement",
+            "without_replacement",
+            "greedy",
+            "hub",
+            "conditional_poisson",
+            "top_n",
+        ):
+            n = 2 if sampling == "hub" else int(rng.integers(2, V + 1))
+            expected = float(exact_alpha(p, q, n, sampling))
+            r = optimal_acceptance(p, q, n, sampling=sampling, prove=True)
+            assert r.success and abs(r.value - expected) <= 1e-12
+            if sampling in ("without_replacement", "conditional_poisson"):
+                assert r.lower_bound is None and "optimality proven" not in r.message
+            else:
+                assert abs(r.lower_bound - expected) <= 1e-12 and "optimality proven" in r.message
+    assert optimal_acceptance([0.5, 0.5], [0.9, 0.1], 2).lower_bound is None  # i.i.d.: only with prove
+    with pytest.raises(TypeError, match="prove"):
+        optimal_acceptance([0.5, 0.5], [0.9, 0.1], 2, prove="yes")
+
+
+def test_a_lower_bound_above_the_dual_value_is_not_a_success(monkeypatch):
+    """A valid verifier attaining more than the returned optimum means one of two independent
+    computations is wrong: success is False with an internal-error message, never a silent value."""
+    from mdsd_ot import api
+
+    monkeypatch.setattr(api, "_lower_bound", lambda p, q, n, scheme, prove: 0.99)
+    r = optimal_acceptance([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 2, sampling="greedy")
+    assert not r.success and r.message.startswith("internal error: a valid verifier attains 0.99")

@@ -308,3 +308,59 @@ def test_cli_errors_exit_2_with_one_line(module_file, capsys, argv, match):
     assert main(["audit", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("mdsd-ot audit: error:") and match in err, err
+
+
+HOSTILE = (
+    "import sys\n"
+    "class BadToken:\n"
+    "    @property\n"
+    "    def token(self):\n"
+    "        raise KeyError('token')\n"
+    "class BadIndex:\n"
+    "    def __index__(self):\n"
+    "        raise RuntimeError('no index here')\n"
+    "def exit0(p, q, drafts, rng):\n"
+    "    sys.exit(0)\n"
+    "def exit1(p, q, drafts, rng):\n"
+    "    raise SystemExit(1)\n"
+    "def genexit(p, q, drafts, rng):\n"
+    "    raise GeneratorExit\n"
+    "def bad_token(p, q, drafts, rng):\n"
+    "    return BadToken()\n"
+    "def bad_index(p, q, drafts, rng):\n"
+    "    return BadIndex()\n"
+    "def a_float(p, q, drafts, rng):\n"
+    "    return 1.0\n"
+    "def a_bool(p, q, drafts, rng):\n"
+    "    return bool(drafts[0] % 2)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("exit0", "verify raised SystemExit on drafts (0, 0) (run 1)"),
+        ("exit1", "verify raised SystemExit on drafts (0, 0) (run 1)"),
+        ("genexit", "verify raised GeneratorExit on drafts (0, 0) (run 1)"),
+        ("bad_token", "raised KeyError: 'token' (drafts (0, 0), run 1)"),
+        ("bad_index", "raised RuntimeError: no index here (drafts (0, 0), run 1)"),
+        ("a_float", "got float 1.0 (drafts (0, 0), run 1)"),
+        ("a_bool", "got the boolean False (drafts (0, 0), run 1)"),
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_hostile_verifier_exits_2_with_one_line_naming_the_tuple(
+    tmp_path, monkeypatch, capsys, name, match, as_json
+):
+    """A verify that raises a BaseException (SystemExit(0) read as "lossless" by a CI gate, SystemExit(1)
+    or GeneratorExit as "biased") or returns something that is not a token (a ``.token`` or
+    ``__index__`` that raises, a float, a bool): exit 2, one line naming the exception and the draft
+    tuple, nothing on stdout (also with --json)."""
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    monkeypatch.chdir(tmp_path)
+    argv = ["audit", f"hostile:{name}", "--p", "0.5,0.5", "--q", "0.5,0.5", "--trials", "50"]
+    assert main(argv + (["--json"] if as_json else [])) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert captured.out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("mdsd-ot audit: error:") and match in err, err

@@ -128,3 +128,28 @@ def test_a_verifier_above_its_bound_is_an_internal_error(monkeypatch):
     monkeypatch.setattr(_PreparedRRS, "acceptance", lambda self: 0.999)
     with pytest.raises(RuntimeError, match="internal error.*'rrs'.*fingerprint [0-9a-f]{16}"):
         compare([0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2, verifiers=["rrs"])
+
+
+def test_ratio_is_never_above_one_nor_inf(capsys):
+    """A bound of 0 (``1 - (1 - 5e-324)^2`` rounds to 0) with acceptances of 1e-323 above it by
+    rounding: ratio 1.0 (the verifier attains the bound), not ``inf``, in the API and the CLI."""
+    import json as _json
+
+    from mdsd_ot import compare as _compare
+    from mdsd_ot.cli import main
+
+    c = _compare([1.0, 0.0], [5e-324, 1.0], 2)
+    tiny = [r for r in c.records if r.bound == 0.0 and r.acceptance > 0.0]
+    assert tiny, "the input no longer has an acceptance above a zero bound"
+    assert all(0.0 <= r.ratio <= 1.0 for r in c.records)
+    assert all(r.ratio == 1.0 for r in tiny)
+    import tempfile
+    from pathlib import Path
+
+    f = Path(tempfile.mkdtemp()) / "pq.json"
+    f.write_text(_json.dumps({"p": [1.0, 0.0], "q": [5e-324, 1.0]}))
+    assert main(["compare", str(f), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "Infinity" not in out and "inf" not in out.lower().replace("info", "")
+    assert main(["compare", str(f)]) == 0
+    assert " inf " not in capsys.readouterr().out

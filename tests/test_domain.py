@@ -581,3 +581,99 @@ def test_study_stores_only_checked_values(monkeypatch):
             "internal error" in r["errors"]["verifier:rrs@2"]
             and "fingerprint" in r["errors"]["verifier:rrs@2"]
         )
+
+
+# ------------------------------------------------------- every entry point on the new input classes
+def _subnormal_rest_pair(rng, V):
+    """A draft at T = 0.05 whose top logit leads by 36: the mass outside its top tokens is subnormal."""
+    z = rng.standard_normal(V)
+    z[int(rng.integers(V))] = z.max() + 36.0
+    q = np.exp((z - z.max()) / 0.05)
+    return target(rng, V), q / q.sum()
+
+
+def _differential_cases():
+    rng = np.random.default_rng(2_525)
+    for i in range(32):
+        kind = i % 4
+        if kind == 0:
+            n = int(rng.integers(3, 9))
+            p, q, _ = _few_ordinary_case(rng, n, classes=1 + (i % 8 == 0))
+        elif kind == 1:
+            p, q = _subnormal_rest_pair(rng, int(rng.integers(3, 60)))
+        elif kind == 2:
+            V = int(rng.integers(2, 12))
+            p, q = target(rng, V), mixed_magnitudes(rng, V)
+        else:
+            p, q = _cold_draft_pair(rng, int(rng.integers(20, 300)), float(rng.choice([0.05, 0.1, 0.2])))
+        yield i, p, q
+
+
+def _outcome(fn):
+    """``float`` value, or ``"refused"`` for a ValueError (bad input for this scheme and n)."""
+    try:
+        value = fn()
+    except ValueError:
+        return "refused"
+    return "refused" if value is None else float(value)
+
+
+def test_every_entry_point_agrees_or_all_refuse():
+    """Single call, batch, evaluation plan and torch backend (CPU) on the new input classes (fewer
+    ordinary masses than drafts, subnormal rest masses, masses from 1 to 1e-300 mixed, cold drafts):
+    every bound of every registered scheme and every closed-form verifier agrees to 1e-12 across the
+    entry points that cover it, or every one of them refuses the input."""
+    torch = pytest.importorskip("torch")
+    from mdsd_ot import verifier_acceptance
+    from mdsd_ot.backends import torch as tb
+    from mdsd_ot.plan import evaluate_position
+
+    checked = 0
+    for i, p, q in _differential_cases():
+        pt, qt = torch.tensor(p)[None], torch.tensor(q)[None]
+        for n in (1, 2, 3, 5):
+            for scheme in SCHEMES:
+                if get_fixed_n(scheme) not in (None, n):
+                    continue
+                res = {
+                    "single": _outcome(lambda: optimal_acceptance(p, q, n, sampling=scheme).value),
+                    "batch": _outcome(
+                        lambda: optimal_acceptance_batch(p[None], q[None], n, sampling=scheme)[0]
+                    ),
+                    "plan": _outcome(
+                        lambda: evaluate_position(p, q, [n], schemes=[scheme], verifiers=()).bounds[
+                            (scheme, n)
+                        ]
+                    ),
+                }
+                covered = scheme in tb.SAMPLINGS and (scheme == "with_replacement" or n <= 2)
+                if covered:
+                    res["torch"] = _outcome(lambda: tb.sorted_prefix_bound(pt, qt, n, scheme).value[0])
+                if scheme in ("greedy", "hub"):
+                    batch = tb.evaluate_batch(pt, qt, [n], schemes=[scheme], verifiers=())
+                    res["torch"] = float(batch[f"bound:{scheme}@{n}"][0]) if batch else "refused"
+                values = [v for v in res.values() if v != "refused"]
+                assert not values or len(values) == len(res), (i, scheme, n, res)
+                if values:
+                    assert max(values) - min(values) <= TOL, (i, scheme, n, res)
+                checked += 1
+            names = ("naive", "rrs", "spectr", "greedy") + (
+                ("spechub", "rrs_without_replacement") if n == 2 else ()
+            )
+            plan = evaluate_position(p, q, [n], schemes=(), verifiers=names)
+            fast = tb.evaluate_batch(pt, qt, [n], schemes=(), verifiers=names)
+            for name in names:
+                res = {
+                    "api": _outcome(lambda: verifier_acceptance(name, p, q, n).value),
+                    "plan": _outcome(
+                        lambda: None if plan.verifiers[(name, n)] is None else plan.verifiers[(name, n)].value
+                    ),
+                }
+                if f"verifier:{name}@{n}" in fast:
+                    res["torch"] = float(fast[f"verifier:{name}@{n}"][0])
+                values = [v for v in res.values() if v != "refused"]
+                assert not values or len(values) == len(res), (i, name, n, res, plan.errors)
+                if values:
+                    assert max(values) - min(values) <= TOL, (i, name, n, res)
+                checked += 1
+    assert checked > 1000

@@ -149,3 +149,42 @@ def test_huge_json_number_in_a_prompt_file_names_the_line(tmp_path):
     f.write_text('{"prompt": "a"}\n{"prompt": "b", "x": ' + "7" * 5000 + "}\n")
     with pytest.raises(ValueError, match=r"prompts.jsonl:2 cannot be read"):
         load_prompts(f)
+
+
+@pytest.mark.parametrize("digits", [310, 400, 1000, 4300])
+def test_json_integer_beyond_float64_exits_2_with_one_line(tmp_path, capsys, digits):
+    """JSON integers of 310 to 4,300 digits parse (Python ints) but overflow float64: one line naming
+    the file and the size of the number, exit 2, no OverflowError traceback."""
+    from mdsd_ot.cli import main
+
+    f = tmp_path / "pq.json"
+    f.write_text('{"p": [0.5, ' + "9" * digits + '], "q": [0.5, 0.5]}')
+    assert main(["bound", str(f)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mdsd-ot bound: error: {f}: 'p' holds a number too large for float64")
+    assert f"an integer of {digits} digits" in line
+    f.write_text("[[0.5, " + "1" * digits + "], [0.5, 0.5]]")
+    with pytest.raises(ValueError, match="too large for float64"):
+        load_pair(f)
+
+
+def test_npy_header_claiming_more_than_the_file_holds(tmp_path, capsys):
+    """A .npy whose header claims shape (2, 2**40) but holds 64 bytes: refused from the header and the
+    file size before numpy allocates (it raised MemoryError with a 30-line traceback)."""
+    from numpy.lib import format as npy_format
+
+    from mdsd_ot.cli import main
+
+    f = tmp_path / "huge.npy"
+    with open(f, "wb") as out:
+        npy_format.write_array_header_1_0(out, {"descr": "<f8", "fortran_order": False, "shape": (2, 2**40)})
+        out.write(b"\0" * 64)
+    assert main(["bound", str(f)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "declares an array of shape (2, 1099511627776)" in line and "holds 64 bytes" in line
+    np.save(tmp_path / "ok.npy", np.stack([P, Q]))
+    _check(load_pair(tmp_path / "ok.npy"))  # an honest file still loads
+    data = (tmp_path / "ok.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:-8])  # truncated by 8 bytes
+    with pytest.raises(ValueError, match="truncated"):
+        load_pair(tmp_path / "cut.npy")

@@ -327,6 +327,13 @@ def test_torch_batch_equals_numpy_plan():
         ref.update(evaluate_position(P[b], Q[b], [2], schemes=("without_replacement",), verifiers=()).row())
         for key, values in out.items():
             assert abs(float(values[b]) - ref[key]) <= TOL, (b, key)
+    # a subnormal rest mass (1 - q_max ~ 2e-313): RSD's threshold on p/q overflowed to inf on the device
+    p, q = _subnormal_tail_pair()
+    out = evaluate_batch(torch.tensor(p)[None], torch.tensor(q)[None], [2, 3], schemes=schemes)
+    ref = evaluate_position(p, q, [2, 3], schemes=schemes, verifiers=VERIFIERS).row()
+    assert "verifier:rrs_without_replacement@2" in out
+    for key, values in out.items():
+        assert abs(float(values[0]) - ref[key]) <= TOL, (key, float(values[0]), ref[key])
 
 
 def test_n_beyond_the_support_is_an_error_not_a_crash():
@@ -392,3 +399,63 @@ def test_nonnegative_compensated_add_matches_neumaier():
         a = neumaier_add(a[0], a[1], v)
         b = kplan._add(b[0], b[1], v)
         assert a == b
+
+
+def _subnormal_tail_pair(V=50, seed=0):
+    """A draft at T = 0.05 whose top logit leads the rest by 36: the mass outside its n - 1 most
+    likely tokens is subnormal (about 2e-313)."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal(V)
+    z[0] = z[1:].max() + 36.0
+    q = np.exp((z - z.max()) / 0.05)
+    q /= q.sum()
+    p = _norm(rng.random(V) + 0.5)
+    return p, q
+
+
+def test_greedy_and_spechub_with_a_subnormal_rest_mass():
+    """The reciprocal of a subnormal rest mass overflowed (q' = q * inf): the plan and the study's
+    numpy path reported greedy and SpecHub acceptance 1.0 instead of alpha*_greedy (50 digits; both
+    verifiers attain it for their drafts), whether or not the bound was requested."""
+    from oracles import mp_greedy
+
+    from mdsd_ot.study import evaluate_rows
+
+    p, q = _subnormal_tail_pair()
+    assert 0.0 < q[1:].sum() < 2.2e-308
+    expected = {n: float(mp_greedy(p, q, n)) for n in (2, 3)}
+    assert expected[2] < 0.9
+    for schemes in ((), ("greedy", "hub")):
+        r = evaluate_position(p, q, [2, 3], schemes=schemes, verifiers=("greedy", "spechub"))
+        assert not r.errors, r.errors
+        for (name, n), v in r.verifiers.items():
+            assert abs(v.value - expected[n]) <= TOL, (name, n, v.value, expected[n])
+        for (s, n), b in r.bounds.items():
+            assert abs(b - expected[n]) <= TOL, (s, n, b)
+    row = evaluate_rows(p[None], q[None], ns=[2], schemes=[], verifiers=["greedy", "spechub"])[0]
+    assert (
+        abs(row["verifier:greedy@2"] - expected[2]) <= TOL
+        and abs(row["verifier:spechub@2"] - expected[2]) <= TOL
+    )
+
+
+def test_every_plan_verifier_is_checked_against_its_bound(monkeypatch):
+    """A plan verifier value above its scheme's alpha* is an internal error in ``errors`` (with a
+    fingerprint), never a value, also when that bound was not requested (then it is not reported)."""
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    for name in ("greedy", "rrs", "spectr", "naive"):
+        entry = PLAN_VERIFIERS[name]
+        monkeypatch.setitem(PLAN_VERIFIERS, name, entry._replace(evaluate=lambda plan, ns: [1.0 for _ in ns]))
+        for schemes in ((), plan.DEFAULT_SCHEMES):
+            r = evaluate_position(p, q, [2], schemes=schemes, verifiers=(name,))
+            assert r.verifiers[(name, 2)] is None
+            message = r.errors[f"verifier:{name}@2"]
+            assert (
+                message.startswith("internal error: acceptance 1 above the bound")
+                and "fingerprint" in message
+            )
+            assert set(r.bounds) == {(s, 2) for s in schemes}
+        monkeypatch.setitem(PLAN_VERIFIERS, name, entry)
+        r = evaluate_position(p, q, [2], schemes=(), verifiers=(name,))
+        assert not r.errors and r.verifiers[(name, 2)] is not None

@@ -354,3 +354,72 @@ def _has(mod):
     import importlib.util
 
     return importlib.util.find_spec(mod) is not None
+
+
+@pytest.mark.slow
+def test_cli_under_a_strict_ascii_locale_exits_0(models, tmp_path):
+    """LC_ALL=C, PYTHONUTF8=0, PYTHONCOERCECLOCALE=0 (an ASCII stdout): ``study``, ``merge`` and
+    ``demo`` used to write every file and then exit 2 on the summary's "±" (read without an encoding,
+    printed to an ASCII stream); now they exit 0 and print "+/-"."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    target, draft = models
+    target.save_pretrained(tmp_path / "t")
+    draft.save_pretrained(tmp_path / "d")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in _records(2, 3)))
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIOENCODING"))}
+    env.update(LC_ALL="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", PYTHONPATH=str(root))
+    study_args = [
+        "study",
+        "--target",
+        str(tmp_path / "t"),
+        "--draft",
+        str(tmp_path / "d"),
+        "--prompts",
+        str(prompts),
+    ]
+    study_args += ["--temperatures", "1", "--n", "2", "--device", "cpu", "--no-progress"]
+    runs = [
+        study_args + ["--out", str(tmp_path / "s0"), "--shard", "0/2"],
+        study_args + ["--out", str(tmp_path / "s1"), "--shard", "1/2"],
+        study_args + ["--out", str(tmp_path / "whole")],
+        ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")],
+        ["demo", "--out", str(tmp_path / "demo"), "--positions", "4", "--temperatures", "1.0", "--n", "2"],
+        [
+            "demo",
+            "--out",
+            str(tmp_path / "demo2"),
+            "--positions",
+            "4",
+            "--temperatures",
+            "1.0",
+            "--n",
+            "2",
+            "--no-plot",
+        ],
+    ]
+    for argv in runs:
+        r = subprocess.run(
+            [sys.executable, "-m", "mdsd_ot", *argv], env=env, capture_output=True, cwd=tmp_path
+        )
+        assert r.returncode == 0, (argv[0], r.stderr.decode("ascii", "replace")[-500:])
+        r.stdout.decode("ascii")  # pure ASCII
+        if "--shard" not in argv:  # the summary's mean +/- half-width of the 95% interval
+            assert b"+/-" in r.stdout, (argv[0], r.stdout[-300:])
+
+
+@pytest.mark.parametrize(
+    "bad", [(0.5, 2), (True, 2), (0, True), (1.0, 2), ("0", 2), (0, 2, 3), 5, "1/2/3", "a/2"]
+)
+def test_shard_must_be_two_integers(bad):
+    """(0.5, 2) kept no prompt and recorded shard "0.5/2", which the next open refused; True passed as
+    1. Both forms are refused up front with one message."""
+    from mdsd_ot.study.runner import _parse_shard
+
+    with pytest.raises(ValueError, match="shard"):
+        _parse_shard(bad)
+    assert _parse_shard((np.int64(1), 3)) == (1, 3) and _parse_shard("1/3") == (1, 3)

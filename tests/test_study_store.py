@@ -644,6 +644,33 @@ def test_same_sets_in_another_order_and_a_moved_model_are_the_same_study(
     _assert_same_as_reference(lab, folder)
 
 
+def test_options_spelled_out_with_their_defaults_are_the_same_study(
+    lab, tmp_path, capsys, monkeypatch, quick, appended
+):
+    """The identity stores what an option resolves to: ``--tokenizer`` naming the target and
+    ``--mc-samples`` at the verifiers' default resume the reference folder with nothing recomputed
+    (they were "a different study: tokenizer: ... now, null before"), and a shard run with them
+    merges with one run without."""
+    from mdsd_ot.verifiers import DEFAULT_SAMPLES
+
+    folder = _copy_of_reference(lab, tmp_path)
+    monkeypatch.setattr(study, "load_models", _no_models)
+    spelled = ["--tokenizer", str(lab.root / "target"), "--mc-samples", str(DEFAULT_SAMPLES)]
+    code, _, err = _cli(capsys, lab.argv(folder, *spelled))
+    assert code == 0, err
+    assert appended == []
+    _assert_same_as_reference(lab, folder)
+    code, _, err = _cli(capsys, lab.argv(folder, "--tokenizer", str(lab.root / "draft")))  # a real change
+    assert code == 2 and "tokenizer: " in err and "null before" in err
+    monkeypatch.undo()
+    for i, extra in ((0, spelled), (1, [])):
+        code, _, err = _cli(capsys, lab.argv(tmp_path / f"t{i}", "--shard", f"{i}/2", *extra))
+        assert code == 0, err
+    code, _, err = _cli(capsys, ["merge", tmp_path / "t0", tmp_path / "t1", "--out", tmp_path / "tm"])
+    assert code == 0 and err == "", err
+    assert _rows_by_key(tmp_path / "tm") == lab.ref_rows
+
+
 def test_config_json_deleted_or_empty_with_results_is_refused_naming_it(lab, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(study, "load_models", _no_models)
     for damage in ("deleted", "empty", "garbage"):
@@ -974,3 +1001,41 @@ def test_ctrl_c_during_imports_is_one_line_and_status_130(lab, tmp_path, module,
     )
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines() == [message], r.stderr
+
+
+def test_merge_ignores_the_fields_it_is_told_to(tmp_path):
+    """``merge_folders(..., ignore_fields=...)``: two copies of a record whose rows differ only in
+    those top-level fields (a decoder's wall-clock timings) merge without a warning; a difference
+    anywhere else is still warned about, once per record, and the first copy is kept."""
+    import warnings
+
+    from mdsd_ot import _store
+
+    def folder(name, shard, rows):
+        with _store.ResultsFolder(tmp_path / name, kind="demo", identity={"x": 1}, shard=shard) as f:
+            for rec, lines in rows.items():
+                f.append(rec, [json.dumps(r) for r in lines])
+        return tmp_path / name
+
+    def rows(seconds, value):
+        return {
+            "a": [{"record": "a", "pos": 0, "T": 1.0, "v": 0.5, "seconds": seconds}],
+            "b": [{"record": "b", "pos": 0, "T": 1.0, "v": value, "seconds": seconds}],
+        }
+
+    s0 = folder("s0", "0/2", rows(1.25, 0.75))
+    s1 = folder("s1", "1/2", rows(9.5, 0.75))  # the same records, other timings
+    s2 = folder("s2", "1/2", rows(9.5, 0.25))  # record b really differs
+    for sources, ignore, conflicts in (
+        ([s0, s1], ("seconds",), []),
+        ([s0, s1], (), ["'a'", "'b'"]),
+        ([s0, s2], ("seconds",), ["'b'"]),
+    ):
+        dest = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _store.merge_folders(sources, dest, kind="demo", ignore_fields=ignore)
+        found = sorted(str(w.message).split()[1] for w in caught if "different rows" in str(w.message))
+        assert found == conflicts, (ignore, [str(w.message) for w in caught])
+        kept = {r["record"]: r for r in _store.read_rows(dest)}
+        assert kept["a"]["seconds"] == 1.25 and kept["b"]["v"] == 0.75  # the first copy

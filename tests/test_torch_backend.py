@@ -488,12 +488,17 @@ def test_a_batch_verifier_is_a_registry_entry(monkeypatch):
     rng = np.random.default_rng(2)
     P = torch.tensor(rng.dirichlet(np.ones(9), size=2))
     Q = torch.tensor(rng.dirichlet(np.ones(9), size=2))
-    entry = tb.BatchVerifier(lambda n: n == 3, lambda b, ns: {n: b.pt[:, 0] * 0 + n for n in ns})
+    entry = tb.BatchVerifier(lambda n: n == 3, lambda b, ns: {n: b.pt[:, 0] * 0 + n / 100 for n in ns})
     monkeypatch.setitem(tb.TORCH_VERIFIERS, "spectr", entry)
     out = tb.evaluate_batch(
         P, Q, [2, 3], schemes=["conditional_poisson", "top_n"], verifiers=["spectr", "optimal"]
     )
     assert set(out) == {"verifier:spectr@3"}
-    assert out["verifier:spectr@3"].tolist() == [3.0, 3.0]
+    assert out["verifier:spectr@3"].tolist() == [0.03, 0.03]
+    # a value above the optimal acceptance of its scheme (here not requested) is an internal error
+    entry = tb.BatchVerifier(lambda n: n == 3, lambda b, ns: {n: b.pt[:, 0] * 0 + 1.0 for n in ns})
+    monkeypatch.setitem(tb.TORCH_VERIFIERS, "spectr", entry)
+    with pytest.raises(RuntimeError, match="above the optimal acceptance"):
+        tb.evaluate_batch(P, Q, [3], schemes=[], verifiers=["spectr"])
     with pytest.raises(ValueError, match="unknown"):
         tb.evaluate_batch(P, Q, [2], schemes=["nope"], verifiers=())

@@ -1022,3 +1022,31 @@ def test_rsd_path_monte_carlo_work_is_bounded():
         verifier_acceptance("rrs_without_replacement", p, q, n, samples=MC_MAX_WORK // n**3 + 1)
     table = compare(p, q, n, verifiers=None, samples=200)  # skipped with the reason, not a hang
     assert "MC_MAX_WORK" in dict(table.skipped)["rrs_without_replacement"]
+
+
+def test_optimal_prepare_warns_nothing_for_subnormal_draft_masses():
+    """Subnormal draft masses at small V (the Python bodies run there): no "invalid value" warning
+    (0 * inf in a run's target); a ``-W error`` caller does not fail, and the value is alpha*."""
+    import warnings
+
+    from mdsd_ot import VERIFIERS, optimal_acceptance
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for V in (2, 3, 4, 5, 8):
+        for t in range(30):
+            p = rng.dirichlet(np.ones(V))
+            if t % 3 == 0:
+                p[rng.random(V) < 0.3] = 0.0
+                p[0] += 1e-3
+                p /= p.sum()
+            q = np.where(rng.random(V) < 0.5, 5e-324 * rng.integers(1, 1000, V), rng.random(V))
+            q[0] = 1.0
+            q /= q.sum()
+            for n in (1, 2, 3):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    value = VERIFIERS["optimal"].prepare(p, q, n, sampling="with_replacement").acceptance()
+                assert abs(value - optimal_acceptance(p, q, n).value) <= 1e-12
+                checked += 1
+    assert checked == 5 * 30 * 3

@@ -127,6 +127,16 @@ def chain_keys(p, q, key):
 
 
 @nb.njit(cache=True, inline="always")
+def _run_target(slope, sp, sq):
+    """``slope * (sp / sq)``, the target ``r/q`` of a run; 0 for a zero slope even where ``sp / sq``
+    overflows (a run of subnormal draft masses): the product was ``0 * inf = NaN``, which pooled the
+    same way (no kink either) but raised "invalid value" in the Python bodies of small vocabularies."""
+    if slope == 0.0:
+        return 0.0
+    return slope * (sp / sq)
+
+
+@nb.njit(cache=True, inline="always")
 def _pool_runs(ps, qs, a, b, slope, margin, lo, rho, ms, mc, count):
     """Pool the tokens ``a..b-1`` of one hull block into runs of constant target ``r/q`` (the q-weighted
     mean of ``slope * p/q`` over the run), appended to ``lo, rho, ms, mc`` from ``count`` on.
@@ -163,7 +173,7 @@ def _pool_runs(ps, qs, a, b, slope, margin, lo, rho, ms, mc, count):
                 s, c = neumaier_add(s, c, qs[j])
                 j += 1
             lo[count] = k
-            rho[count] = slope * (sp / (s + c))
+            rho[count] = _run_target(slope, sp, s + c)
             ms[count] = s
             mc[count] = c
             count += 1
@@ -181,7 +191,7 @@ def _pool_runs(ps, qs, a, b, slope, margin, lo, rho, ms, mc, count):
             s, c = neumaier_add(s, c, qs[j - 1])
             j -= 1
         lo[count] = j
-        rho[count] = slope * (sp / (s + c))
+        rho[count] = _run_target(slope, sp, s + c)
         ms[count] = s
         mc[count] = c
         count += 1

@@ -545,12 +545,43 @@ def _block_greedy(p, q, inv, a, e):
     return s0, s1, s2
 
 
+@nb.njit(cache=True, fastmath=_REASSOC, inline="always")
+def _block_greedy_div(p, q, rest, a, e):
+    """:func:`_block_greedy` with ``q' = q / rest`` by a division per token: for a rest mass below
+    ``GREEDY_INV_MIN``, whose reciprocal overflows (``q * inf = inf``: every sum of min was then 1)
+    or loses its relative accuracy; ``q <= rest`` on these tokens, so ``q'`` does not overflow."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    for i in range(a, e):
+        pi_ = p[i]
+        qp = q[i] / rest
+        mn = min(pi_, qp)
+        s0 += mn
+        s1 += pi_ - mn
+        s2 += qp - mn
+    return s0, s1, s2
+
+
+#: Below this rest mass the greedy sums divide by it token by token instead of multiplying by its
+#: reciprocal (which is finite and normal up to 2^1000, so ``q * (1 / rest)`` is within 2 ulps there).
+GREEDY_INV_MIN = 2.0**-1000
+
+
+@nb.njit(cache=True, inline="always")
+def _greedy_block(p, q, inv, rest, a, e):
+    if rest < GREEDY_INV_MIN:
+        return _block_greedy_div(p, q, rest, a, e)
+    return _block_greedy(p, q, inv, a, e)
+
+
 @nb.njit(cache=True)
 def greedy_sums(p, q, top, ns, rest):
     """The greedy closed forms for every n of ``ns`` (docs/math.md#greedy-and-hub).
 
     ``top`` holds the ``K >= max(ns) - 1`` most likely tokens in rank order; for n the fixed tokens are
-    ``top[:n - 1]`` and ``q' = q / rest[j]`` on the others (``rest[j]`` their mass, summed directly).
+    ``top[:n - 1]`` and ``q' = q / rest[j]`` on the others (``rest[j]`` their mass, summed directly;
+    as ``q * (1 / rest[j])``, by a division below ``GREEDY_INV_MIN``).
     The tokens outside ``top`` are summed by blocks between the top tokens' indices, the unused part of
     ``top`` one by one. Returns ``out[j] = (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+)``.
     """
@@ -568,7 +599,7 @@ def greedy_sums(p, q, top, ns, rest):
         for a in range(lo, hi, PLAN_BLOCK):
             e = min(a + PLAN_BLOCK, hi)
             for j in range(m):
-                s0, s1, s2 = _block_greedy(p, q, inv[j], a, e)
+                s0, s1, s2 = _greedy_block(p, q, inv[j], rest[j], a, e)
                 acc[j, 0], acc[j, 1] = neumaier_add(acc[j, 0], acc[j, 1], s0)
                 acc[j, 2], acc[j, 3] = neumaier_add(acc[j, 2], acc[j, 3], s1)
                 acc[j, 4], acc[j, 5] = neumaier_add(acc[j, 4], acc[j, 5], s2)
@@ -581,7 +612,7 @@ def greedy_sums(p, q, top, ns, rest):
             ph, pc = neumaier_add(ph, pc, p[top[r]])
         for r in range(fixed, K):  # the part of the top that is not fixed for this n
             i = top[r]
-            s0, s1, s2 = _block_greedy(p, q, inv[j], i, i + 1)
+            s0, s1, s2 = _greedy_block(p, q, inv[j], rest[j], i, i + 1)
             acc[j, 0], acc[j, 1] = neumaier_add(acc[j, 0], acc[j, 1], s0)
             acc[j, 2], acc[j, 3] = neumaier_add(acc[j, 2], acc[j, 3], s1)
             acc[j, 4], acc[j, 5] = neumaier_add(acc[j, 4], acc[j, 5], s2)

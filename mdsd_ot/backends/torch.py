@@ -763,8 +763,11 @@ def _spectr_batch(ps, qs, t, P, Q, n):
 def _rsd2_batch(pt, qt, ps, qs, t, rest):
     """RSD acceptance with two sequential drafts (docs/math.md#rsd): ``1 - sum_x (q_x - p_x)_+ G_x``,
     ``G_x = R'_k - Q_k / (1 - q_x)`` over the tokens ``y`` with ``r'_y (1 - q_x) > q_y``, i.e.
-    ``p_y / q_y > 1 + tv / (1 - q_x)``: the tail of the order beyond a batched search on ``t``
-    (no logarithm; a token at the boundary contributes about nothing either way)."""
+    ``q_y / p_y < (1 - q_x) / (1 - q_x + tv)``: the tail of the order beyond a batched search on the
+    ratios ``q/p`` (descending along the order; no logarithm, and no overflow where ``1 - q_x`` or a
+    ``q_y`` is subnormal, as the threshold ``1 + tv / (1 - q_x)`` on ``p/q`` had: it was ``inf`` and
+    dropped every token; a token at the boundary contributes about nothing either way). ``t`` is
+    unused (kept for the callers)."""
     torch = require_torch()
     diff = (ps - qs).clamp_(min=0.0)
     tv = diff.sum(-1, keepdim=True)
@@ -774,7 +777,10 @@ def _rsd2_batch(pt, qt, ps, qs, t, rest):
     w = (qt - pt).clamp_(min=0.0)
     ok = (w > 0) & (rest > 0)
     safe_rest = torch.where(ok, rest, 1.0)
-    j = torch.searchsorted(t, 1.0 + tv / safe_rest, right=True)  # t <= threshold before j
+    u = torch.where(ps > 0, qs / torch.where(ps > 0, ps, 1.0), math.inf)
+    neg_u = torch.cummax(-u, -1).values.contiguous()  # -q/p, ascending (monotone against rounding)
+    c = safe_rest / (safe_rest + tv)
+    j = torch.searchsorted(neg_u, -c, right=True)  # q/p >= c before j
     g = (Rr[:, -1:] - torch.gather(Rr, -1, j)) - (Qr[:, -1:] - torch.gather(Qr, -1, j)) / safe_rest
     rej = torch.where(ok, w * g.clamp_(min=0.0), 0.0).sum(-1, keepdim=True)
     return torch.where(tv > 0, 1.0 - rej, 1.0).squeeze(-1)
@@ -1001,10 +1007,47 @@ def evaluate_batch(
     for name, pns in prefix.items():
         for n, (v, _) in _scan(pt, qt, None, pns, name, batch.rows).items():
             out[f"bound:{name}@{n}"] = v
+    extra = {}  # bounds not requested, computed to check the verifiers against them
     for name, entry, vns in verifier_tasks:
         for n, value in entry.evaluate(batch, vns).items():
             out[f"verifier:{name}@{n}"] = value
+            _check_below_bound(name, n, value, _bound_for(get_verifier(name).scheme, n, out, extra, batch))
     return out
+
+
+def _bound_for(sampling, n, out, extra, batch):
+    """alpha* tensor of the scheme bounding a verifier run under ``sampling`` (that scheme, or the one
+    with the same draft-set law): the requested one from ``out``, else computed (and kept in
+    ``extra``) by the same device code, re-checked alike; ``None`` where the device does not cover it."""
+    scheme = get_scheme(sampling)
+    scheme = get_scheme(scheme.same_sets_as or scheme.name)
+    key = f"bound:{scheme.name}@{n}"
+    if key in out:
+        return out[key]
+    if key not in extra:
+        kind = _batch_bound_kind(scheme, n) if batch.has_support(scheme, n) else None
+        if kind == "prefix":
+            extra[key] = _scan(batch.pt, batch.qt, None, [n], scheme.name, batch.rows)[n][0]
+        elif kind is not None:
+            extra[key] = batch.greedy_bound(n)
+        else:
+            extra[key] = None
+    return extra[key]
+
+
+def _check_below_bound(name, n, value, bound):
+    """No valid verifier beats the optimal acceptance of its scheme: ``RuntimeError`` naming the first
+    row where ``value`` exceeds ``bound`` by more than ``RECHECK_TOL`` (the caller falls back to the
+    numpy plan, which checks the same)."""
+    if bound is None:
+        return
+    bad = (value - bound > RECHECK_TOL).nonzero().flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise RuntimeError(
+            f"internal error: the torch acceptance of {name!r} (n={n}) in row {i} is {float(value[i])!r}, "
+            f"above the optimal acceptance {float(bound[i])!r} of its drafts; please report this input"
+        )
 
 
 def _recheck_greedy(pt, qt, top, n, value):

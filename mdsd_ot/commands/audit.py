@@ -5,8 +5,10 @@
 The function is called as ``verify(p, q, drafts, rng) -> token`` (see :func:`mdsd_ot.audit.audit`).
 
 Exit status: 0 when the audit finds no evidence of bias at ``--level``, 1 when it finds the verifier
-biased (not lossless), 2 for bad arguments or inputs, or when the verifier raises or returns something
-that is not a token (one line on stderr).
+biased (not lossless), 2 for bad arguments or inputs, or when the verifier raises (any exception,
+``SystemExit`` and ``GeneratorExit`` included: a verify calling ``sys.exit(0)`` must not read as
+"lossless") or returns something that is not a token (a float, a bool, an object whose ``.token`` or
+``__index__`` raises): one line on stderr naming the exception and the draft tuple.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def run(args) -> int:
     if args.shard is None:
         from pathlib import Path
 
-        print((Path(args.out) / "summary.md").read_text())
+        print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     return 0
 
 
@@ -139,5 +139,5 @@ def _run_on_ray(config, args, t0) -> int:
         with _store.one_line_warnings("mdsd-ot decode"):
             write_report(out, cost_ratio=args.cost_ratio)
     print(f"decode written to {out} in {time.time() - t0:.1f} s")
-    print((out / "summary.md").read_text())
+    print((out / "summary.md").read_text(encoding="utf-8"))
     return 0

@@ -52,6 +52,6 @@ def run(args) -> int:
             from ..study import merge
 
             dest = merge(args.sources, args.out, title=title)
-    print((dest / "summary.md").read_text())
+    print((dest / "summary.md").read_text(encoding="utf-8"))
     print(f"merged {len(args.sources)} {kind} folders into {dest}")
     return 0

@@ -168,5 +168,5 @@ def run(args) -> int:
             out = run_shard(job, args.shard, args.out, progress=not args.no_progress)
     print(f"study written to {out} in {time.time() - t0:.1f} s")
     if args.shard is None and (out / "summary.md").exists():  # unsharded, or merged from Ray
-        print((out / "summary.md").read_text())
+        print((out / "summary.md").read_text(encoding="utf-8"))
     return 0

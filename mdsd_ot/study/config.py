@@ -108,6 +108,14 @@ class StudyConfig:
         check_choice(self.bound_backend, "bound_backend", ("auto", "numpy", "torch"))
         self.verifiers = sorted(set(check_verifier_names(self.verifiers)))
         self.every = parse_every(self.every)
+        if self.mc_samples is not None:
+            from ..verifiers import DEFAULT_SAMPLES
+
+            m = self.mc_samples
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise ValueError(f"mc_samples must be an integer >= 1 or None, got {m!r}")
+            # the identity records what the option resolves to: the default spelled out is the default
+            self.mc_samples = None if m == DEFAULT_SAMPLES else int(m)
         return self
 
     def key(self) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import time
 from dataclasses import asdict
@@ -57,7 +58,18 @@ def _parse_shard(shard):
         except ValueError:
             raise ValueError(f"shard must look like 'i/N' (e.g. 0/2), got {shard!r}") from None
     else:
-        i, n = shard
+        try:
+            i, n = shard
+        except (TypeError, ValueError):
+            raise ValueError(f"shard must be 'i/N' or a pair of integers (i, N), got {shard!r}") from None
+        # integers only: (0.5, 2) kept no prompt and recorded shard "0.5/2", which the next open
+        # refused; True would pass as 1
+        try:
+            if isinstance(i, bool) or isinstance(n, bool):
+                raise TypeError
+            i, n = operator.index(i), operator.index(n)
+        except TypeError:
+            raise ValueError(f"shard i/N needs integers i and N, got {shard!r}") from None
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(f"shard i/N needs 0 <= i < N, got {i}/{n}")
     return i, n
@@ -164,6 +176,9 @@ def study_identity(
         the sha256 of its configuration and weights, :func:`model_identity`).
     tokenizer : str, path, tokenizer or None
         ``None``: the tokenizer comes with the target (its files are part of the target's identity).
+        A tokenizer identified as the target itself (``--tokenizer`` spelling out the target) is
+        recorded as ``None`` too: the identity stores what an option resolves to, so a resume or merge
+        that spells out a default is the same study.
     dtype : str or None
         Weight dtype the models are loaded with.
     prompts : str or None
@@ -176,10 +191,18 @@ def study_identity(
     prev = previous or {}
     source = "" if prompts is None else f" from {prompts}"
     digest = _store.digest_of(records)
+    target_id = _identify(target, "target", prev.get("target"))
+    tokenizer_id = _identify(tokenizer, "tokenizer", prev.get("tokenizer") or prev.get("target"))
+    if (
+        tokenizer_id is not None
+        and target_id is not None
+        and tokenizer_id.get("digest") == target_id.get("digest")
+    ):
+        tokenizer_id = None  # the target's own files, spelled out: what the default resolves to
     ident = {
-        "target": _identify(target, "target", prev.get("target")),
+        "target": target_id,
         "draft": _identify(draft, "draft", prev.get("draft")),
-        "tokenizer": _identify(tokenizer, "tokenizer", prev.get("tokenizer")),
+        "tokenizer": tokenizer_id,
         "dtype": dtype,
         "prompts": {
             "digest": digest,
