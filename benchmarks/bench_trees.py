@@ -3,7 +3,7 @@ tree at V = 151,936 (Qwen2.5's vocabulary), as a ratio to one target forward of 
 
 Every node holds an LLM-like (p, q) pair; the tree is drafted with each scheme that fits a 4 x 4 tree
 (i.i.d., sequential without replacement, greedy, top-n) and every verifier valid for it is evaluated
-exactly (:func:`mdsd_ot.trees.expected_tokens`), plus the node-bound estimate: the per-scheme total
+exactly (:func:`mdsd_ot.trees.expected_tokens`), plus the node-alpha heuristic: the per-scheme total
 is the overhead of one decoding call (a call's tree is drafted by one scheme); the sum over the four
 schemes is printed too. The baseline is one
 forward of the real target over prompt + tree (tree attention mask, KV cache of the prompt), measured
@@ -12,6 +12,11 @@ is reported and the script says so. Each quantity is the best of ``--repeat`` ru
 timed in CPU time (``time.process_time``) as well as wall time: the ratio is CPU over CPU, so other
 processes on a shared machine do not bias it (the baseline runs on ``--threads`` torch threads, 1 by
 default, and the recursion on one core).
+
+Tree-level verifiers (``--tree-level-only`` for their rows alone): block verification of a 1 x 4
+chain and traversal verification of a 4 x 4 and a 4,2,2,1 tree, each drafted by every scheme it accepts,
+against the same target forward and, always (no model needed), against the scheme's own node-wise
+verifier on the same tree.
 
     NUMBA_NUM_THREADS=1 python benchmarks/bench_trees.py [--target $MODELS/qwen2.5-coder-1.5b-instruct]
 """
@@ -25,17 +30,17 @@ import time
 import numpy as np
 from _common import header, llm_like_pair
 
-from mdsd_ot.trees import DraftTree, bound_estimate, expected_tokens, parse_shape, valid_verifiers
+from mdsd_ot.trees import DraftTree, expected_tokens, node_alpha_heuristic, parse_shape, valid_verifiers
 
 V = 151_936
 SCHEMES = ("with_replacement", "without_replacement", "greedy", "top_n")
 
 
-def build_tree(scheme, rng, temperature):
-    """A drafted 4 x 4 tree whose every node has its own LLM-like (p, q) pair."""
+def build_tree(scheme, rng, temperature, shape="4x4"):
+    """A drafted tree (4 x 4 by default) whose every node has its own LLM-like (p, q) pair."""
     from mdsd_ot.drafts import get_scheme
 
-    shape = parse_shape("4x4")
+    shape = parse_shape(shape)
     tokens, parent, qs, ps, level = [-1], [-1], [], [], [0]
     pairs = {}
     for b in shape.branching:
@@ -58,15 +63,15 @@ def build_tree(scheme, rng, temperature):
 def _measured(scheme):
     """What the decoder evaluates on a tree of this scheme: every valid verifier that runs at full V
     (the LP-only ``optimal`` is left out: the decoder skips it beyond DECODE_OPTIMAL_MAX_V), then the
-    node-bound estimate."""
+    node-alpha heuristic."""
     from mdsd_ot.decode.runner import runs_at
 
-    return [v for v in valid_verifiers(scheme) if runs_at(v, scheme, V)] + ["bound estimate"]
+    return [v for v in valid_verifiers(scheme) if runs_at(v, scheme, V)] + ["node-alpha heuristic"]
 
 
 def _evaluate(tree, name):
     tree._prepared.clear()  # nothing reused across repetitions or verifiers
-    return bound_estimate(tree) if name == "bound estimate" else expected_tokens(tree, name)
+    return node_alpha_heuristic(tree) if name == "node-alpha heuristic" else expected_tokens(tree, name)
 
 
 def time_recursions(temperature, rng, repeat):
@@ -86,6 +91,44 @@ def time_recursions(temperature, rng, repeat):
                 cpu.append(time.process_time() - c0)
                 wall.append(time.perf_counter() - t0)
             out.append((scheme, name, min(cpu), min(wall), value))
+    return out
+
+
+#: Tree-level verifiers (docs/math.md#tree-level-verification): (verifier, shape) rows, each drafted by
+#: every scheme of SCHEMES the verifier accepts on that shape.
+TREE_LEVEL_ROWS = (("block", "1x4"), ("traversal", "4x4"), ("traversal", "4,2,2,1"))
+
+
+def time_tree_level(temperature, rng, repeat):
+    """``(verifier, shape, scheme, reference, best CPU s, best wall s, value, reference CPU s, reference
+    value)``: each tree-level verifier's exact expected tokens on a freshly drafted tree, and the scheme's
+    own node-wise verifier (``reference_verifier``; ``naive`` for top_n) on the same tree, an in-run
+    baseline that needs no model. Best of ``repeat`` after a warm-up on another tree."""
+    from mdsd_ot.drafts import get_scheme
+
+    def best(tree, name):
+        cpu, wall = [], []
+        for _ in range(repeat):
+            tree._prepared.clear()
+            c0, t0 = time.process_time(), time.perf_counter()
+            value = expected_tokens(tree, name)
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - t0)
+        return min(cpu), min(wall), value
+
+    out = []
+    for name, shape in TREE_LEVEL_ROWS:
+        for scheme in SCHEMES:
+            if name not in valid_verifiers(scheme, shape=shape):
+                continue
+            ref = get_scheme(scheme).reference_verifier
+            warm = build_tree(scheme, rng, temperature, shape)
+            expected_tokens(warm, name)
+            expected_tokens(warm, ref)
+            tree = build_tree(scheme, rng, temperature, shape)
+            cpu, wall, value = best(tree, name)
+            ref_cpu, _, ref_value = best(tree, ref)
+            out.append((name, shape, scheme, ref, cpu, wall, value, ref_cpu, ref_value))
     return out
 
 
@@ -120,6 +163,11 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=150)
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per quantity")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the baseline forward")
+    ap.add_argument(
+        "--tree-level-only",
+        action="store_true",
+        help="only the tree-level verifiers' rows (block, traversal)",
+    )
     args = ap.parse_args()
     target = args.target
     if target is None and os.environ.get("MODELS"):
@@ -127,7 +175,7 @@ def main():
     base = None
     if target and os.path.isdir(target):
         base = target_forward_time(target, args.prompt_tokens, args.threads)
-    print(header("Exact tree recursion of every verifier, 4 x 4 tree, V = 151,936"))
+    print(header("Exact tree recursion of every verifier, V = 151,936"))
     print(
         f"best of {args.repeat} runs per quantity, CPU time (time.process_time) and wall time; ratios "
         f"are CPU time over CPU time (robust to other processes on the machine)\n"
@@ -141,16 +189,45 @@ def main():
             f"{base[0] * 1e3:.0f} ms CPU, {base[1] * 1e3:.0f} ms wall\n"
         )
     rng = np.random.default_rng(0)
+    if not args.tree_level_only:
+        node_wise_table(rng, args.repeat, base)
+    tree_level_table(rng, args.repeat, base)
+
+
+def _ratio(cpu, base, bold=False):
+    if not base:
+        return "-"
+    return f"**{cpu / base[0]:.3f}x**" if bold else f"{cpu / base[0]:.3f}x"
+
+
+def tree_level_table(rng, repeat, base):
+    print(
+        "\n### Tree-level verifiers (exact expected tokens of one drafted tree)\n\nbaselines measured in the "
+        "same run: one target forward (when a model is given) and the scheme's own node-wise verifier on the "
+        "same tree (always)\n"
+    )
+    print(
+        "| T | verifier | tree | scheme | CPU (ms) | wall (ms) | CPU / target forward CPU "
+        "| node-wise reference | CPU / reference CPU | tokens per call | reference tokens |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for T in (0.3, 1.0):
+        for name, shape, scheme, ref, cpu, wall, value, ref_cpu, ref_value in time_tree_level(T, rng, repeat):
+            print(
+                f"| {T} | {name} | {shape} | {scheme} | {cpu * 1e3:.1f} | {wall * 1e3:.1f} "
+                f"| {_ratio(cpu, base)} | {ref} | {cpu / ref_cpu:.2f}x | {value:.3f} | {ref_value:.3f} |"
+            )
+
+
+def node_wise_table(rng, repeat, base):
     print("| T | scheme | verifier | CPU (ms) | wall (ms) | CPU / target forward CPU | tokens per call |")
     print("|---|---|---|---|---|---|---|")
 
     def ratio(cpu, bold=False):
-        if not base:
-            return "-"
-        return f"**{cpu / base[0]:.3f}x**" if bold else f"{cpu / base[0]:.3f}x"
+        return _ratio(cpu, base, bold)
 
     for T in (0.3, 1.0):
-        rows = time_recursions(T, rng, args.repeat)
+        rows = time_recursions(T, rng, repeat)
         for scheme, name, cpu, wall, value in rows:
             times = f"{cpu * 1e3:.1f} | {wall * 1e3:.1f}"
             print(f"| {T} | {scheme} | {name} | {times} | {ratio(cpu)} | {value:.3f} |")

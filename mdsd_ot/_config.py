@@ -180,7 +180,7 @@ MAX_TREE_NODES = 4096
 
 #: The decoder evaluates a verifier that needs an LP for the tree's draft scheme (``optimal`` under
 #: sequential, conditional-Poisson or top-n drafts: one LP per tree node) only up to this vocabulary
-#: size (``mdsd_ot.decode.runner.runs_at``); beyond it the node-bound estimate stands in for it. Under
+#: size (``mdsd_ot.decode.runner.runs_at``); beyond it it is not evaluated. Under
 #: i.i.d., greedy and hub drafts ``optimal`` has a full-vocabulary construction and always runs.
 DECODE_OPTIMAL_MAX_V = 64
 
@@ -196,3 +196,29 @@ SCALE_POLL_S = 0.5
 #: Seconds a retried shard waits for the lock of its folder (held by an earlier attempt still alive
 #: on a node Ray declared lost) before it fails.
 SCALE_LOCK_WAIT_S = 120.0
+
+# -- the exact tree optimum (mdsd_ot.trees.tree_optimum, compare_tree) -------------------------------
+
+#: Most path-set classes of drafted trees the causal LP of ``tree_optimum`` is built for: its size is
+#: about (classes x paths per class x V) columns (docs/math.md#the-exact-tree-optimum).
+TREE_OPTIMUM_MAX_CLASSES = 4000
+
+#: Most state expansions of the level-by-level enumeration of drafted trees (``trees.enumerate``).
+TREE_ENUMERATION_MAX = 1_000_000
+
+#: Most ordered drafted trees ``compare_tree`` evaluates every verifier on (one recursion per tree).
+TREE_COMPARE_MAX_TREES = 50_000
+
+#: Columns of the causal LP above which HiGHS runs interior point (with crossover) instead of simplex.
+TREE_LP_IPM_COLUMNS = 10_000
+
+#: The causal LP's rows go to HiGHS multiplied by these factors in turn, until a solution passes every
+#: re-check: HiGHS's feasibility tolerance is absolute (1e-10 at best), so a factor s enforces the rows
+#: to 1e-10 / s, which the plans of drafted trees rarer than 1e-10 need for an emitted law exact to
+#: LAW_TOL; a large factor can leave the simplex without a verdict on some inputs, hence the list.
+TREE_LP_ROW_SCALES = (1e6, 1e3, 1e9, 1e12, 1.0)
+
+#: The causal LP's re-checks: largest violation of a class total and of x >= 0 accepted from the
+#: solver's plan (the emitted law itself must match the target's to LAW_TOL, and the dual bound the
+#: plan's value to VALUE_TOL).
+TREE_LP_FEAS_TOL = 1e-10

@@ -19,6 +19,7 @@ COMMANDS = {
     "merge": "merge",
     "audit": "audit",
     "decode": "decode",
+    "trees": "trees",
     "tiny-models": "tiny_models",
 }
 

@@ -276,6 +276,10 @@ class DraftScheme:
     #: through its sets): the evaluation plan computes the bound from its fused top-of-q sums
     #: (docs/math.md#greedy-and-hub).
     top_family: bool = False
+    #: The first ``k`` of ``n`` draws are distributed exactly as ``k`` draws of this scheme (every
+    #: ``k <= n``), so the first-children sub-tree of a drafted tree is a drafted tree of the smaller
+    #: shape (docs/math.md#union-trees): with and without replacement, ``top_n`` in rank order.
+    nested_draws: bool = False
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, q: np.ndarray, n: int) -> None:
@@ -753,6 +757,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _inclusion=_with_inclusion,
             reference_verifier="rrs",
             optimal_at_full_v="chain",
+            nested_draws=True,
         ),
         DraftScheme(
             "without_replacement",
@@ -770,6 +775,7 @@ SCHEMES: dict[str, DraftScheme] = {
             _inclusion=_without_inclusion,
             _set_mass_rows=_without_set_mass_rows,
             reference_verifier="rrs_without_replacement",
+            nested_draws=True,
         ),
         DraftScheme(
             "greedy",
@@ -837,6 +843,7 @@ SCHEMES: dict[str, DraftScheme] = {
             q_dominates=False,
             reference_verifier="naive",  # naive attains alpha* = p(Top_n) for deterministic drafts
             optimal_at_full_v="naive",
+            nested_draws=True,
         ),
     ]
 }

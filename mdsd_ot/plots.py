@@ -284,12 +284,12 @@ def plot_families(table, out, *, title: str | None = None) -> dict:
 def _decode_method(t) -> str:
     """A decode row's method in the vocabulary of :func:`style`: ``exact:<v>`` stays, the node-bound
     estimate is the bound of the cell's scheme."""
-    return f"bound:{t['scheme']}" if t["method"] == "bound" else t["method"]
+    return f"bound:{t['scheme']}" if t["method"] in ("bound", "heuristic") else t["method"]
 
 
 def _decode_label(method: str) -> str:
     if method.startswith("bound:"):
-        return f"node-bound estimate ({method.split(':', 1)[1]})"
+        return f"node-alpha* heuristic ({method.split(':', 1)[1]})"
     return method.split(":", 1)[1]
 
 
@@ -303,10 +303,10 @@ DECODE_FIGURES = (
 def figure_decode(table, which: int = 0, *, title: str | None = None):
     """Decode figure ``which`` of :data:`DECODE_FIGURES` (0: vs temperature, one panel per tree and
     scheme; 1: vs tree size, one panel per temperature and scheme), or None without exact rows.
-    Lines: ``exact:<verifier>`` (the verifier's style) and the node-bound estimate (the bound style
+    Lines: ``exact:<verifier>`` (the verifier's style) and the node-alpha* heuristic (the bound style
     of the cell's scheme); one shared legend."""
     plt = _pyplot()
-    rows = [t for t in table if t["method"].startswith("exact:") or t["method"] == "bound"]
+    rows = [t for t in table if t["method"].startswith("exact:") or t["method"] in ("bound", "heuristic")]
     if not rows:
         return None
     _, xkey, group, xlabel = DECODE_FIGURES[which]

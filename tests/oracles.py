@@ -11,6 +11,9 @@
   conditional Poisson along every sorted prefix, for near-one-hot inputs at V ~ 10^3;
 * :func:`brute_sequential_mass`: ``W_n(H)`` by enumerating every ordered draw sequence;
   :func:`slow_excess`: the dual's best prefix with ``Q`` evaluated subset by subset;
+* :func:`exact_sequential_alpha`: alpha* for sequential sampling in exact rationals by a DP over the
+  drawn sets (every subset H, no sorting theorem; V <= 9), and :func:`few_ordinary_sequential_alpha`,
+  exact to a stated ``eps`` when fewer than n tokens carry non-negligible mass (any n);
 * slow twins of the verifier kernels (suffix ``_slow``: the docs/math.md recursions verbatim, in
   numpy) and the draft-tuple RSD Monte Carlo kernel they are compared with.
 """
@@ -540,3 +543,119 @@ def mp_t_quantile(df: int, prob: float) -> float:
             return 1 - mpmath.betainc(df_ / 2, mpmath.mpf(1) / 2, 0, x, regularized=True) / 2 - p_
 
         return float(mpmath.findroot(cdf_minus, mpmath.mpf(2)))
+
+
+def few_ordinary_sequential_alpha(p, q, n, ordinary):
+    """alpha* for sequential sampling when fewer than n tokens carry non-negligible draft mass.
+
+    ``ordinary`` lists the k < n tokens of ordinary mass; every other token with ``q > 0`` is tiny,
+    their total ``q(T)`` at most ``1e-30`` of the smallest ordinary mass. Let E be the event that the
+    first k draws are the k ordinary tokens: each of those draws is tiny with probability at most
+    ``q(T) / min q(O)``, so ``P(not E) <= eps = k q(T) / min q(O)``. Given E, the remaining
+    ``m = n - k`` draws are sequential draws from the tiny tokens alone (renormalised), so
+    ``|W_n(H) - 1[O in H] W'_m(H cap T)| <= eps`` for every H, hence
+    ``alpha* = min(1, p(O) + min_G [p(G) + 1 - W'_m(G)])`` over ``G`` inside T, to ``eps``.
+    ``W'_m`` depends on the class counts of ``G`` only (tiny tokens of equal mass form a class), so the
+    best ``G`` of each profile holds the smallest p of each class. One class: the m draws are a
+    uniform m-subset, ``W'_m(G) = C(|G|, m) / C(|T|, m)``, in exact rationals; two or three classes:
+    the 50-digit class DP (:func:`class_sequential_mass`). Returns ``(alpha, eps)``.
+    """
+    P = fr(p)
+    qf = np.asarray(q, dtype=np.float64)
+    qf = qf / qf.sum()
+    ordinary = sorted(int(i) for i in ordinary)
+    tiny = [i for i in range(qf.size) if qf[i] > 0 and i not in ordinary]
+    m = n - len(ordinary)
+    assert m >= 1 and len(tiny) >= m, "need k < n ordinary tokens and at least n - k tiny ones"
+    q_tiny = math.fsum(qf[i] for i in tiny)
+    low = min(qf[i] for i in ordinary)
+    assert q_tiny <= 1e-30 * low, "the tiny masses are not negligible"
+    eps = len(ordinary) * q_tiny / low
+    values = sorted({float(qf[i]) for i in tiny}, reverse=True)
+    assert len(values) <= 3, "at most three classes of tiny masses"
+    members = [sorted(P[i] for i in tiny if float(qf[i]) == v) for v in values]
+    cum = []
+    for c in members:
+        run = [Fraction(0)]
+        for x in c:
+            run.append(run[-1] + x)
+        cum.append(run)
+    best = None
+    for counts in itertools.product(*[range(len(c) + 1) for c in members]):
+        p_g = sum((cum[c][counts[c]] for c in range(len(members))), Fraction(0))
+        if sum(counts) < m:
+            w = 0
+        elif len(members) == 1:
+            w = Fraction(math.comb(counts[0], m), math.comb(len(tiny), m))
+        else:
+            out = sum((len(members[c]) - counts[c]) * values[c] for c in range(len(members)))
+            w = 1 if out == 0 else class_sequential_mass(values, counts, out, m)
+        v = p_g + 1 - w if len(members) == 1 else mpmath.mpf(p_g.numerator) / p_g.denominator + 1 - w
+        best = v if best is None or v < best else best
+    p_o = sum((P[i] for i in ordinary), Fraction(0))
+    if len(members) > 1:
+        p_o = mpmath.mpf(p_o.numerator) / p_o.denominator
+    return min(1, p_o + best), eps
+
+
+def exact_sequential_alpha(p, q, n):
+    """alpha* for sequential sampling without replacement, exact rationals, every subset H.
+
+    ``law[D]`` = P(the first j draws are the set D) by the DP ``law[D + x] += law[D] q_x / (1 - q(D))``
+    (``1 - q(D)`` summed over the tokens not in D), then ``W_n(H) = sum_{D in H, |D| = n} law[D]`` for
+    every H by a sum over subsets (zeta transform). O(3^V)-free: O(V 2^V) rationals; V <= 9.
+    """
+    P, Q = fr(p), fr(q)
+    V = len(P)
+    assert V <= 9
+    law = {0: Fraction(1)}
+    for _ in range(n):
+        nxt = {}
+        for D, pr in law.items():
+            left = sum((Q[i] for i in range(V) if not D >> i & 1), Fraction(0))
+            for x in range(V):
+                if not D >> x & 1 and Q[x] > 0:
+                    nxt[D | 1 << x] = nxt.get(D | 1 << x, Fraction(0)) + pr * Q[x] / left
+        law = nxt
+    W = [Fraction(0)] * (1 << V)
+    for D, pr in law.items():
+        W[D] += pr
+    for i in range(V):
+        for h in range(1 << V):
+            if h >> i & 1:
+                W[h] += W[h ^ (1 << i)]
+    return min(sum((P[i] for i in range(V) if h >> i & 1), Fraction(0)) + 1 - W[h] for h in range(1 << V))
+
+
+def mp_with_replacement(p, q, n):
+    """alpha* for i.i.d. drafts at 50 digits: ``q(H)^n`` at every prefix sorted by q/p (the sorting
+    theorem), the outside mass summed directly (``q(H)^n = (1 - R)^n`` loses nothing near one)."""
+    with mpmath.workdps(50):
+        P, Q = _mp(p), _mp(q)
+        V = len(P)
+        key = [
+            (mpmath.inf if P[i] == 0 and Q[i] > 0 else (Q[i] / P[i] if P[i] > 0 else -mpmath.inf))
+            for i in range(V)
+        ]
+        order = sorted(range(V), key=lambda i: -key[i])
+        best = pH = qH = mpmath.mpf(0)
+        for k in order:
+            pH += P[k]
+            qH += Q[k]
+            best = max(best, min(qH**n, qH) - pH)
+        return 1 - best
+
+
+def mp_sequential_product_bound(q, mask, n):
+    """A lower bound on ``W_n(H)`` at 50 digits: ``prod_{j<n} d_j / (R + d_j)``, ``d_j`` the mass of H
+    outside its j largest tokens and R the mass outside H, each summed directly (docs/math.md#pruning:
+    each further draw lands in H with probability at least ``d_j / (R + d_j)``)."""
+    with mpmath.workdps(50):
+        Q = _mp(q)
+        inside = sorted((Q[i] for i in range(len(Q)) if mask[i]), reverse=True)
+        R = mpmath.fsum(Q[i] for i in range(len(Q)) if not mask[i])
+        w = mpmath.mpf(1)
+        for j in range(n):
+            d = mpmath.fsum(inside[j:])
+            w *= d / (R + d) if d > 0 else 0
+        return w

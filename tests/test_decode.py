@@ -17,7 +17,7 @@ from mdsd_ot.backends.torch import to_distribution  # noqa: E402
 from mdsd_ot.decode import DecodeConfig, decode_prompt, merge, run_decode, summarize  # noqa: E402
 from mdsd_ot.decode.models import TreeLM  # noqa: E402
 from mdsd_ot.drafts import get_scheme  # noqa: E402
-from mdsd_ot.trees import DraftTree, expected_tokens, valid_verifiers  # noqa: E402
+from mdsd_ot.trees import DraftTree, expected_tokens, parse_shape, valid_verifiers  # noqa: E402
 
 V = 16
 torch.set_num_threads(1)  # tiny models: threads only add contention on the shared CPUs
@@ -63,7 +63,9 @@ def test_tree_forward_matches_plain_forwards(kind):
 
 
 def _cells_config(**kw):
-    base = dict(trees=["2x2"], schemes=["with_replacement"], temperatures=[1.0], max_new_tokens=6)
+    base = dict(
+        trees=["2x2"], schemes=["with_replacement"], temperatures=[1.0], max_new_tokens=6, union=False
+    )
     base.update(kw)
     return DecodeConfig(**base).validate()
 
@@ -109,7 +111,7 @@ def test_rows_exact_values_and_summary(tmp_path):
     for r in rows:
         depth = 2 if r["tree"] == "2x2" else 3
         valid = {"with_replacement": {"naive", "rrs", "spectr", "optimal"}, "top_n": {"naive", "optimal"}}
-        names = valid[r["scheme"]]
+        names = valid[r["scheme"]] | {"traversal"} | ({"block"} if r["tree"] == "1x3" else set())
         assert {k.split(":")[1] for k in r if k.startswith("exact:")} == names
         for k in r:
             if k.startswith("exact:") or k == "bound":
@@ -290,7 +292,7 @@ def test_optimal_is_reported_at_full_vocabulary(tmp_path):
     assert {r["scheme"] for r in rows} == {"with_replacement", "greedy", "top_n"}
     for r in rows:
         reported = {k.split(":")[1] for k in r if k.startswith("exact:")}
-        want = set(valid_verifiers(r["scheme"]))
+        want = set(valid_verifiers(r["scheme"])) | {"traversal"}  # node-wise ones and traversal
         assert reported == want, (r["scheme"], reported)
         assert "errors" not in r
         depth = 1 if r["tree"] == "2x1" else 2
@@ -323,3 +325,43 @@ def test_one_node_tree_optimal_attains_one_plus_alpha_star_at_full_vocabulary(sc
     assert abs(means["optimal"] - (1.0 + lp.value)) <= 1e-9, (means, lp.value)
     for name, value in means.items():
         assert value <= means["optimal"] + 1e-9, (name, value, means["optimal"])
+
+
+def test_union_run_evaluates_every_cell_at_the_driving_calls(tmp_path):
+    """A union run: per call one row per (tree, scheme) cell, the nested schemes' cells read off one
+    union tree, greedy's trees drafted on their own, exactly one row carrying the driving sample;
+    the continuation has max_new_tokens tokens; the identity resolves spelled-out defaults."""
+    target, draft = tiny("qwen2", 5), tiny("llama", 6)
+    records = [{"id": f"r{i}", "prompt_ids": [i + 2, 3, 1]} for i in range(2)]
+    trees = ["1x2", "2x2", "2,2"]
+    schemes = ["with_replacement", "greedy", "top_n"]
+    config = DecodeConfig(trees=trees, schemes=schemes, temperatures=[0.9], max_new_tokens=7).validate()
+    assert config.drive == "2,2/with_replacement" and config.driver == "rrs"
+    assert config.forest() == [("2,2", "with_replacement"), ("1x2", "greedy"), ("2x2", "greedy"),
+                               ("2,2", "greedy"), ("2,2", "top_n")]  # fmt: skip
+    out = run_decode(target, draft, records, tmp_path / "u", config, progress=False)
+    rows = _store.read_rows(out)
+    calls: dict = {}
+    for r in rows:
+        calls.setdefault((r["record"], r["call"]), []).append(r)
+    for key, rs in calls.items():
+        assert sorted((r["tree"], r["scheme"]) for r in rs) == sorted((t, s) for t in trees for s in schemes)
+        sampled = [r for r in rs if "emitted" in r]
+        assert len(sampled) == 1 and (sampled[0]["tree"], sampled[0]["scheme"]) == ("2,2", "with_replacement")
+        for r in rs:
+            depth = parse_shape(r["tree"]).depth
+            assert r["union"] == (None if r["scheme"] == "greedy" else f"2,2/{r['scheme']}")
+            values = [v for k, v in r.items() if k.startswith("exact:")]
+            assert values and all(1.0 <= v <= depth + 1 + 1e-12 for v in values)
+    for rec in records:
+        drive_rows = sorted(
+            (r for r in rows if r["record"] == rec["id"] and "emitted" in r), key=lambda r: r["call"]
+        )
+        assert sum(len(r["tokens"]) for r in drive_rows) == 7
+    spelled = DecodeConfig(trees=trees, schemes=schemes, temperatures=[0.9], max_new_tokens=7,
+                           driver="rrs", drive="2,2/with_replacement").validate()  # fmt: skip
+    assert spelled.key() == config.key()
+    with pytest.raises(ValueError, match="not one of the run's cells"):
+        DecodeConfig(trees=trees, schemes=schemes, drive="4x4/with_replacement").validate()
+    with pytest.raises(ValueError, match="needs union=True"):
+        DecodeConfig(trees=trees, union=False, drive="2x2/with_replacement").validate()

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 from conftest import random_pair
-from oracles import slow_excess
+from oracles import mp_sequential_product_bound, slow_excess
 
 from mdsd_ot import _kernels as K
 from mdsd_ot._config import PRUNE_SLACK
@@ -103,6 +103,55 @@ def assert_scan_finds_the_best_prefix(p, q, n):
         W = K.sequential_masses(qs, ks, R[ks], n)
         best = max(best, float(np.max(np.minimum(W, Q[ks]) - P[ks])))
     assert K.scan_without_replacement(ps, qs, n)[0] == pytest.approx(best, abs=PRUNE_SLACK + 1e-14)
+
+
+def _few_ordinary_q(rng, V, n):
+    """k < n ordinary masses, the others tiny (1e-300..1e-40, often within a factor of ten of each
+    other): q(H) minus its largest masses lies far below one ulp of q(H)."""
+    k = int(rng.integers(1, n))
+    q = np.zeros(V)
+    q[:k] = rng.dirichlet(np.ones(k))
+    tiny = 10.0 ** -rng.uniform(40, 300)
+    q[k:] = tiny * (
+        rng.uniform(0.1, 10.0, V - k) if rng.random() < 0.5 else 10.0 ** -rng.uniform(0, 40, V - k)
+    )
+    q = np.round(q, 4) if rng.random() < 0.3 else q  # short decimals: the ordinary sums round differently
+    q[k:] = np.where(q[k:] == 0.0, tiny, q[k:])
+    q = q[rng.permutation(V)]
+    return q / q.sum()
+
+
+def test_cheap_bounds_are_bounds_under_rounding(rng):
+    """Every prefix: ``lo[k] + P_k`` at most the product bound evaluated at 50 digits (every mass
+    summed directly), which is at most W_n (to one rounding of ``lo = W - P``); ``hi[k] + P_k`` at
+    least ``q(H)^n`` at 50 digits. Inputs where the masses of H outside its largest ones lie far
+    below one ulp of q(H) (the product bound formed them by subtraction and was about 1 where it is
+    about 0)."""
+    import mpmath
+
+    for trial in range(40):
+        V = int(rng.integers(5, 40))
+        n = int(rng.integers(3, min(V, 12) + 1))
+        q = _few_ordinary_q(rng, V, n) if trial % 2 else hard_q(HARD_KINDS[trial % 6], V, rng)
+        p = rng.dirichlet(np.ones(V))
+        if np.count_nonzero(q) < n:
+            continue
+        ps, qs = sorted_pair(p, q)
+        P, Q, R, lo, hi, exact = K.without_replacement_bounds(ps, qs, n)
+        for k in np.flatnonzero(~exact):
+            mask = np.zeros(V, dtype=bool)
+            mask[:k] = True
+            w_lo = mp_sequential_product_bound(qs, mask, n)
+            with mpmath.workdps(50):
+                total = mpmath.fsum(mpmath.mpf(float(x)) for x in qs)
+                q_h = mpmath.fsum(mpmath.mpf(float(x)) for x in qs[:k]) / total
+                p_h = mpmath.fsum(mpmath.mpf(float(x)) for x in ps[:k]) / mpmath.fsum(
+                    mpmath.mpf(float(x)) for x in ps
+                )
+                # lo = fl(W_lo - P_k): the lower bound on W_n itself, to the rounding of that
+                # subtraction (the prefix sum P_k enters D_k unwidened; PRUNE_SLACK covers it)
+                assert mpmath.mpf(lo[k]) + mpmath.mpf(P[k]) <= w_lo + 2.0**-52, (trial, k, lo[k], float(w_lo))
+                assert hi[k] >= min(q_h**n, q_h) - p_h, (trial, k, hi[k], float(q_h**n - p_h))
 
 
 def test_pruned_scan_against_every_prefix(rng):

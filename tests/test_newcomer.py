@@ -539,7 +539,7 @@ def test_every_drawn_line_has_a_label_in_the_one_legend():
     for which in (0, 1):
         fig = figure_decode(_decode_table(), which, title="tiny decode")
         labels = _check_every_line_labelled(fig)
-        assert {"naive", "rrs", "spectr", "optimal", "node-bound estimate (with_replacement)"} == labels
+        assert {"naive", "rrs", "spectr", "optimal", "node-alpha* heuristic (with_replacement)"} == labels
         assert fig._suptitle.get_text() == "tiny decode"
     plt.close("all")
 

@@ -13,9 +13,9 @@ from mdsd_ot.drafts import get_scheme
 from mdsd_ot.trees import (
     DraftTree,
     TreeShape,
-    bound_estimate,
     draft_tree,
     expected_tokens,
+    node_alpha_heuristic,
     node_bound,
     node_bounds,
     outcome_law,
@@ -349,7 +349,7 @@ def test_exact_recursion_equals_simulated_decoding(combo):
 @pytest.mark.parametrize("combo", COMBOS, ids=_combo_id)
 def test_one_node_tree_is_single_step_acceptance_plus_one(combo):
     """A tree of one level, averaged over the scheme's exact tuple law, gives 1 + the verifier's exact
-    single-step acceptance (its closed form, docs/math.md#verifiers) to 1e-12; the node-bound estimate
+    single-step acceptance (its closed form, docs/math.md#verifiers) to 1e-12; the node-alpha heuristic
     gives 1 + alpha*, which the optimal verifier attains."""
     verifier, scheme = combo
     target, draft = ToyLM(6, 21, zeros=True), ToyLM(6, 22)
@@ -363,7 +363,7 @@ def test_one_node_tree_is_single_step_acceptance_plus_one(combo):
                 (n,), scheme, [-1, *x.tolist()], [-1] + [0] * n, q[None], np.vstack([p] + [p] * n)
             )
             mean += w * expected_tokens(tree, verifier)
-            bound += w * bound_estimate(tree)
+            bound += w * node_alpha_heuristic(tree)
         single = verifier_acceptance(verifier, p, q, n, sampling=scheme, method="exact").value
         tol = VALUE_TOL if verifier == "optimal" else LAW_TOL
         assert abs(mean - (1.0 + single)) <= tol, (verifier, scheme, n, mean, single)
@@ -372,13 +372,13 @@ def test_one_node_tree_is_single_step_acceptance_plus_one(combo):
         assert mean <= bound + VALUE_TOL
 
 
-def test_bound_estimate_recursion_by_hand():
+def test_node_alpha_heuristic_recursion_by_hand():
     """B(v) = 1 + alpha*_v max_c B(c) on a 2 x 2 tree, against alpha* = 1 - TV at the n = 1 nodes."""
     target, draft = ToyLM(5, 1), ToyLM(5, 2)
     tree = draft_tree("2x2", "with_replacement", draft.rows(), np.random.default_rng(0), target=target.rows())
     below = [1.0 + np.minimum(tree.p[c], tree.q[c]).sum() for c in tree.children[0]]
     root = optimal_acceptance(tree.p[0], tree.q[0], 2).value
-    assert bound_estimate(tree) == pytest.approx(1.0 + root * max(below), abs=1e-14)
+    assert node_alpha_heuristic(tree) == pytest.approx(1.0 + root * max(below), abs=1e-14)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
@@ -386,7 +386,7 @@ def test_bound_estimate_recursion_by_hand():
 def test_node_bounds_by_the_plan_equal_the_api(scheme, backend, monkeypatch):
     """alpha* of every internal node (numpy: node by node; torch: the evaluation plan batched on CPU
     tensors, one call per number of children, sequential n >= 3 and top_n through its numpy
-    fallback) equals ``optimal_acceptance`` node by node to 1e-12, and the estimate built on them is
+    fallback) equals ``optimal_acceptance`` node by node to 1e-12, and the heuristic built on them is
     the same."""
     batched = []
     if backend == "torch":
@@ -415,7 +415,7 @@ def test_node_bounds_by_the_plan_equal_the_api(scheme, backend, monkeypatch):
     by_api = np.ones(tree.tokens.size)
     for v in range(tree.n_internal - 1, -1, -1):
         by_api[v] = 1.0 + node_bound(twin, v) * by_api[tree.children[v]].max()
-    assert bound_estimate(tree, backend=backend, device="cpu") == pytest.approx(by_api[0], abs=1e-12)
+    assert node_alpha_heuristic(tree, backend=backend, device="cpu") == pytest.approx(by_api[0], abs=1e-12)
     if backend == "torch" and scheme != "top_n":  # (top_n: not in the torch plan, numpy only)
         assert f"bound:{scheme}@2" in batched  # evaluated on the tensors, not by the fallback
     with pytest.raises(ValueError, match="backend"):

@@ -16,6 +16,7 @@ from .._config import (
     CERTAIN_QT,
     LOG_TERMS,
     NBANDS,
+    POWER_FROM_REST_N,
     PRUNE_BATCH,
     PRUNE_SLACK,
     PRUNE_SLOPE_MARGIN,
@@ -27,6 +28,7 @@ from .._config import (
     SMALL_QT,
 )
 from .common import neumaier_add, neumaier_add_nonneg, prefix_suffix_sums_into
+from .scans import power_of_mass
 
 # ------------------------------------------------- without replacement, any n: exponential clocks
 #
@@ -131,63 +133,95 @@ def sequential_masses(qs, cand, Rc, n, refine=0):
 
 
 @nb.njit(cache=True, inline="always")
-def _push_top(top, v, n):
-    """Insert ``v`` into the n-1 largest masses so far (``top``, descending)."""
+def _push_top(top, v, n, rs, rc):
+    """Insert ``v`` into the n-1 largest masses so far (``top``, descending); the mass that leaves
+    the top (``v`` itself, or the smallest entry it evicts) is added to the compensated sum
+    ``(rs, rc)`` of the masses outside the top, which is returned (docs/math.md#pruning)."""
     j = n - 2
+    out = v
     if v > 0.0 and j >= 0 and v > top[j]:
+        out = top[j]
         while j > 0 and top[j - 1] < v:
             top[j] = top[j - 1]
             j -= 1
         top[j] = v
+    return neumaier_add_nonneg(rs, rc, out)
 
 
 _PRODUCT_MIN = 1e-250  # a product of n factors in [0, 1] above this: no underflow on the way
+_UNIT = 2.0**-53  # unit roundoff of float64
 
 
 @nb.njit(cache=True, inline="always")
-def _product_bound(q_in, r, top, n):
-    """``prod_{j<n} (q(H) - s_j) / (r + q(H) - s_j)``, s_j the sum of ``top[:j]``: W_n(H) from below.
+def _product_margin(n):
+    """Relative rounding allowance of :func:`_product_bound`: ``(n^2 + 9n + 8) 2^-52``, twice the
+    first-order bound ``(n^2 + 9n) u`` of docs/math.md#pruning (the factor 2 covers the higher-order
+    terms while ``n^2 u`` is small, and the final multiplication)."""
+    return (n * (n + 9.0) + 8.0) * (2.0 * _UNIT)
 
-    One division: the products of the numerators and of the denominators (each numerator is at most
-    its denominator), factor by factor only where the numerators' product could underflow."""
+
+@nb.njit(cache=True, inline="always")
+def _product_bound(r, top, rest, n):
+    """``prod_{j<n} d_j / (r + d_j) <= W_n(H)``, ``d_j`` the mass of H outside its j largest tokens,
+    widened by its rounding: a proven lower bound (docs/math.md#pruning).
+
+    ``d_j`` is summed directly from the tokens that make it up, never as ``q(H) - s_j``: ``rest`` (the
+    compensated sum of the masses of H outside ``top``, the n-1 largest), then the entries of ``top``
+    from the smallest up. (The difference ``q(H) - s_j`` rounds to about 1e-16 where the exact value is
+    1e-40; next to an outside mass ``r`` of 1e-204 the factor was then about 1 instead of 0.) Each
+    ``d_j`` is then within ``(n + 3) u`` of its value, ``r`` (a compensated suffix sum) within ``3u``,
+    and the product within ``(n^2 + 9n) u`` relative to first order; the result is multiplied by one
+    minus :func:`_product_margin`. A product below ``_PRODUCT_MIN`` (where rounding is no longer
+    relative) is returned as the trivial bound 0. One division: the products of the numerators and of
+    the denominators (each numerator is at most its denominator), factor by factor only where the
+    numerators' product could underflow."""
+    margin = _product_margin(n)
+    if not margin < 1.0:
+        return 0.0
     num = 1.0
     den = 1.0
-    s = 0.0
-    for j in range(n):
-        inside = max(q_in - s, 0.0)
-        num *= inside
-        den *= r + inside
-        if j < n - 1:
-            s += top[j]
+    d = rest
+    for j in range(n - 1, -1, -1):
+        num *= d
+        den *= r + d
+        if j > 0:
+            d += top[j - 1]
     if num >= _PRODUCT_MIN:
-        return num / den
+        return (num / den) * (1.0 - margin)
     w = 1.0
-    s = 0.0
-    for j in range(n):
-        inside = max(q_in - s, 0.0)
-        w *= inside / (r + inside)
-        if j < n - 1:
-            s += top[j]
-    return w
+    d = rest
+    for j in range(n - 1, -1, -1):
+        w *= d / (r + d) if d > 0.0 else 0.0
+        if j > 0:
+            d += top[j - 1]
+    if not w >= _PRODUCT_MIN:
+        return 0.0
+    return w * (1.0 - margin)
 
 
 @nb.njit(cache=True, inline="always")
-def _product_bound_below(q_in, r, top, n, floor):
+def _product_bound_below(q_in, others, r, n, floor):
     """Whether :func:`_product_bound` (n >= 2) surely lies below ``floor + 3e-15``, from its first two
-    factors (the others are at most 1): their products, ``num <= den``, as that function forms them,
+    factors (the others are at most 1): ``d_0 = q(H)`` (``q_in``) and ``d_1 = others``, the mass of H
+    outside its largest token summed directly (as that function sums it, never ``q(H) - top[0]``),
     with room for the rounding of every later step (relative ``(2n + 8)`` units of 2.3e-16; numerators'
-    products far above underflow only). Apart from the product bound: a hot loop that could leave it
-    early runs several times slower (LLVM)."""
-    inside = max(q_in, 0.0)  # s_0 = 0
-    num = inside
-    den = r + inside
-    inside = max(q_in - top[0], 0.0)  # s_1 = top[0]
-    num *= inside
-    den *= r + inside
+    products far above underflow only). A wrong "yes" would only replace a lower bound by the trivial
+    one (always valid). Apart from the product bound: a hot loop that could leave it early runs
+    several times slower (LLVM)."""
+    num = q_in * others
+    den = (r + q_in) * (r + others)
     return num > 1e-290 and num * (1.0 + (2 * n + 8) * 2.3e-16) < den * floor
 
 
 _SKIP_ABS = 4e-15  # the absolute margin of the callers of _product_bound_below (values of size <= 2)
+
+
+@nb.njit(cache=True, inline="always")
+def _upper_excess(Qk, Rk, Pk, n):
+    """``min(q(H)^n, q(H)) - p(H)`` from above: :func:`power_of_mass` (``exp(n log1p(-R))`` from the
+    directly summed outside mass for large n), plus its rounding and that of ``P``
+    (``(3 min(n, POWER_FROM_REST_N) + 8) u``, docs/math.md#pruning)."""
+    return power_of_mass(Qk, Rk, n) - Pk + (3.0 * min(n, POWER_FROM_REST_N) + 8.0) * _UNIT
 
 
 @nb.njit(cache=True)
@@ -211,10 +245,12 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     Returns ``(P, Q, R, lo, hi, exact)`` with ``lo[k] <= D_k <= hi[k]`` for the excess
     ``D_k = W_n(H_k) - P_k``; ``exact[k]`` marks prefixes where ``lo[k] == hi[k]`` is the value
     (fewer than n drafted tokens in ``H_k``: W = 0; no q mass outside: W = 1, taken as ``Q_k``).
-    Bounds (docs/math.md#pruning): ``prod_{j<n} (q(H) - s_j) / (1 - s_j) <= W_n(H) <= q(H)^n``, with s_j the
-    sum of the j largest masses in H and ``1 - s_j`` summed directly as ``R + q(H) - s_j``; where the
-    upper bound cannot beat an earlier lower bound the lower one is the trivial ``W_n(H) >= 0``
-    (the maximum of ``lo`` and its first position are those of the product bound everywhere).
+    Bounds (docs/math.md#pruning): ``prod_{j<n} d_j / (R + d_j) <= W_n(H) <= q(H)^n``, with ``d_j``
+    the mass of H outside its j largest tokens, summed directly from those tokens (never as q(H) minus
+    the j largest), each bound widened by its rounding (:func:`_product_bound`,
+    :func:`_upper_excess`); where the upper bound cannot beat an earlier lower bound the lower one is
+    the trivial ``W_n(H) >= 0`` (the maximum of ``lo`` and its first position are those of the
+    product bound everywhere).
 
     Written into the given arrays (length ``V + 1``); ``P``, ``Q``, ``R`` are the compensated sums of
     :func:`prefix_sums` and :func:`suffix_sums`, computed here unless ``have_sums`` (then the caller's,
@@ -231,12 +267,13 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     # with the largest upper bound, and the exact value at k = V (nothing outside); prefixes whose
     # upper bound lies below it cannot hold the maximum of lo
     top = np.zeros(n)  # the n-1 largest masses so far, descending (top[n-1] unused)
+    rs, rc = 0.0, 0.0  # the masses so far outside top, compensated (_product_bound)
     count = 0
     k_star = -1
     hi_star = -np.inf
     for k in range(V + 1):
         if count >= n and R[k] > 0.0:
-            hi[k] = min(Q[k] ** n, Q[k]) - P[k]
+            hi[k] = _upper_excess(Q[k], R[k], P[k], n)
             if hi[k] > hi_star:
                 hi_star = hi[k]
                 k_star = k
@@ -245,9 +282,11 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     known = Q[V] - P[V] if count >= n else -np.inf
     if k_star >= 0:
         for k in range(k_star):
-            _push_top(top, qs[k], n)
-        known = max(known, _product_bound(Q[k_star], R[k_star], top, n) - P[k_star])
+            rs, rc = _push_top(top, qs[k], n, rs, rc)
+        known = max(known, _product_bound(R[k_star], top, rs + rc, n) - P[k_star])
     top[:] = 0.0
+    rs, rc = 0.0, 0.0
+    os_, oc = 0.0, 0.0  # the masses so far except the largest, compensated (_product_bound_below)
     count = 0
     best_lo = -np.inf  # the largest lower bound so far
     # collect: every non-exact prefix whose upper bound beats the largest lower bound *so far* by
@@ -280,10 +319,12 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
                 # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
                 # position unchanged, and saves n divisions
                 lo[k] = -P[k]
-            elif n >= 2 and _product_bound_below(Q[k], R[k], top, n, max(best_lo, known) + P[k] - _SKIP_ABS):
+            elif n >= 2 and _product_bound_below(
+                Q[k], os_ + oc, R[k], n, max(best_lo, known) + P[k] - _SKIP_ABS
+            ):
                 lo[k] = -P[k]  # the product bound lies below best_lo or known: the same as above
             else:
-                lo[k] = _product_bound(Q[k], R[k], top, n) - P[k]
+                lo[k] = _product_bound(R[k], top, rs + rc, n) - P[k]
             if collect and hi[k] > max(best_lo, lo[k]) + PRUNE_SLACK:
                 out[cnt] = k
                 cnt += 1
@@ -292,7 +333,8 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
         best_lo = max(best_lo, lo[k])
         if k < V and qs[k] > 0.0:
             count += 1
-            _push_top(top, qs[k], n)
+            os_, oc = neumaier_add_nonneg(os_, oc, min(qs[k], top[0]))  # the smaller of the two leaves
+            rs, rc = _push_top(top, qs[k], n, rs, rc)
     if not collect:
         return 0, 0.0, 0
     # before the anchor the superset holds prefixes whose bound does not beat the final one: drop

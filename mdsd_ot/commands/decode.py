@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from . import _ray
@@ -27,9 +28,25 @@ def add_arguments(parser):
         "--driver",
         default=None,
         help="verifier whose sample continues decoding (default: the scheme's own verifier, e.g. rrs for "
-        "with_replacement)",
+        "with_replacement; traversal may drive)",
     )
-    parser.add_argument("--no-bound", action="store_true", help="skip the node-bound estimate")
+    parser.add_argument(
+        "--heuristic",
+        action="store_true",
+        help="also record the node-alpha* heuristic (neither a bound nor an estimate of the optimum)",
+    )
+    parser.add_argument("--no-bound", action="store_true", help=argparse.SUPPRESS)  # the old default's off
+    parser.add_argument(
+        "--per-cell",
+        action="store_true",
+        help="decode every (tree, scheme) cell on its own continuation instead of one union run per "
+        "temperature (one target forward per cell and call)",
+    )
+    parser.add_argument(
+        "--drive",
+        default=None,
+        help="TREE/SCHEME whose sample continues a union run (default: the largest tree, first scheme)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens decoded per prompt")
     parser.add_argument("--max-records", type=int, default=None, help="first K prompts only (default: all)")
     parser.add_argument(
@@ -77,7 +94,9 @@ def run(args) -> int:
         temperatures=_floats(args.temperatures),
         verifiers=None if args.verifiers is None else split(args.verifiers),
         driver=args.driver,
-        bound=not args.no_bound,
+        bound=args.heuristic,
+        union=not args.per_cell,
+        drive=args.drive,
         max_new_tokens=args.max_new_tokens,
         max_records=args.max_records,
         top_k=args.top_k,

@@ -17,6 +17,10 @@ __all__ = ["DecodeConfig", "DEFAULT_DRIVER", "driver_for"]
 #: written before (no ``row_format``) let the last call overshoot.
 ROW_FORMAT = 2
 
+#: Row format of union runs (``union=True``): one row per (call, cell), every cell evaluated at the
+#: driving cell's calls (docs/math.md#union-trees).
+UNION_ROW_FORMAT = 3
+
 #: The driver of a scheme without a verifier built for it (``DraftScheme.reference_verifier`` None):
 #: ``naive`` is valid under every draft scheme.
 FALLBACK_DRIVER = "naive"
@@ -28,14 +32,15 @@ FALLBACK_DRIVER = "naive"
 DEFAULT_DRIVER = {name: s.reference_verifier or FALLBACK_DRIVER for name, s in SCHEMES.items()}
 
 
-def driver_for(scheme: str, driver: str | None) -> str:
-    """The driving verifier for ``scheme`` (``driver`` when given, which must be valid for it)."""
-    name = DEFAULT_DRIVER[scheme] if driver is None else driver
-    if name not in valid_verifiers(scheme):
-        raise ValueError(
-            f"driver verifier {name!r} is not valid for {scheme!r} drafts; "
-            f"choose among {valid_verifiers(scheme)}"
-        )
+def driver_for(scheme: str, driver: str | None, shape=None) -> str:
+    """The driving verifier for ``scheme`` (``driver`` when given, which must be valid for it; with
+    ``shape``, a tree-level verifier of that shape may drive too, e.g. ``traversal``)."""
+    from ..trees import canonical_verifier
+
+    name = DEFAULT_DRIVER[scheme] if driver is None else canonical_verifier(driver)
+    valid = valid_verifiers(scheme, shape=shape)
+    if name not in valid:
+        raise ValueError(f"driver verifier {name!r} is not valid for {scheme!r} drafts; choose among {valid}")
     return name
 
 
@@ -62,8 +67,20 @@ class DecodeConfig:
         ``optimal`` (an LP per node) only runs on small vocabularies.
     driver : str or None
         The verifier whose sample continues decoding (default :data:`DEFAULT_DRIVER` per scheme).
+    union : bool
+        One decoding per (prompt, temperature) for every (tree, scheme) cell at once: at each target
+        call, one tree per scheme with nested draws (``DraftScheme.nested_draws``) of the union shape
+        of ``trees``, whose first-children sub-trees are the cells' trees, plus the own trees of the
+        other schemes, all in one draft pass per depth and one target forward
+        (docs/math.md#union-trees). The continuation follows the ``drive`` cell's ``driver``; every
+        other cell is evaluated exactly at the same calls. False: every cell decodes its own
+        continuation (one target forward per cell and call).
+    drive : str or None
+        ``"TREE/SCHEME"``: the cell whose sample continues decoding in a union run (default: the
+        largest tree, the first scheme).
     bound : bool
-        Also record the node-bound estimate (:func:`mdsd_ot.trees.bound_estimate`).
+        Also record the node-alpha* heuristic (:func:`mdsd_ot.trees.node_alpha_heuristic`): neither a bound
+        nor an estimate of the optimum (docs/math.md#tree-bound-estimate); off by default.
     max_new_tokens : int
         Tokens to generate per prompt and cell (EOS stops earlier). The last call's tokens are cut to
         fit; its row keeps the sampled count in ``emitted`` and the cut in ``truncated``.
@@ -82,7 +99,9 @@ class DecodeConfig:
     temperatures: list = field(default_factory=lambda: [0.3, 0.7, 1.0])
     verifiers: list | None = None
     driver: str | None = None
-    bound: bool = True
+    union: bool = True
+    drive: str | None = None
+    bound: bool = False
     max_new_tokens: int = 64
     max_records: int | None = None
     top_k: int | None = None
@@ -114,7 +133,8 @@ class DecodeConfig:
                     raise ValueError(
                         f"the {s!r} scheme drafts exactly {fixed} children per node; trees {bad} do not"
                     )
-            driver_for(s, self.driver)
+            if not self.union:
+                driver_for(s, self.driver)
         temps = (
             [self.temperatures] if isinstance(self.temperatures, numbers.Real) else list(self.temperatures)
         )
@@ -125,9 +145,11 @@ class DecodeConfig:
                 raise ValueError(f"temperatures must be finite numbers > 0, got {T!r}")
         self.temperatures = sorted({float(T) for T in temps})
         if self.verifiers is not None:
-            from ..verifiers import get_verifier
+            from ..trees import canonical_verifier, verifier_names
 
-            self.verifiers = sorted({get_verifier(v).name for v in self.verifiers})
+            self.verifiers = sorted({canonical_verifier(v) for v in self.verifiers})
+            if self.verifiers == sorted(verifier_names()):  # spelled out as the default: the same run
+                self.verifiers = None
         for name, lo in (("max_new_tokens", 1), ("seed", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
@@ -153,18 +175,71 @@ class DecodeConfig:
                     f"top_k = {self.top_k} keeps fewer tokens than the widest node drafts ({widest}); "
                     f"raise top_k or narrow the trees"
                 )
-        if not isinstance(self.bound, bool):
-            raise TypeError(f"bound must be True or False, got {self.bound!r}")
+        for name in ("bound", "union"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.union:
+            tree, scheme = self.drive_cell()
+            self.drive = f"{tree}/{scheme}"
+            self.driver = driver_for(
+                scheme, self.driver, tree
+            )  # resolved: a default spelled out is the same run
+        elif self.driver is not None and all(self.driver == DEFAULT_DRIVER[s] for s in self.schemes):
+            self.driver = None
+        elif self.drive is not None:
+            raise ValueError("drive names the driving cell of a union run; it needs union=True")
         return self
+
+    def drive_cell(self) -> tuple:
+        """``(tree, scheme)`` whose sample continues a union run (``drive``, else the largest tree and
+        the first scheme)."""
+        if self.drive is None:
+            return max(self.trees, key=lambda t: parse_shape(t).size), self.schemes[0]
+        if not isinstance(self.drive, str) or self.drive.count("/") != 1:
+            raise ValueError(
+                f"drive must read 'TREE/SCHEME' (e.g. '4,2,2,1/with_replacement'), got {self.drive!r}"
+            )
+        tree, scheme = (x.strip() for x in self.drive.split("/"))
+        tree = parse_shape(tree).label
+        scheme = check_choice(scheme, "drive scheme", SCHEMES)
+        if tree not in self.trees or scheme not in self.schemes:
+            raise ValueError(
+                f"drive {self.drive!r} is not one of the run's cells: trees {self.trees}, "
+                f"schemes {self.schemes}"
+            )
+        return tree, scheme
+
+    def forest(self) -> list[tuple]:
+        """The trees drafted at every call of a union run, as ``(shape label, scheme)``: the union shape
+        of ``trees`` once per scheme with nested draws, every tree for the other schemes."""
+        from ..trees import union_shape
+
+        out = []
+        for s in self.schemes:
+            if SCHEMES[s].nested_draws:
+                out.append((union_shape(self.trees).label, s))
+            else:
+                out.extend((t, s) for t in self.trees)
+        return out
 
     def cells(self) -> list[tuple]:
         """Every (temperature, tree, scheme) decoded for each prompt, in a fixed order."""
         return [(T, t, s) for T in self.temperatures for t in self.trees for s in self.schemes]
 
-    def verifiers_for(self, scheme: str) -> list[str]:
-        """The verifiers evaluated under ``scheme``: the configured ones valid for it, driver included."""
-        names = valid_verifiers(scheme, self.verifiers)
-        driver = driver_for(scheme, self.driver)
+    def verifiers_for(self, scheme: str, shape=None) -> list[str]:
+        """The verifiers evaluated under ``scheme``: the configured ones valid for it, driver included;
+        with ``shape``, the tree-level ones (block, traversal) that verify trees of that shape too."""
+        names = valid_verifiers(scheme, self.verifiers, shape=shape)
+        if self.union:
+            tree, drive_scheme = self.drive_cell()
+            if (scheme, None if shape is None else parse_shape(shape).label) not in (
+                (drive_scheme, tree),
+                (drive_scheme, None),
+            ):
+                return names  # only the driving cell needs the driver
+            driver = driver_for(scheme, self.driver, tree)
+        else:
+            driver = driver_for(scheme, self.driver)
         return names if driver in names else [driver, *names]
 
     def key(self) -> dict:
@@ -172,5 +247,8 @@ class DecodeConfig:
         d = asdict(self)
         for k in ("target", "draft", "tokenizer", "prompts", "max_records", "device", "threads"):
             d.pop(k)
-        d["row_format"] = ROW_FORMAT
+        if not self.union:  # the identity of folders written before union runs existed
+            d.pop("union")
+            d.pop("drive")
+        d["row_format"] = UNION_ROW_FORMAT if self.union else ROW_FORMAT
         return d

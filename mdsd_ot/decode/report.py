@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from .. import _store
-from ..study.statistics import _cluster_mean_ci as cluster_mean_ci
+from ..intervals import cluster_mean_ci, interval_note
 from ..trees import parse_shape, speedup
 
 __all__ = ["summarize", "write_report", "measured_cost_ratio"]
@@ -20,9 +20,58 @@ def _methods(rows) -> list[str]:
     keys = {k for r in rows for k in r if k.startswith("exact:")}
     out = sorted(keys)
     if any("bound" in r for r in rows):
-        out.append("bound")
+        out.append("bound")  # shown as "heuristic"
     out.append("sampled")
     return out
+
+
+def _calls(rows) -> int:
+    """Target calls: rows carrying a sample (one per call; in a union run one row per cell and call)."""
+    return sum(1 for r in rows if "emitted" in r)
+
+
+def _union_note(rows) -> str:
+    drives = sorted({r["drive"] for r in rows if r.get("drive")})
+    if not drives:
+        return ""
+    return (
+        f" Union run (docs/math.md#union-trees): at every call one tree per scheme with nested draws "
+        f"serves every shape as its first-children sub-tree; decoding follows {', '.join(drives)} "
+        f"(verifier {', '.join(sorted({r['driver'] for r in rows if r.get('drive')}))}), and every other "
+        f"cell's values are evaluated at the driving cell's call positions, not on continuations of "
+        f"their own."
+    )
+
+
+def _proven_note(table) -> str:
+    """What is proven about the best value per cell: on chains block verification is optimal among all
+    valid verifiers (Sun et al. 2025); on deterministic top_n trees the membership verifier (naive) is
+    (docs/math.md); elsewhere the best verifier measured is only the best known."""
+    best: dict = {}
+    for t in table:
+        if t["method"].startswith("exact:"):
+            k = (t["T"], t["tree"], t["scheme"])
+            if k not in best or t["mean"] > best[k]["mean"]:
+                best[k] = t
+    if not best:
+        return ""
+    lines = [
+        "| T | tree | scheme | best verifier | tokens per call | optimal? |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (T, tree, scheme), t in sorted(
+        best.items(), key=lambda kv: (kv[0][0], parse_shape(kv[0][1]).size, kv[0][1:])
+    ):
+        shape = parse_shape(tree)
+        name = t["method"].split(":", 1)[1]
+        if scheme == "top_n" and name == "naive":
+            why = "yes (membership is optimal on deterministic trees)"
+        elif all(b == 1 for b in shape.branching) and name == "block":
+            why = "yes (block verification is optimal on a chain)"
+        else:
+            why = "best known (no proven optimum at this size)"
+        lines.append(f"| {T:g} | {tree} | {scheme} | {name} | {_fmt(t)} | {why} |")
+    return "\n".join(lines)
 
 
 def measured_cost_ratio(rows) -> float | None:
@@ -41,8 +90,9 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
 
     Methods: ``exact:<verifier>`` (the exact recursion on every call's tree), ``bound`` (the
-    node-bound estimate) and ``sampled`` (tokens the driving verifier actually emitted). ``speedup``
-    is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio`` (default: :func:`measured_cost_ratio`).
+    node-alpha* heuristic, shown as ``heuristic``) and ``sampled`` (tokens the driving verifier
+    actually emitted). ``speedup`` is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio``
+    (default: :func:`measured_cost_ratio`).
     """
     c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
     cells: dict = {}
@@ -66,7 +116,9 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
                     "tree": tree,
                     "tree_size": parse_shape(tree).size,
                     "scheme": scheme,
-                    "method": method if method != "sampled" else f"sampled:{rs[0]['driver']}",
+                    "method": {"sampled": f"sampled:{rs[0]['driver']}", "bound": "heuristic"}.get(
+                        method, method
+                    ),
                     "mean": mean,
                     "ci95": ci,
                     "calls": len(vals),
@@ -96,7 +148,7 @@ def format_table(table) -> str:
         k = (t["tree"], t["scheme"], t["method"])
         if k not in order:
             order.append(k)
-    order.sort(key=lambda k: (parse_shape(k[0]).size, k[0], k[1], k[2] == "bound", k[2]))
+    order.sort(key=lambda k: (parse_shape(k[0]).size, k[0], k[1], k[2] == "heuristic", k[2]))
     for tree, scheme, method in order:
         cells = [index.get((tree, scheme, method, T)) for T in temps]
         calls = "/".join(str(c["calls"]) for c in cells if c)
@@ -128,11 +180,20 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
     md = [
         f"# {title}",
         "",
-        f"{len(rows)} target calls, {len({r['record'] for r in rows})} prompts. Tokens per target call "
+        f"{_calls(rows)} target calls, {len({r['record'] for r in rows})} prompts. Tokens per target call "
         "(block efficiency): `exact:<verifier>` is the exact expectation on every drafted tree (all "
-        "verifiers on the same trees), `bound` the node-bound estimate (each node at alpha* of its "
-        "scheme; an estimate, not a proven bound), `sampled:<driver>` what decoding actually emitted. "
-        "95% intervals clustered by prompt.",
+        "verifiers on the same trees), `sampled:<driver>` what decoding actually emitted"
+        + (
+            ", `heuristic` the node-alpha* recursion (each node at alpha* of its scheme: neither a bound "
+            "nor an estimate of the optimum, docs/math.md#tree-bound-estimate)"
+            if any("bound" in r for r in rows)
+            else ""
+        )
+        + ". "
+        + interval_note(len({r["record"] for r in rows}))
+        + _union_note(rows),
+        "",
+        _proven_note(table),
         "",
         format_table(table),
         "",
@@ -158,54 +219,12 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
 
 def plot_summary(table, out) -> dict:
     """``block_efficiency_vs_temperature.png`` (one panel per tree and scheme, a line per verifier)
-    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme); {} without
+    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme), drawn by
+    :func:`mdsd_ot.plots.plot_decode` (fixed style per verifier, one shared legend); {} without
     matplotlib."""
-    try:
-        import matplotlib
+    from .. import plots
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        return plots.plot_decode(table, out)
     except ImportError:
         return {}
-    out = Path(out)
-    written = {}
-    exact = [t for t in table if t["method"].startswith("exact:") or t["method"] == "bound"]
-    if not exact:
-        return {}
-
-    def panel(ax, rows, xkey, title):
-        for method in sorted({t["method"] for t in rows}):
-            pts = sorted((t[xkey], t["mean"], t["ci95"]) for t in rows if t["method"] == method)
-            xs, ys, es = zip(*pts)
-            es = [e if math.isfinite(e) else 0.0 for e in es]
-            style = dict(linestyle="--", color="grey") if method == "bound" else dict(marker="o")
-            ax.errorbar(xs, ys, yerr=es, label=method.replace("exact:", ""), capsize=2, **style)
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-
-    for name, xkey, group, xlabel in (
-        ("block_efficiency_vs_temperature.png", "T", ("tree", "scheme"), "temperature"),
-        ("block_efficiency_vs_tree_size.png", "tree_size", ("T", "scheme"), "draft tokens per tree"),
-    ):
-        groups = sorted({tuple(t[g] for g in group) for t in exact}, key=str)
-        k = len(groups)
-        cols = min(k, 3)
-        fig, axes = plt.subplots(
-            (k + cols - 1) // cols, cols, figsize=(4.5 * cols, 3.4 * ((k + cols - 1) // cols)), squeeze=False
-        )
-        for ax, key in zip(axes.flat, groups):
-            rows = [t for t in exact if tuple(t[g] for g in group) == key]
-            label = ", ".join(f"{g}={v:g}" if isinstance(v, float) else f"{v}" for g, v in zip(group, key))
-            panel(ax, rows, xkey, label)
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("tokens per target call")
-        for ax in list(axes.flat)[k:]:
-            ax.axis("off")
-        axes.flat[0].legend(fontsize=7)
-        fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=110)
-        plt.close(fig)
-        _store.atomic_write(out / name, png.getvalue(), step=name)
-        written[name] = out / name
-    return written

@@ -1,14 +1,18 @@
 """Tree decoding over a target/draft pair: one call at a time, rows streamed per prompt, resume, shards.
 
-For each prompt and each cell (temperature, tree, scheme) the decoder generates ``max_new_tokens``
-tokens by multi-step speculative decoding with draft trees (docs/math.md#draft-trees):
+A union run (the default, :func:`decode_prompt_union`, docs/math.md#union-trees) decodes each prompt
+once per temperature for every (tree, scheme) cell at once:
 
-1. draft the tree level by level (one batched draft forward per depth, :class:`.models.TreeLM`);
-2. one target forward over the tree (tree attention mask) gives ``p`` at every node;
-3. every configured verifier's exact expected tokens for this tree (:func:`mdsd_ot.trees.expected_tokens`)
-   and the node-bound estimate (its ``alpha*`` by the torch evaluation plan, batched on the models'
-   device when that is an accelerator: :func:`mdsd_ot.trees.node_bounds`) are recorded;
-4. decoding continues along the driving verifier's actual sample (:func:`mdsd_ot.trees.verify_tree`).
+1. draft one forest level by level (one batched draft forward per depth, :class:`.models.TreeLM`):
+   one tree of the union shape per scheme with nested draws, each shape's own tree for the others;
+2. one target forward over every distinct node (tree attention mask) gives ``p`` at every node;
+3. every cell's tree (a first-children sub-tree of its union tree, or its own tree) gets every valid
+   verifier's exact expected tokens (:func:`mdsd_ot.trees.expected_tokens`, node-wise and tree-level),
+   and, with ``bound=True``, the node-alpha* heuristic;
+4. decoding continues along the driving cell's verifier sample (:func:`mdsd_ot.trees.verify_tree`).
+
+A per-cell run (``union=False``, :func:`decode_prompt`) does the same for one cell at a time, with
+its own continuation.
 
 A call's row records ``emitted``, the number of tokens the driving verifier's sample produced (up to
 the first EOS): the sampled block efficiency. The continuation never exceeds ``max_new_tokens``: the
@@ -30,10 +34,29 @@ import numpy as np
 
 from .. import _store
 from .._config import DECODE_OPTIMAL_MAX_V
-from ..trees import bound_estimate, draft_tree, expected_tokens, parse_shape, verify_tree
+from .._validate import check_probabilities
+from ..drafts import SCHEMES
+from ..trees import (
+    draft_forest,
+    draft_tree,
+    expected_tokens,
+    first_children,
+    node_alpha_heuristic,
+    parse_shape,
+    verify_tree,
+)
 from .config import DecodeConfig, driver_for
 
-__all__ = ["decode_prompt", "run_decode", "run_shard", "decode_identity", "open_decode", "merge", "runs_at"]
+__all__ = [
+    "decode_prompt",
+    "decode_prompt_union",
+    "run_decode",
+    "run_shard",
+    "decode_identity",
+    "open_decode",
+    "merge",
+    "runs_at",
+]
 
 KIND = "decode"
 
@@ -54,8 +77,12 @@ def runs_at(verifier, scheme, vocab: int) -> bool:
     >>> runs_at("optimal", "with_replacement", 151_936), runs_at("optimal", "without_replacement", 151_936)
     (True, False)
     """
+    from ..trees import TREE_VERIFIERS, canonical_verifier
     from ..verifiers import get_verifier
 
+    name = canonical_verifier(verifier) if isinstance(verifier, str) else None
+    if name in TREE_VERIFIERS:
+        return True  # tree-level verifiers: O(N V) per tree at any vocabulary
     v = get_verifier(verifier)
     covers = getattr(v, "covers", None)
     if covers is None or covers(scheme):
@@ -77,7 +104,7 @@ def decode_prompt(
     T, tree_label, scheme = cell
     shape = parse_shape(tree_label)
     driver = driver_for(scheme, config.driver)
-    names = config.verifiers_for(scheme)
+    names = config.verifiers_for(scheme, shape)
     dist = dict(temperature=T, top_k=config.top_k, top_p=config.top_p)
     target_lm.reset(prompt_ids)
     draft_lm.reset(prompt_ids)
@@ -118,7 +145,7 @@ def decode_prompt(
             try:
                 # alpha* of every node: by the torch evaluation plan, batched on the models' device when
                 # that is an accelerator; optimal_acceptance node by node on CPU
-                row["bound"] = bound_estimate(tree, backend="auto", device=root.device)
+                row["bound"] = node_alpha_heuristic(tree, backend="auto", device=root.device)
             except (ValueError, RuntimeError) as exc:
                 row["bound"] = None
                 row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
@@ -149,6 +176,137 @@ def decode_prompt(
     return rows
 
 
+def _exact_values(row, tree, names, scheme, config):
+    """Every verifier's exact expected tokens on ``tree`` (and the heuristic when asked) into ``row``;
+    a failure is recorded under ``errors``, never silent."""
+    for name in names:
+        if not runs_at(name, scheme, tree.vocab):
+            continue
+        try:
+            row[f"exact:{name}"] = expected_tokens(tree, name)
+        except (ValueError, RuntimeError) as exc:
+            row[f"exact:{name}"] = None
+            row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
+    if config.bound:
+        try:
+            row["bound"] = node_alpha_heuristic(tree)
+        except (ValueError, RuntimeError) as exc:
+            row["bound"] = None
+            row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
+
+
+def decode_prompt_union(
+    target_lm, draft_lm, prompt_ids, config: DecodeConfig, T, rng, *, eos=None, record="", on_call=None
+) -> list[dict]:
+    """Decode one prompt at temperature ``T`` for every (tree, scheme) cell at once (``config.union``).
+
+    Each target call drafts :meth:`DecodeConfig.forest` (one union tree per scheme with nested draws,
+    the own trees of the other schemes) with one draft forward per depth over all of them, runs one
+    target forward over every distinct node, evaluates every cell exactly (a cell of a nested scheme on
+    the first-children sub-tree of its union tree, docs/math.md#union-trees) and continues along the
+    ``drive`` cell's ``driver`` sample. One row per (call, cell); the driving cell's row carries the
+    sample (``emitted``, ``tokens``) and the call's timings; ``union`` names the tree a value came from.
+    """
+    from ..backends.torch import require_torch, to_distribution
+
+    torch = require_torch()
+    drive = config.drive_cell()
+    driver = config.driver
+    specs = config.forest()
+    dist = dict(temperature=T, top_k=config.top_k, top_p=config.top_p)
+    depth = max(parse_shape(t).depth for t, _ in specs)
+    target_lm.reset(prompt_ids)
+    draft_lm.reset(prompt_ids)
+    rows, made, call = [], 0, 0
+    while made < config.max_new_tokens:
+        t0 = time.perf_counter()
+
+        def draft(paths):
+            if list(paths) == [()]:
+                root, _ = draft_lm.forward([])
+                logits = root[None]
+            else:
+                _, logits = draft_lm.forward(paths)
+            return _np(to_distribution(logits, **dist))
+
+        holder = {}
+
+        def target(paths):
+            nodes = [p for p in paths if p]
+            root, logits = target_lm.forward(nodes)
+            holder["positions"] = len(nodes) + 1
+            law = to_distribution(torch.cat([root[None], logits], dim=0), **dist)
+            return _np(law)  # paths[0] is the root (sorted by length)
+
+        memo: dict = {}
+        forest = draft_forest(specs, draft, rng, memo=memo)
+        t1 = time.perf_counter()
+        every = sorted({t.path(v) for t in forest for v in range(t.tokens.size)}, key=lambda p: (len(p), p))
+        laws = target(every)
+        if laws.shape[1] != forest[0].vocab:
+            raise ValueError(
+                f"target and draft have different vocabularies ({laws.shape[1]} vs {forest[0].vocab} "
+                f"logits); a speculative pair must share one tokenizer"
+            )
+        laws = check_probabilities(laws, "target laws", ndim=2)  # once for the whole forest
+        laws /= laws.sum(axis=1, keepdims=True)
+        where = {p: k for k, p in enumerate(every)}
+        for t in forest:
+            t.set_target(laws[[where[t.path(v)] for v in range(t.tokens.size)]], checked=True)
+        t2 = time.perf_counter()
+        call_rows, drive_tree = [], None
+        for tree_label in config.trees:
+            for scheme in config.schemes:
+                if SCHEMES[scheme].nested_draws:
+                    k = [i for i, (_, s) in enumerate(specs) if s == scheme][0]
+                    source = forest[k]
+                    tree = first_children(source, tree_label, memo=memo)
+                    union = f"{specs[k][0]}/{scheme}"
+                else:
+                    k = specs.index((tree_label, scheme))
+                    tree, union = forest[k], None
+                row = {
+                    "record": record,
+                    "T": T,
+                    "tree": tree_label,
+                    "scheme": scheme,
+                    "call": call,
+                    "driver": driver,
+                    "drive": config.drive,
+                    "union": union,
+                }
+                _exact_values(row, tree, config.verifiers_for(scheme, tree_label), scheme, config)
+                if (tree_label, scheme) == drive:
+                    drive_tree, drive_row = tree, row
+                call_rows.append(row)
+        t3 = time.perf_counter()
+        emitted = verify_tree(drive_tree, driver, rng)
+        if eos is not None and eos in emitted:
+            emitted = emitted[: emitted.index(eos) + 1]
+        kept = emitted[: config.max_new_tokens - made]
+        if len(kept) < len(emitted):
+            drive_row["truncated"] = len(emitted) - len(kept)
+        drive_row.update(
+            emitted=len(emitted),
+            tokens=kept,
+            draft_forwards=depth,
+            positions=holder["positions"],
+            t_draft=t1 - t0,
+            t_target=t2 - t1,
+            t_exact=t3 - t2,
+        )
+        rows.extend(call_rows)
+        if on_call is not None:
+            on_call(drive_row)
+        made += len(kept)
+        call += 1
+        if made >= config.max_new_tokens or (eos is not None and emitted[-1] == eos):
+            break
+        target_lm.commit(kept)
+        draft_lm.commit(kept)
+    return rows
+
+
 # ------------------------------------------------------------------------------ folders, identity
 def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=None, previous=None) -> dict:
     """Everything that determines a row: models (file contents, or in-memory weights), tokenizer,
@@ -156,6 +314,8 @@ def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=N
     from ..study.runner import _identify
 
     prev = previous or {}
+    if tokenizer is not None and isinstance(tokenizer, str) and tokenizer == target:
+        tokenizer = None  # the target's own tokenizer spelled out: the same run
     records = list(records)
     digest = _store.digest_of(records)
     ident = {
@@ -259,7 +419,7 @@ def run_decode(
             tlm, dlm = TreeLM(target_model), TreeLM(draft_model)
             eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
             bar = _progress(len(mine), len(mine) - len(todo), f"decode {i}/{n}") if progress else None
-            cells = config.cells()
+            cells = config.temperatures if config.union else config.cells()
             calls = tokens = 0
             t_start = time.time()
             try:
@@ -268,12 +428,19 @@ def run_decode(
                     lines = []
                     for c, cell in enumerate(cells):
                         rng = np.random.default_rng([config.seed, k, c])
-                        for row in decode_prompt(
-                            tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
-                        ):
+                        if config.union:
+                            out = decode_prompt_union(
+                                tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
+                            )
+                        else:
+                            out = decode_prompt(
+                                tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
+                            )
+                        for row in out:
                             lines.append(json.dumps(row))
-                            calls += 1
-                            tokens += row["emitted"]
+                            if "emitted" in row:
+                                calls += 1
+                                tokens += row["emitted"]
                     folder.append(rec["id"], lines)
                     if bar is not None:
                         bar.update(1)

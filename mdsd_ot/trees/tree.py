@@ -37,25 +37,93 @@ __all__ = [
     "draft_tree",
     "node_bound",
     "expected_tokens",
+    "node_alpha_heuristic",
     "bound_estimate",
     "outcome_law",
     "verify_tree",
     "speedup",
     "valid_verifiers",
+    "verifier_names",
+    "canonical_verifier",
 ]
 
 
-def valid_verifiers(scheme, names=None) -> list[str]:
+def verifier_names() -> list[str]:
+    """Every verifier name a tree accepts: the node-wise registry (:data:`mdsd_ot.verifiers.VERIFIERS`)
+    followed by the tree-level one (:data:`mdsd_ot.trees.TREE_VERIFIERS`).
+
+    >>> verifier_names()[-2:]
+    ['block', 'traversal']
+    """
+    from ..verifiers import VERIFIERS
+    from .verifiers import TREE_VERIFIERS
+
+    return list(VERIFIERS) + list(TREE_VERIFIERS)
+
+
+def canonical_verifier(name) -> str:
+    """The registry name of a node-wise or tree-level verifier (aliases such as ``"specinfer"``
+    resolved); ``ValueError`` listing every name when unknown, ``TypeError`` when not a string.
+
+    >>> canonical_verifier("specinfer"), canonical_verifier("block")
+    ('rrs', 'block')
+    """
+    from ..verifiers import ALIASES
+
+    if not isinstance(name, str):
+        raise TypeError(f"verifier must be a string, one of {verifier_names()}; got {type(name).__name__}")
+    name = ALIASES.get(name, name)
+    if name not in verifier_names():
+        raise ValueError(f"unknown verifier {name!r}; choose one of {verifier_names()}")
+    return name
+
+
+def _tree_level(verifier):
+    """The :class:`TreeVerifier` that ``verifier`` names or is, else None (a node-wise verifier)."""
+    from .verifiers import TREE_VERIFIERS, TreeVerifier
+
+    if isinstance(verifier, TreeVerifier):
+        return verifier
+    if isinstance(verifier, str):
+        name = canonical_verifier(verifier)
+        return TREE_VERIFIERS.get(name)
+    return None
+
+
+def valid_verifiers(scheme, names=None, *, shape=None) -> list[str]:
     """Registry names of the verifiers valid for draft scheme ``scheme`` (all of them, or among ``names``).
+
+    Without ``shape``: the node-wise verifiers only (:data:`mdsd_ot.verifiers.VERIFIERS`). With
+    ``shape`` (a tree shape): those, then the tree-level verifiers (:data:`TREE_VERIFIERS`) that can
+    verify trees of that shape drafted by ``scheme``.
 
     >>> valid_verifiers("top_n")
     ['naive', 'optimal']
+    >>> valid_verifiers("with_replacement", shape="1x4")[-2:]
+    ['block', 'traversal']
+    >>> valid_verifiers("without_replacement", ["rsd", "block", "traversal"], shape="2x2")
+    ['rrs_without_replacement', 'traversal']
     """
     from ..verifiers import VERIFIERS
+    from .verifiers import TREE_VERIFIERS
 
     scheme = get_scheme(scheme).name
-    pool = list(VERIFIERS) if names is None else [get_verifier(n).name for n in names]
-    return [n for n in pool if scheme in VERIFIERS[n].schemes]
+    if names is None:
+        pool = verifier_names()
+    else:
+        pool = [canonical_verifier(n) if isinstance(n, str) else get_verifier(n).name for n in names]
+    if shape is None:
+        tree_level = [n for n in pool if n in TREE_VERIFIERS]
+        if names is not None and tree_level:
+            raise ValueError(
+                f"{tree_level} are tree-level verifiers: their validity depends on the tree; pass "
+                f"shape= (e.g. valid_verifiers({scheme!r}, names, shape='4x4'))"
+            )
+        return [n for n in pool if n in VERIFIERS and scheme in VERIFIERS[n].schemes]
+    shape = parse_shape(shape)
+    node = [n for n in pool if n in VERIFIERS and scheme in VERIFIERS[n].schemes]
+    tree = [n for n in pool if n in TREE_VERIFIERS and TREE_VERIFIERS[n].why_not(shape, scheme) is None]
+    return node + tree
 
 
 class DraftTree:
@@ -87,9 +155,14 @@ class DraftTree:
         Shared by trees drafted from the same models at the same context (e.g. every tree of an
         enumeration): prepared verifiers and node bounds are then cached by the node's path instead
         of per tree. Only valid when equal paths carry equal laws.
+    checked : bool
+        ``q`` is already a float64 array of validated rows summing to one (taken without a copy);
+        for the library's own sub-trees and forests.
     """
 
-    def __init__(self, shape, scheme, tokens, parent, q, p=None, *, memo: dict | None = None):
+    def __init__(
+        self, shape, scheme, tokens, parent, q, p=None, *, memo: dict | None = None, checked: bool = False
+    ):
         self.shape = parse_shape(shape)
         self.scheme = get_scheme(scheme)
         self.tokens = np.asarray(tokens, dtype=np.int64)
@@ -117,8 +190,11 @@ class DraftTree:
                     f"node {v} at depth {d} has {self.children[v].size} children; the shape says {want}"
                 )
         self.n_internal = int(np.count_nonzero(self.depth < self.shape.depth))
-        self.q = check_probabilities(q, "q (draft laws, one row per internal node)", ndim=2)
-        self.q /= self.q.sum(axis=1, keepdims=True)
+        if checked:  # rows already validated and normalised (sub-trees, forests): taken as they are
+            self.q = np.asarray(q, dtype=np.float64)
+        else:
+            self.q = check_probabilities(q, "q (draft laws, one row per internal node)", ndim=2)
+            self.q /= self.q.sum(axis=1, keepdims=True)
         if self.q.shape[0] != self.n_internal:
             raise ValueError(
                 f"q must have one row per internal node ({self.n_internal}), got shape {self.q.shape}"
@@ -133,13 +209,15 @@ class DraftTree:
     def vocab(self) -> int:
         return int(self.q.shape[1])
 
-    def set_target(self, p) -> DraftTree:
+    def set_target(self, p, *, checked: bool = False) -> DraftTree:
         """Attach the target law at every node: ``p`` of shape ``(N + 1, V)``, row ``v`` the law of the
-        token after node ``v`` (validated and normalised like every verifier input)."""
-        p = check_probabilities(p, "p (target laws, one row per node)", ndim=2)
+        token after node ``v`` (validated and normalised like every verifier input; ``checked``: rows
+        already validated and normalised, taken as they are)."""
+        if not checked:
+            p = check_probabilities(p, "p (target laws, one row per node)", ndim=2)
         if p.shape != (self.tokens.size, self.vocab):
             raise ValueError(f"p must have shape ({self.tokens.size}, {self.vocab}), got {p.shape}")
-        self.p = p / p.sum(axis=1, keepdims=True)
+        self.p = p if checked else p / p.sum(axis=1, keepdims=True)
         self._prepared.clear()
         return self
 
@@ -259,9 +337,16 @@ def draft_tree(
 def expected_tokens(tree: DraftTree, verifier) -> float:
     """Exact expected number of tokens this target call emits under ``verifier``, given the tree.
 
-    ``T(v) = 1 + sum_c P(output = x_c | children of v) T(c)`` bottom-up, ``T(leaf) = 1``
-    (docs/math.md#tree-recursion). Cost: one ``prepare`` and one ``output_law`` per internal node.
+    ``verifier``: a node-wise name (:data:`mdsd_ot.verifiers.VERIFIERS`): ``T(v) = 1 + sum_c
+    P(output = x_c | children of v) T(c)`` bottom-up, ``T(leaf) = 1`` (docs/math.md#tree-recursion),
+    one ``prepare`` and one ``output_law`` per internal node; a tree-level name
+    (:data:`TREE_VERIFIERS`, e.g. ``"block"``, ``"traversal"``) or any :class:`TreeVerifier`: its
+    own exact value (``ValueError`` with its reason when it cannot verify this tree).
     """
+    tl = _tree_level(verifier)
+    if tl is not None:
+        tl.require(tree)
+        return float(tl.expected_tokens(tree))
     T = np.ones(tree.tokens.size)
     for v in range(tree.n_internal - 1, -1, -1):
         w = tree.child_laws(verifier, v)
@@ -332,18 +417,24 @@ def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.n
     return out
 
 
-def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
-    """The node-bound estimate of the tokens per call: every node accepts with the optimal
-    acceptance ``alpha*_v`` of its scheme and continues into its best drafted child,
+def node_alpha_heuristic(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
+    """A heuristic score of the tree, **neither a bound nor an estimate** of any verifier's tokens per
+    call: every node accepts with the optimal one-step acceptance ``alpha*_v`` of its scheme and
+    continues into its best drafted child,
 
-    ``B(leaf) = 1``, ``B(v) = 1 + alpha*_v max_c B(c)`` (docs/math.md#tree-bound-estimate).
+    ``H(leaf) = 1``, ``H(v) = 1 + alpha*_v max_c H(c)`` (docs/math.md#node-alpha-heuristic).
 
     The ``alpha*_v`` come from :func:`node_bounds` (``backend``, ``device`` as there: the decoder
     evaluates them batched by the torch plan when its models run on an accelerator).
 
-    An *estimate*, not a proven bound: ``alpha*_v`` averages over the draws of ``v``'s children,
-    while the tree holds one draw. For a one-level tree its mean over draws is exactly
-    ``1 + alpha*`` (what the optimal verifier attains).
+    Not an upper bound: ``alpha*_v`` averages over the draws of ``v``'s children while the tree holds
+    one draw, so it can exceed what every valid verifier attains (averaged over the draws of ``3,1``
+    ``top_n`` trees at V = 4, where the membership verifier is optimal, by up to 40%). Not a lower
+    bound either: on chains it falls below block verification (by up to 17% on average over the
+    draws of ``1x2`` and ``1x3`` chains at V = 4; ``tests/test_tree_level.py``). What is proven
+    instead: block verification is optimal on chains (``"block"``), the membership verifier on
+    ``top_n`` trees (``"naive"``; docs/math.md#top-n-trees). For a one-level tree its
+    mean over draws is exactly ``1 + alpha*`` (what the ``optimal`` verifier attains).
     """
     alpha = node_bounds(tree, backend=backend, device=device)
     B = np.ones(tree.tokens.size)
@@ -352,11 +443,31 @@ def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> f
     return float(B[0])
 
 
+def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
+    """Deprecated name of :func:`node_alpha_heuristic` (it is neither a bound nor an estimate);
+    emits a ``DeprecationWarning``."""
+    import warnings
+
+    warnings.warn(
+        "mdsd_ot.trees.bound_estimate is neither a bound nor an estimate of the tokens per call and is "
+        "deprecated: call node_alpha_heuristic (same value) or compare against block verification "
+        "(chains) and tree_optimum (small cases)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return node_alpha_heuristic(tree, backend=backend, device=device)
+
+
 def outcome_law(tree: DraftTree, verifier) -> dict:
     """Exact law of the tokens one call emits, given the tree: ``{tuple of tokens: probability}``.
 
-    For small vocabularies (tests): the law has up to ``V`` outcomes per node.
+    For small vocabularies (tests): the law has up to ``V`` outcomes per node. ``verifier`` as in
+    :func:`expected_tokens` (node-wise or tree-level).
     """
+    tl = _tree_level(verifier)
+    if tl is not None:
+        tl.require(tree)
+        return tl.outcome_law(tree)
     laws: dict[int, dict] = {}
     for v in range(tree.tokens.size - 1, -1, -1):
         if v >= tree.n_internal:
@@ -379,10 +490,14 @@ def verify_tree(tree: DraftTree, verifier, rng: np.random.Generator) -> list[int
     """Verify the tree once with ``verifier`` (randomness from ``rng``): the tokens this call emits.
 
     The accepted draft tokens along one root-to-node path, then one corrected token (or, after a
-    leaf, one bonus token from the target).
+    leaf, one bonus token from the target). ``verifier`` as in :func:`expected_tokens`.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    tl = _tree_level(verifier)
+    if tl is not None:
+        tl.require(tree)
+        return [int(t) for t in tl.verify(tree, rng)]
     out, v = [], 0
     while True:
         if v >= tree.n_internal:

@@ -1,0 +1,179 @@
+#!/usr/bin/env python
+"""The effect of bfloat16 forwards on the tree report: laws, alpha* and tokens per call, fp32 vs bf16.
+
+At a sample of the report's call contexts (prompt + the tokens decoded before that call, read from
+the committed rows), one union forest is drafted (bf16 draft, as in the run); then both models are
+run in float32 and in bfloat16 over the same nodes, and we record
+
+* the total variation between the fp32 and bf16 laws at every node (target and draft);
+* alpha* of the root (with replacement, n = 4) under each precision;
+* every verifier's exact tokens per call on the same drafted trees under each precision;
+* the CPU time of the draft and target forwards in each precision (same positions, same machine).
+
+    HF_HUB_OFFLINE=1 python scripts/tree_dtype_effect.py --models $MODELS --rows docs/results/trees \\
+        --samples 24 --out docs/results/trees/dtype_effect.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_rows import load_rows  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", required=True, help="folder holding the two model folders")
+    parser.add_argument("--rows", default="docs/results/trees", help="committed rows (their contexts)")
+    parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="dtype_effect.json")
+    args = parser.parse_args(argv)
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mdsd_ot import optimal_acceptance
+    from mdsd_ot.backends.torch import to_distribution
+    from mdsd_ot.decode import DecodeConfig
+    from mdsd_ot.decode.models import TreeLM
+    from mdsd_ot.study.collection import _record_ids, load_prompts
+    from mdsd_ot.trees import draft_forest, expected_tokens, first_children
+
+    torch.set_num_threads(args.threads)
+    rows = load_rows(args.rows)
+    cfg = json.loads((Path(args.rows) / "config.json").read_text())["config"]
+    config = DecodeConfig(**{k: v for k, v in cfg.items() if k in DecodeConfig.__dataclass_fields__})
+    config.prompts = "humaneval"
+    config = config.validate()
+    from transformers import AutoTokenizer
+
+    folder = Path(args.models)
+    tok = AutoTokenizer.from_pretrained(str(folder / "qwen2.5-coder-1.5b-instruct"))
+    prompts = {r["id"]: r for r in load_prompts("humaneval")}
+    drive = [r for r in rows if "emitted" in r]
+    rng = np.random.default_rng(0)
+    picks = rng.choice(len(drive), size=min(args.samples, len(drive)), replace=False)
+    models = {}
+    for dt in ("bfloat16", "float32"):
+        for role, name in (
+            ("target", "qwen2.5-coder-1.5b-instruct"),
+            ("draft", "qwen2.5-coder-0.5b-instruct"),
+        ):
+            m = AutoModelForCausalLM.from_pretrained(str(folder / name), dtype=getattr(torch, dt)).eval()
+            models[(role, dt)] = TreeLM(m)
+    out = {"samples": [], "config": {"trees": config.trees, "schemes": config.schemes}}
+    for i in picks.tolist():
+        call = drive[i]
+        rec = prompts[call["record"]]
+        before = [
+            t
+            for r in sorted(drive, key=lambda r: r["call"])
+            if r["record"] == call["record"] and r["T"] == call["T"] and r["call"] < call["call"]
+            for t in r["tokens"]
+        ]
+        context = list(_record_ids(rec, tok)[0]) + before  # the decoder's own prompt ids
+        T = call["T"]
+        laws, cpu = {}, {}
+        # draft the forest once (bf16 draft, as in the run), remembering every internal path
+        dlm = models[("draft", "bfloat16")]
+        dlm.reset(context)
+
+        def draft(paths, lm=dlm):
+            if list(paths) == [()]:
+                root, _ = lm.forward([])
+                return to_distribution(root[None], temperature=T).numpy()
+            _, lg = lm.forward(paths)
+            return to_distribution(lg, temperature=T).numpy()
+
+        forest = draft_forest(config.forest(), draft, np.random.default_rng(i))
+        every = sorted({t.path(v) for t in forest for v in range(t.tokens.size)}, key=lambda p: (len(p), p))
+        internal = sorted({t.path(v) for t in forest for v in range(t.n_internal)}, key=lambda p: (len(p), p))
+        for dt in ("bfloat16", "float32"):
+            for role, paths in (("target", every), ("draft", internal)):
+                lm = models[(role, dt)]
+                lm.reset(context)
+                t0 = time.process_time()
+                nodes = [p for p in paths if p]
+                root, lg = lm.forward(nodes)
+                cpu[(role, dt)] = time.process_time() - t0
+                law = to_distribution(torch.cat([root[None], lg]).float(), temperature=T).double().numpy()
+                laws[(role, dt)] = {p: law[k] for k, p in enumerate(paths)}
+        tv = {
+            role: [
+                0.5 * float(np.abs(laws[(role, "float32")][p] - laws[(role, "bfloat16")][p]).sum())
+                for p in ps
+            ]
+            for role, ps in (("target", every), ("draft", internal))
+        }
+        alpha = {
+            dt: optimal_acceptance(laws[("target", dt)][()], laws[("draft", dt)][()], 4).value
+            for dt in ("float32", "bfloat16")
+        }
+        values: dict = {}
+        for dt in ("float32", "bfloat16"):
+            for k, (shape, scheme) in enumerate(config.forest()):
+                t = forest[k]
+                t.q = np.stack([laws[("draft", dt)][t.path(v)] for v in range(t.n_internal)])
+                t.set_target(np.stack([laws[("target", dt)][t.path(v)] for v in range(t.tokens.size)]))
+                t._prepared.clear()
+            for tree in config.trees:
+                for scheme in config.schemes:
+                    k = next(
+                        j
+                        for j, (s, sc) in enumerate(config.forest())
+                        if sc == scheme and (s == tree or forest[j].scheme.nested_draws)
+                    )
+                    sub = first_children(forest[k], tree) if forest[k].scheme.nested_draws else forest[k]
+                    for name in config.verifiers_for(scheme, tree):
+                        try:
+                            values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = expected_tokens(sub, name)
+                        except (ValueError, RuntimeError):
+                            pass
+        out["samples"].append(
+            {
+                "record": call["record"],
+                "T": T,
+                "call": call["call"],
+                "nodes": len(every),
+                "tv_target_median": float(np.median(tv["target"])),
+                "tv_target_max": max(tv["target"]),
+                "tv_draft_median": float(np.median(tv["draft"])),
+                "tv_draft_max": max(tv["draft"]),
+                "alpha_star_n4": alpha,
+                "tokens_per_call_abs_diff_max": max(
+                    abs(v["float32"] - v["bfloat16"]) for v in values.values() if len(v) == 2
+                ),
+                "cpu_s": {f"{r}:{d}": c for (r, d), c in cpu.items()},
+            }
+        )
+        print(json.dumps(out["samples"][-1]), flush=True)
+    s = out["samples"]
+    cpu_sum = {k: sum(x["cpu_s"][k] for x in s) for k in s[0]["cpu_s"]}
+    out["summary"] = {
+        "samples": len(s),
+        "tv_target_median": float(np.median([x["tv_target_median"] for x in s])),
+        "tv_target_max": max(x["tv_target_max"] for x in s),
+        "tv_draft_median": float(np.median([x["tv_draft_median"] for x in s])),
+        "tv_draft_max": max(x["tv_draft_max"] for x in s),
+        "alpha_star_abs_diff_max": max(
+            abs(x["alpha_star_n4"]["float32"] - x["alpha_star_n4"]["bfloat16"]) for x in s
+        ),
+        "tokens_per_call_abs_diff_max": max(x["tokens_per_call_abs_diff_max"] for x in s),
+        "target_cpu_fp32_over_bf16": cpu_sum["target:float32"] / cpu_sum["target:bfloat16"],
+        "draft_cpu_fp32_over_bf16": cpu_sum["draft:float32"] / cpu_sum["draft:bfloat16"],
+    }
+    print(json.dumps(out["summary"], indent=1))
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
