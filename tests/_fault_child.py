@@ -57,7 +57,7 @@ def run_cli(argv, plan, stdout_path, stderr_path, events=None):
 
     _store.checkpoint = hook
     if plan.get("plots") is False:
-        study.report.plot_summary = lambda table, out: {}
+        study.report.plot_summary = lambda table, out, **kw: {}
     if plan.get("kill_after") is not None:
         t = threading.Timer(plan["kill_after"], os.kill, (os.getpid(), signal.SIGKILL))
         t.daemon = True

@@ -42,7 +42,7 @@ def _warm_up():
     from mdsd_ot import study
     from mdsd_ot.cli import main
 
-    plots, study.report.plot_summary = study.report.plot_summary, lambda table, out: {}
+    plots, study.report.plot_summary = study.report.plot_summary, lambda table, out, **kw: {}
     with (
         tempfile.TemporaryDirectory() as tmp,
         contextlib.redirect_stdout(io.StringIO()),

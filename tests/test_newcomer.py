@@ -461,7 +461,7 @@ def test_tiny_models_then_study_merge_decode_as_printed(tmp_path, capsys, monkey
     assert len(rows) == 2 * 4 * 2  # prompts x positions x temperatures, merged from the two shards
     for r in rows:  # the bounds are bounds: every verifier at most the bound of its scheme
         assert r["verifier:rrs@2"] <= r["bound:with_replacement@2"] + 1e-9
-        assert r["verifier:spectr@3"] <= r["bound:with_replacement@3"] + 1e-9
+        assert r["verifier:spectr@2"] <= r["bound:with_replacement@2"] + 1e-9
     assert (tmp_path / "tiny" / "decode" / "summary.md").exists()
     # a second call into the same folder is refused, in one line, without touching it
     _one_line_error(capsys, ["tiny-models", "tiny"], "exists already")

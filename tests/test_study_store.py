@@ -371,7 +371,7 @@ def test_read_only_mount_one_line_errors_and_reading_still_works(lab, tmpfs, tmp
     if r.returncode != 0:
         pytest.skip(f"cannot remount read-only: {r.stderr.strip()}")
     monkeypatch.setattr(study, "load_models", _no_models)
-    monkeypatch.setattr(study.report, "plot_summary", lambda table, out: {})
+    monkeypatch.setattr(study.report, "plot_summary", lambda table, out, **kw: {})
     assert main(lab.argv(src)) == 2  # resuming needs the lock: refused in one line
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "Read-only file system" in line and str(src) in line
@@ -390,7 +390,7 @@ def test_read_only_mount_one_line_errors_and_reading_still_works(lab, tmpfs, tmp
 @pytest.fixture
 def quick(monkeypatch):
     """In-process runs without the PNG plots (half a second each); the summary files stay."""
-    monkeypatch.setattr(study.report, "plot_summary", lambda table, out: {})
+    monkeypatch.setattr(study.report, "plot_summary", lambda table, out, **kw: {})
 
 
 @pytest.fixture

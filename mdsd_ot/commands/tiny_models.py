@@ -26,7 +26,7 @@ def commands(paths: dict, folder) -> list[str]:
     t, d, p = (shlex.quote(str(paths[k])) for k in ("target", "draft", "prompts"))
     out = shlex.quote(str(folder))
     models = f"--target {t} --draft {d} --prompts {p} --device cpu"
-    study = f"mdsd-ot study {models} --temperatures 0.5,1 --n 2,3"
+    study = f"mdsd-ot study {models} --temperatures 0.5,1 --n 2"
     return [  # the study in two shards, merged into one folder; then tree decoding
         f"{study} --shard 0/2 --out {out}/shard0",
         f"{study} --shard 1/2 --out {out}/shard1",
