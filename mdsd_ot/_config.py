@@ -215,10 +215,19 @@ TREE_LP_IPM_COLUMNS = 10_000
 #: The causal LP's rows go to HiGHS multiplied by these factors in turn, until a solution passes every
 #: re-check: HiGHS's feasibility tolerance is absolute (1e-10 at best), so a factor s enforces the rows
 #: to 1e-10 / s, which the plans of drafted trees rarer than 1e-10 need for an emitted law exact to
-#: LAW_TOL; a large factor can leave the simplex without a verdict on some inputs, hence the list.
-TREE_LP_ROW_SCALES = (1e6, 1e3, 1e9, 1e12, 1.0)
+#: LAW_TOL; a large factor can leave a solver without a verdict on some inputs, hence the list (the
+#: solver chosen by size first, then the other one, then the first with presolve).
+TREE_LP_ROW_SCALES = (1e6, 1e3, 1e9, 1.0)
 
 #: The causal LP's re-checks: largest violation of a class total and of x >= 0 accepted from the
 #: solver's plan (the emitted law itself must match the target's to LAW_TOL, and the dual bound the
 #: plan's value to VALUE_TOL).
 TREE_LP_FEAS_TOL = 1e-10
+
+#: Interior-point iterations per attempt of the causal LP (solves took 28-37; without presolve it
+#: failed to stop on some tiny scaled inputs, so an attempt gives up here and the next one runs).
+TREE_LP_IPM_ITERATIONS = 500
+
+#: Seconds HiGHS may take per attempt of the causal LP before the attempt counts as failed (the
+#: largest allowed LPs took about 10 s; a safeguard against a solver that does not stop).
+TREE_LP_TIME_LIMIT_S = 300.0

@@ -26,7 +26,9 @@ from .._config import (
     LAW_TOL,
     TREE_LP_FEAS_TOL,
     TREE_LP_IPM_COLUMNS,
+    TREE_LP_IPM_ITERATIONS,
     TREE_LP_ROW_SCALES,
+    TREE_LP_TIME_LIMIT_S,
     TREE_OPTIMUM_MAX_CLASSES,
     VALUE_TOL,
 )
@@ -189,7 +191,7 @@ def build_causal_lp(e: TreeEnumeration) -> CausalLP:
     )
 
 
-def _solve_highs(lp: CausalLP, solver: str | None, row_scale: float = 1.0):
+def _solve_highs(lp: CausalLP, solver: str, row_scale: float = 1.0, presolve: bool = False):
     """HiGHS on the LP (output silenced), every row (and its right-hand side) multiplied by ``row_scale``:
     ``(ok, message, x, row_dual, objective, basic)``, the duals those of the unscaled rows and
     ``basic`` the (columns, rows) basic flags of the final basis (None without a valid basis).
@@ -218,10 +220,14 @@ def _solve_highs(lp: CausalLP, solver: str | None, row_scale: float = 1.0):
     h = _quiet_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("log_to_console", False)
-    h.setOptionValue("solver", solver or ("ipm" if lp.n_columns > TREE_LP_IPM_COLUMNS else "simplex"))
+    h.setOptionValue("solver", solver)
+    # presolve finds nothing to remove here and took up to 17x the solve itself (bench_tree_optimum.py)
+    h.setOptionValue("presolve", "on" if presolve else "off")
     h.setOptionValue("primal_feasibility_tolerance", 1e-10)
     h.setOptionValue("dual_feasibility_tolerance", 1e-10)
     h.setOptionValue("ipm_optimality_tolerance", 1e-10)
+    h.setOptionValue("ipm_iteration_limit", TREE_LP_IPM_ITERATIONS)
+    h.setOptionValue("time_limit", TREE_LP_TIME_LIMIT_S)
     h.passModel(model)
     h.run()
     status = h.getModelStatus()
@@ -493,7 +499,7 @@ def tree_optimum(
     context : tuple of int
         Tokens before the root (required non-empty for torch LMs).
     solver : {"simplex", "ipm", None}
-        HiGHS's solver; None picks by size.
+        HiGHS's solver tried first; None picks by size (the other is tried when it fails).
     max_classes : int
         Refuse (``ValueError`` naming the count) more path-set classes than this.
 
@@ -519,29 +525,36 @@ def tree_optimum(
 def solve_tree_lp(e: TreeEnumeration, *, solver: str | None = None) -> TreeOptimum:
     """:func:`tree_optimum` for a drafted-tree law already enumerated (:func:`enumerate_trees`).
 
-    The rows go to HiGHS scaled by each of ``TREE_LP_ROW_SCALES`` in turn until a solution
-    passes every re-check (:func:`_solve_highs` says why); the first that passes is returned, else the
-    last attempt with its failed checks."""
+    The rows go to HiGHS scaled by each of ``TREE_LP_ROW_SCALES`` in turn until a solution passes
+    every re-check (:func:`_solve_highs` says why), with ``solver`` (or the one chosen by size), then
+    the other solver, then the first with presolve (interior point without presolve reported some
+    scaled inputs infeasible; the LP is always feasible: emitting one target token at the root is
+    valid). The first attempt that passes is returned, else the last one with its failed checks."""
     if solver not in (None, "simplex", "ipm"):
         raise ValueError(f"unknown solver {solver!r}; choose 'simplex', 'ipm' or None (by size)")
     lp = build_causal_lp(e)
-    for row_scale in TREE_LP_ROW_SCALES:
-        result = _attempt(e, lp, solver, row_scale)
-        if result.success:
-            return result
+    first = solver or ("ipm" if lp.n_columns > TREE_LP_IPM_COLUMNS else "simplex")
+    other = "simplex" if first == "ipm" else "ipm"
+    plan = [(first, False), (other, False), (first, True)]
+    for how, presolve in plan:
+        for row_scale in TREE_LP_ROW_SCALES:
+            result = _attempt(e, lp, how, row_scale, presolve)
+            if result.success:
+                return result
     return result
 
 
-def _attempt(e: TreeEnumeration, lp: CausalLP, solver, row_scale: float) -> TreeOptimum:
-    """One HiGHS solve and the re-checks of its plan."""
-    ok, message, x, y, objective, basic = _solve_highs(lp, solver, row_scale)
+def _attempt(e: TreeEnumeration, lp: CausalLP, solver: str, row_scale: float, presolve: bool = False):
+    """One HiGHS solve and the re-checks of its plan (a :class:`TreeOptimum`)."""
+    ok, message, x, y, objective, basic = _solve_highs(lp, solver, row_scale, presolve)
+    how = f"HiGHS {solver}, rows scaled by {row_scale:g}" + (", presolve" if presolve else "")
     K = len(e.classes)
     plans: list = [dict() for _ in range(K)]
     if not ok:
         status = 2 if "infeasible" in message.lower() else 4
         verifier = LPTreeVerifier(e, plans)
         return TreeOptimum(
-            math.nan, False, status, f"HiGHS: {message}", math.inf, math.inf, K, lp.n_columns, (), verifier, e
+            math.nan, False, status, f"{how}: {message}", math.inf, math.inf, K, lp.n_columns, (), verifier, e
         )
     duals = [y]
     polished = _resolve_basis(lp, basic) if basic is not None else None
@@ -575,10 +588,10 @@ def _attempt(e: TreeEnumeration, lp: CausalLP, solver, row_scale: float) -> Tree
         problems.append(f"HiGHS's objective {objective:.15g} differs from the plan's value")
     verifier = LPTreeVerifier(e, plans)
     if problems:
-        msg = f"re-check failed (rows scaled by {row_scale:g}): " + "; ".join(problems)
+        msg = f"re-check failed ({how}): " + "; ".join(problems)
         return TreeOptimum(value, False, 4, msg, bound, law_error, K, lp.n_columns, tuple(plans), verifier, e)
     msg = (
-        f"proven optimal: HiGHS {message.lower()}, emitted law within {law_error:.1e} of the target's, "
+        f"proven optimal ({how}: {message.lower()}), emitted law within {law_error:.1e} of the target's, "
         f"dual bound within {max(bound - value, 0.0):.1e}"
     )
     return TreeOptimum(value, True, 0, msg, bound, law_error, K, lp.n_columns, tuple(plans), verifier, e)
