@@ -365,3 +365,31 @@ def test_union_run_evaluates_every_cell_at_the_driving_calls(tmp_path):
         DecodeConfig(trees=trees, schemes=schemes, drive="4x4/with_replacement").validate()
     with pytest.raises(ValueError, match="needs union=True"):
         DecodeConfig(trees=trees, union=False, drive="2x2/with_replacement").validate()
+
+
+def test_merge_ignores_timings_and_keeps_a_given_cost_ratio(tmp_path):
+    """Two runs of the same record differ only in their timings: merged without a 'different rows'
+    warning; every source's summary written with --cost-ratio 0.5 keeps 0.5 (labelled given)."""
+    import warnings
+
+    from mdsd_ot.decode import write_report
+
+    target, draft = tiny("qwen2", 21), tiny("llama", 22)
+    records = [{"id": "m0", "prompt_ids": [4, 2, 7]}]
+    config = _cells_config(max_new_tokens=4)
+    a = run_decode(target, draft, records, tmp_path / "a", config, progress=False)
+    b = run_decode(target, draft, records, tmp_path / "b", config, progress=False)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("t_")} for r in rows]  # noqa: E731
+    assert strip(_store.read_rows(a)) == strip(_store.read_rows(b))  # the same rows but for timings
+    for f in (a, b):
+        write_report(f, cost_ratio=0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        merge([a, b], tmp_path / "m")
+    assert not [w for w in caught if "different rows" in str(w.message)]
+    table = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert {t["cost_ratio"] for t in table} == {0.5} and {t["cost_ratio_source"] for t in table} == {"given"}
+    write_report(a)  # measured again: the merge of a measured and a given summary measures
+    merge([a, b], tmp_path / "m2")
+    table = json.loads((tmp_path / "m2" / "summary.json").read_text())
+    assert {t["cost_ratio_source"] for t in table} == {"measured"}

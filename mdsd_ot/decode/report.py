@@ -86,6 +86,21 @@ def measured_cost_ratio(rows) -> float | None:
     return per_draft / per_target if per_target > 0 else None
 
 
+def given_cost_ratio(folders) -> float | None:
+    """The cost ratio every folder's summary was written with when all were given the same one
+    (``--cost-ratio``), else None (the merged rows' measured ratio applies)."""
+    seen = set()
+    for f in folders:
+        path = Path(f) / "summary.json"
+        if not path.exists():
+            return None
+        table = json.loads(path.read_text())
+        if not table or table[0].get("cost_ratio_source") != "given":
+            return None
+        seen.add(table[0]["cost_ratio"])
+    return seen.pop() if len(seen) == 1 else None
+
+
 def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
 
@@ -125,6 +140,7 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
                     "records": len({g for _, g in vals}),
                     "failed": failed,
                     "cost_ratio": c,
+                    "cost_ratio_source": "measured" if cost_ratio is None else "given",
                     "speedup": speedup(mean, depth, c) if c is not None else None,
                 }
             )

@@ -60,6 +60,9 @@ __all__ = [
 
 KIND = "decode"
 
+#: Row fields that are measurements of the machine, not results: two runs of a record may differ in them.
+TIMING_FIELDS = ("t_draft", "t_target", "t_exact")
+
 
 def _np(t):
     return t.detach().to("cpu").numpy()
@@ -521,12 +524,21 @@ def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)", cost_
     a source nor the folder of a run (``StoreError``); sources of different identities are refused
     naming each difference (``IdentityMismatch``), so are study folders; missing shards, damaged or
     unfinished records and sources still being written are warned about; a record present in several
-    sources is kept once (first wins). ``cost_ratio`` as in :func:`.report.write_report`.
+    sources is kept once (first wins); copies of a record that differ only in their timings
+    (:data:`TIMING_FIELDS`) are the same rows. ``cost_ratio`` as in :func:`.report.write_report`;
+    without it, a ratio every source's summary was written with (``--cost-ratio`` on every shard)
+    is kept, else the merged rows' measured one.
     """
-    from .report import write_report
+    from .report import given_cost_ratio, write_report
 
     dest = Path(dest)
+    if cost_ratio is None:
+        cost_ratio = given_cost_ratio(sources)
     _store.merge_folders(
-        sources, dest, kind=KIND, finalize=lambda d: write_report(d, title=title, cost_ratio=cost_ratio)
+        sources,
+        dest,
+        kind=KIND,
+        finalize=lambda d: write_report(d, title=title, cost_ratio=cost_ratio),
+        ignore_fields=TIMING_FIELDS,
     )
     return dest
