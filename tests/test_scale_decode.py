@@ -51,6 +51,7 @@ OPTIONS = [
     "cpu",
     "--threads",
     "1",
+    "--per-cell",  # every cell its own continuation: the per-cell reference this scenario checks
     "--cost-ratio",
     str(COST),
     "--no-progress",
@@ -87,7 +88,7 @@ def _rows(folder):
 
 
 def _table(folder):
-    drop = ("cost_ratio", "speedup")
+    drop = ("cost_ratio", "cost_ratio_source", "speedup")
     table = json.loads((folder / "summary.json").read_text())
     assert all(isinstance(t["cost_ratio"], float) and t["cost_ratio"] > 0 for t in table)
     return [{k: v for k, v in t.items() if k not in drop} for t in table]
@@ -144,6 +145,7 @@ class Lab:
             max_new_tokens=MAX_NEW,
             device="cpu",
             threads=1,
+            union=False,
         )
 
     def fresh(self, name="run") -> Path:
