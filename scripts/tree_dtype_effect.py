@@ -61,32 +61,48 @@ def main(argv=None) -> int:
     drive = [r for r in rows if "emitted" in r]
     rng = np.random.default_rng(0)
     picks = rng.choice(len(drive), size=min(args.samples, len(drive)), replace=False)
-    models = {}
-    for dt in ("bfloat16", "float32"):
-        for role, name in (
-            ("target", "qwen2.5-coder-1.5b-instruct"),
-            ("draft", "qwen2.5-coder-0.5b-instruct"),
-        ):
-            m = AutoModelForCausalLM.from_pretrained(str(folder / name), dtype=getattr(torch, dt)).eval()
-            models[(role, dt)] = TreeLM(m)
     out = {"samples": [], "config": {"trees": config.trees, "schemes": config.schemes}}
+
+    names = {"target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct"}
+
+    def load(dt):
+        """One precision's pair (the other pair is freed first: four models do not fit beside a run)."""
+        kind = getattr(torch, dt)
+        return {
+            role: TreeLM(AutoModelForCausalLM.from_pretrained(str(folder / name), dtype=kind).eval())
+            for role, name in names.items()
+        }
+
+    def laws_of(models, context, T, every, internal):
+        """Target laws at every node, draft laws at every internal node, and the forwards' CPU time."""
+        laws, cpu = {}, {}
+        for role, paths in (("target", every), ("draft", internal)):
+            lm = models[role]
+            lm.reset(context)
+            t0 = time.process_time()
+            root, lg = lm.forward([p for p in paths if p])
+            cpu[role] = time.process_time() - t0
+            law = to_distribution(torch.cat([root[None], lg]).float(), temperature=T).double().numpy()
+            laws[role] = {p: law[k].astype(np.float32) for k, p in enumerate(paths)}  # float32 to fit
+        return laws, cpu
+
+    # phase 1, bfloat16 (as in the run): draft each sampled call's forest, keep its bf16 laws
+    calls = []
+    models = load("bfloat16")
     for i in picks.tolist():
         call = drive[i]
-        rec = prompts[call["record"]]
         before = [
             t
             for r in sorted(drive, key=lambda r: r["call"])
             if r["record"] == call["record"] and r["T"] == call["T"] and r["call"] < call["call"]
             for t in r["tokens"]
         ]
-        context = list(_record_ids(rec, tok)[0]) + before  # the decoder's own prompt ids
+        context = list(_record_ids(prompts[call["record"]], tok)[0]) + before  # the decoder's prompt ids
         T = call["T"]
-        laws, cpu = {}, {}
-        # draft the forest once (bf16 draft, as in the run), remembering every internal path
-        dlm = models[("draft", "bfloat16")]
+        dlm = models["draft"]
         dlm.reset(context)
 
-        def draft(paths, lm=dlm):
+        def draft(paths, lm=dlm, T=T):
             if list(paths) == [()]:
                 root, _ = lm.forward([])
                 return to_distribution(root[None], temperature=T).numpy()
@@ -96,33 +112,32 @@ def main(argv=None) -> int:
         forest = draft_forest(config.forest(), draft, np.random.default_rng(i))
         every = sorted({t.path(v) for t in forest for v in range(t.tokens.size)}, key=lambda p: (len(p), p))
         internal = sorted({t.path(v) for t in forest for v in range(t.n_internal)}, key=lambda p: (len(p), p))
-        for dt in ("bfloat16", "float32"):
-            for role, paths in (("target", every), ("draft", internal)):
-                lm = models[(role, dt)]
-                lm.reset(context)
-                t0 = time.process_time()
-                nodes = [p for p in paths if p]
-                root, lg = lm.forward(nodes)
-                cpu[(role, dt)] = time.process_time() - t0
-                law = to_distribution(torch.cat([root[None], lg]).float(), temperature=T).double().numpy()
-                laws[(role, dt)] = {p: law[k] for k, p in enumerate(paths)}
+        laws, cpu = laws_of(models, context, T, every, internal)
+        calls.append((call, context, forest, every, internal, {"bfloat16": laws}, {"bfloat16": cpu}))
+        print(f"bf16 {len(calls)}/{len(picks)}", flush=True)
+    del models
+    # phase 2, float32 over the same nodes
+    models = load("float32")
+    for call, context, forest, every, internal, laws, cpu in calls:
+        laws["float32"], cpu["float32"] = laws_of(models, context, call["T"], every, internal)
         tv = {
             role: [
-                0.5 * float(np.abs(laws[(role, "float32")][p] - laws[(role, "bfloat16")][p]).sum())
+                0.5 * float(np.abs(laws["float32"][role][p].astype(float) - laws["bfloat16"][role][p]).sum())
                 for p in ps
             ]
             for role, ps in (("target", every), ("draft", internal))
         }
-        alpha = {
-            dt: optimal_acceptance(laws[("target", dt)][()], laws[("draft", dt)][()], 4).value
-            for dt in ("float32", "bfloat16")
-        }
+
+        def law(dt, role, path):
+            x = laws[dt][role][path].astype(float)
+            return x / x.sum()
+
+        alpha = {dt: optimal_acceptance(law(dt, "target", ()), law(dt, "draft", ()), 4).value for dt in laws}
         values: dict = {}
         for dt in ("float32", "bfloat16"):
-            for k, (shape, scheme) in enumerate(config.forest()):
-                t = forest[k]
-                t.q = np.stack([laws[("draft", dt)][t.path(v)] for v in range(t.n_internal)])
-                t.set_target(np.stack([laws[("target", dt)][t.path(v)] for v in range(t.tokens.size)]))
+            for t in forest:
+                t.q = np.stack([law(dt, "draft", t.path(v)) for v in range(t.n_internal)])
+                t.set_target(np.stack([law(dt, "target", t.path(v)) for v in range(t.tokens.size)]))
                 t._prepared.clear()
             for tree in config.trees:
                 for scheme in config.schemes:
@@ -133,14 +148,12 @@ def main(argv=None) -> int:
                     )
                     sub = first_children(forest[k], tree) if forest[k].scheme.nested_draws else forest[k]
                     for name in config.verifiers_for(scheme, tree):
-                        try:
-                            values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = expected_tokens(sub, name)
-                        except (ValueError, RuntimeError):
-                            pass
+                        values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = expected_tokens(sub, name)
+        diffs = [abs(v["float32"] - v["bfloat16"]) for v in values.values()]
         out["samples"].append(
             {
                 "record": call["record"],
-                "T": T,
+                "T": call["T"],
                 "call": call["call"],
                 "nodes": len(every),
                 "tv_target_median": float(np.median(tv["target"])),
@@ -148,10 +161,10 @@ def main(argv=None) -> int:
                 "tv_draft_median": float(np.median(tv["draft"])),
                 "tv_draft_max": max(tv["draft"]),
                 "alpha_star_n4": alpha,
-                "tokens_per_call_abs_diff_max": max(
-                    abs(v["float32"] - v["bfloat16"]) for v in values.values() if len(v) == 2
-                ),
-                "cpu_s": {f"{r}:{d}": c for (r, d), c in cpu.items()},
+                "tokens_per_call_abs_diff_mean": float(np.mean(diffs)),
+                "tokens_per_call_abs_diff_max": max(diffs),
+                "tokens_per_call_mean": {dt: float(np.mean([v[dt] for v in values.values()])) for dt in laws},
+                "cpu_s": {f"{r}:{d}": cpu[d][r] for d in cpu for r in cpu[d]},
             }
         )
         print(json.dumps(out["samples"][-1]), flush=True)
@@ -166,7 +179,11 @@ def main(argv=None) -> int:
         "alpha_star_abs_diff_max": max(
             abs(x["alpha_star_n4"]["float32"] - x["alpha_star_n4"]["bfloat16"]) for x in s
         ),
+        "tokens_per_call_abs_diff_mean": float(np.mean([x["tokens_per_call_abs_diff_mean"] for x in s])),
         "tokens_per_call_abs_diff_max": max(x["tokens_per_call_abs_diff_max"] for x in s),
+        "tokens_per_call_mean_fp32_minus_bf16": float(
+            np.mean([x["tokens_per_call_mean"]["float32"] - x["tokens_per_call_mean"]["bfloat16"] for x in s])
+        ),
         "target_cpu_fp32_over_bf16": cpu_sum["target:float32"] / cpu_sum["target:bfloat16"],
         "draft_cpu_fp32_over_bf16": cpu_sum["draft:float32"] / cpu_sum["draft:bfloat16"],
     }

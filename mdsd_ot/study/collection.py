@@ -153,6 +153,8 @@ def load_models(
     if dev.type == "cpu":
         torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
     torch_dtype = getattr(torch, dtype)
+    if dev.type == "cpu" and dtype in ("bfloat16", "float16"):
+        _warn_if_slow_dtype(dtype)
     import transformers
 
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
@@ -169,6 +171,27 @@ def load_models(
         if tokenizer is not None:
             raise
     return models[0], models[1], tok
+
+
+def _warn_if_slow_dtype(dtype: str) -> None:
+    """Warn when this CPU runs ``dtype`` matmuls far slower than float32 (no native instructions)."""
+    import warnings
+
+    from ..backends.torch import cpu_matmul_slowdown
+
+    slow = cpu_matmul_slowdown(dtype)
+    if slow > SLOW_DTYPE_RATIO:
+        warnings.warn(
+            f"{dtype} matmuls run {slow:.0f}x slower than float32 on this CPU (no native {dtype} "
+            "instructions such as AVX512-BF16 or AMX); pass --dtype float32 (dtype='float32') "
+            "unless you need this precision",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+#: a half-precision CPU matmul this many times slower than float32 gets a warning
+SLOW_DTYPE_RATIO = 2.0
 
 
 def _from_pretrained(cls, name, role: str, **kw):
