@@ -537,9 +537,10 @@ def _refine_bin(
     tq = np.empty(m)
     kf = np.empty(m)
     kb = kf.view(np.int64)  # the keys' bit patterns (then their sub-bins)
-    cnt = np.empty(REFINE_BINS + 2, dtype=np.int64)
-    acc = np.empty((REFINE_BINS + 1, 6))
-    Rs = np.empty(REFINE_BINS + 2)
+    most = min(REFINE_BINS, m)  # sub-bins per refinement (fewer for a short bin: less to clear)
+    cnt = np.empty(most + 2, dtype=np.int64)
+    acc = np.empty((most + 1, 6))
+    Rs = np.empty(most + 2)
     while top_ > 0:
         top_ -= 1
         a, e, big_in = st_a[top_], st_e[top_], st_big[top_]
@@ -590,7 +591,7 @@ def _refine_bin(
             k_lo = min(k_lo, k if k > 0 else k_lo)
             k_hi = max(k_hi, k)
         shift = 0
-        while (k_hi >> shift) - (k_lo >> shift) + 1 > REFINE_BINS:
+        while (k_hi >> shift) - (k_lo >> shift) + 1 > most:
             shift += 1
         hi_ = k_hi >> shift
         nsub = hi_ - (k_lo >> shift) + 2  # the last sub-bin: ratios equal to r_lo (key 0)
