@@ -90,8 +90,9 @@ NAIVE_POLY_MAX_N = 64
 #: block (SIMD), blocks accumulated with compensation; error <= (PLAN_BLOCK - 1) eps of the sum.
 PLAN_BLOCK = 128
 
-#: Runs of at most this many tokens are sorted by insertion, longer ones by merge sort (the buckets of
-#: the plan's order pass, the candidate bins of the binned scan). Speed only: both sorts are stable.
+#: Runs of at most this many tokens are sorted by insertion, longer ones by a radix sort on the bits of
+#: q/p (the buckets of the plan's order pass, the candidate bins of the binned scan). Speed only: both
+#: sorts are stable, so they give the same order.
 INSERTION_MAX = 32
 
 #: Bins per token (at most) of the evaluation plan's bucket sort by q/p: more bins leave fewer tokens
@@ -158,8 +159,20 @@ BIG_LIST_MAX_SHARE = 0.25
 
 # -- binned scan, batches, first calls ----------------------------------------------------------------
 
-#: Most bins of q/p in the binned scan (up to 256 per octave over the occupied range of q/p).
-BIN_BUDGET = 1 << 16
+#: Most bins of q/p in the binned scan (up to 256 per octave over the occupied range of q/p): their sums
+#: (48 bytes a bin) stay in a core's L2 cache while the tokens are added in random bin order (2^16 bins,
+#: 3 MB, cost 0.4x an argsort at V = 152,064 where the ratios span hundreds of octaves); the few
+#: candidate bins are refined (REFINE_MIN), so coarser bins cost little.
+BIN_BUDGET = 1 << 13
+
+#: The binned scan looks into a candidate bin of more than this many tokens by binning it again on
+#: the next bits of its own range of q/p (REFINE_BINS sub-bins at most, recursively) instead of
+#: sorting it; shorter runs are sorted and scanned. Speed only: every prefix either is evaluated or
+#: has an upper bound below an attained excess by PRUNE_MARGIN.
+REFINE_MIN = 64
+
+#: Most sub-bins per refinement of a candidate bin of the binned scan (REFINE_MIN).
+REFINE_BINS = 1 << 11
 
 #: Batches with fewer entries (rows x vocabulary) than this run row by row, without the row-parallel
 #: kernels (which take seconds to compile on a first call).

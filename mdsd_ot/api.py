@@ -228,6 +228,16 @@ def _normalized_rows(P, Q, normalize):
     return out[0], out[1]
 
 
+def _check_rows(scheme, Q, n) -> None:
+    """``scheme.check`` for every row of ``Q``, raising what it raises for the first row it refuses:
+    the rows' supports are counted at once and only the first row with too few tokens (and the first
+    row, for the scheme's own conditions on n) goes through the check."""
+    scheme.check(Q[0], n)
+    short = np.flatnonzero(np.count_nonzero(Q > 0, axis=1) < scheme._min_support(n))
+    if short.size:
+        scheme.check(Q[short[0]], n)
+
+
 def optimal_acceptance_batch(
     P, Q, n, *, sampling: str = "with_replacement", normalize: bool = False
 ) -> np.ndarray:
@@ -256,8 +266,7 @@ def optimal_acceptance_batch(
     if np.ndim(P) == 2:  # a line before a long first compile (normalising large batches compiles too)
         _compile.notice_for_batch(scheme, n, np.shape(P))
     P, Q = _normalized_rows(P, Q, normalize)
-    for row in Q:
-        scheme.check(row, n)
+    _check_rows(scheme, Q, n)
     if scheme.kernel_code is None:  # a closed-form dual, row by row
         solved = [scheme.closed_form_dual(p, q, n) for p, q in zip(P, Q)]
         out = np.array([value for value, _ in solved])

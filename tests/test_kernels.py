@@ -420,3 +420,95 @@ def test_python_twin_calls_python_twins():
     ps, qs = rng.dirichlet(np.ones(40)), rng.dirichlet(np.ones(40))
     (d_twin, k_twin), (d_jit, k_jit) = twin(ps, qs, 3), scans.scan_with_replacement(ps, qs, 3)
     assert k_twin == k_jit and d_twin == pytest.approx(d_jit, abs=1e-15)  # libm vs LLVM: last-bit differences
+
+
+def test_radix_sort_of_long_runs_is_the_stable_sort(rng):
+    """Long runs (beyond insertion) are radix-sorted on the bits of q/p: the same permutation as a
+    stable sort, ties kept in their order, clusters just above one ratio and infinite ratios included."""
+    for trial in range(40):
+        m = int(rng.integers(33, 3000))
+        rs = [
+            rng.random(m),
+            rng.integers(0, 4, m).astype(float),
+            0.7 * (1.0 + 10.0 ** rng.uniform(-17, -2, m)),
+            np.where(rng.random(m) < 0.1, np.inf, np.exp(rng.uniform(-700, 700, m))),
+        ][trial % 4]
+        order = rng.permutation(m).astype(np.int64)
+        ps, qs = rng.random(m), rng.random(m)
+        a = int(rng.integers(0, m // 2))
+        e = m - int(rng.integers(0, m // 4))
+        perm = a + np.argsort(-rs[a:e], kind="stable")
+        want = [x.copy() for x in (order, rs, ps, qs)]
+        for x in want:
+            x[a:e] = x[perm]
+        K.common.sort_run_descending(order, rs, ps, qs, a, e)
+        for got, w in zip((order, rs, ps, qs), want):
+            assert np.array_equal(got, w)
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_bucketed_scan_refines_crowded_bins(code, rng):
+    """Bins crowded with near-equal ratios (q = 0.7 p + 0.3 r: tens of thousands of tokens just above
+    q/p = 0.7, exact ties among them), ratios over the whole exponent range and p close to q are
+    refined, not sorted: the value is the full-sort scan's and the mask attains it, recomputed by plain
+    sums, and is the first k tokens of the sorted order."""
+    V = 20_000
+    for trial in range(6):
+        if trial % 3 == 0:
+            p = rng.dirichlet(np.full(V, 0.05))
+            q = 0.7 * p + 0.3 * rng.dirichlet(np.full(V, 0.05))
+        elif trial % 3 == 1:
+            p, q = np.exp(rng.uniform(-690, 0, V)), np.exp(rng.uniform(-690, 0, V))
+        else:
+            p, _ = llm_like(V, rng, 1.0)
+            q = p * (1.0 + 1e-9 * rng.standard_normal(V))
+        p, q = p / p.sum(), q / q.sum()
+        n = 2 if code == 1 else (1, 2, 8)[trial % 3]
+        rest = complement_masses(q)
+        got, mask = K.bucketed_scan(p, q, n, code, rest)
+        ps, qs = sorted_pair(p, q)
+        assert got == pytest.approx(K.solve_sorted(ps, qs, n, code)[0], abs=1e-14)
+        qh, ph = q[mask].sum(), p[mask].sum()
+        if code == 0:
+            excess = min(qh**n, qh) - ph
+        else:
+            excess = qh - q[~mask].sum() * np.sum(q[mask] / rest[mask]) - ph
+        assert excess == pytest.approx(got, abs=1e-13)
+        order = sorted_order(p, q)
+        assert mask[order[: int(mask.sum())]].all()
+
+
+def test_small_v_compiled_and_python_bodies_agree(monkeypatch):
+    """At V <= PYTHON_MAX_V the scans run compiled once they are compiled or cached, as Python twins
+    before: the two give the same bits (values and subsets), every scheme with a scan."""
+    from mdsd_ot import optimal_acceptance
+    from mdsd_ot._kernels import dispatch
+
+    if not isinstance(K.scan_with_replacement, type(K.bucketed_scan)) or not hasattr(
+        K.scan_with_replacement, "py_func"
+    ):
+        pytest.skip("NUMBA_DISABLE_JIT=1: kernels are plain functions")
+    rng = np.random.default_rng(11)
+    cases = []
+    for trial in range(12):
+        V = int(rng.integers(3, 257))
+        p, q = llm_like(V, rng, (0.3, 1.0, 2.0)[trial % 3])
+        if trial % 4 == 1:
+            q = q * 10.0 ** rng.uniform(-300, 0, V)
+            q /= q.sum()
+        cases.append((p, q))
+    runs = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(dispatch, "compiled_ready", lambda kernel, c=compiled: c)
+        out = []
+        for p, q in cases:
+            for s, n in (
+                ("with_replacement", 2),
+                ("with_replacement", 8),
+                ("without_replacement", 2),
+                ("conditional_poisson", 3),
+            ):
+                r = optimal_acceptance(p, q, n, sampling=s)
+                out.append((r.value, tuple(r.subset), r.success))
+        runs[compiled] = out
+    assert runs[False] == runs[True]

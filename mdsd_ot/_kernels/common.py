@@ -106,16 +106,13 @@ def prefix_suffix_sums_into(ps, qs, P, Q, R):
 
 @nb.njit(cache=True)
 def sort_run_descending(order, rs, ps, qs, a, e):
-    """Sort positions ``[a, e)`` by ``rs`` from high to low, stably (a run in token order keeps its
-    ties in index order), carrying ``order``, ``ps`` and ``qs`` along: insertion up to
-    ``INSERTION_MAX`` entries, merge sort above. The evaluation plan's order pass and the binned scan's
-    candidate bins."""
+    """Sort positions ``[a, e)`` by ``rs`` (non-negative, not NaN) from high to low, stably (a run in
+    token order keeps its ties in index order), carrying ``order``, ``ps`` and ``qs`` along: insertion up
+    to ``INSERTION_MAX`` entries, a radix sort on the bits of ``rs`` above (:func:`radix_run_descending`).
+    The evaluation plan's order pass and the binned scan's candidate bins. Every stable sort by the same
+    keys gives the same permutation, so which one runs changes the cost only."""
     if e - a > INSERTION_MAX:
-        perm = np.argsort(-rs[a:e], kind="mergesort")
-        order[a:e] = order[a:e][perm]
-        rs[a:e] = rs[a:e][perm]
-        ps[a:e] = ps[a:e][perm]
-        qs[a:e] = qs[a:e][perm]
+        radix_run_descending(order, rs, ps, qs, a, e)
         return
     for t in range(a + 1, e):
         r, i, x, y = rs[t], order[t], ps[t], qs[t]
@@ -124,3 +121,70 @@ def sort_run_descending(order, rs, ps, qs, a, e):
             rs[u], order[u], ps[u], qs[u] = rs[u - 1], order[u - 1], ps[u - 1], qs[u - 1]
             u -= 1
         rs[u], order[u], ps[u], qs[u] = r, i, x, y
+
+
+#: Digit width of :func:`radix_run_descending` (2^11 counters: a few kB, in the L1 cache).
+_RADIX_BITS = 11
+
+
+@nb.njit(cache=True)
+def radix_run_descending(order, rs, ps, qs, a, e):
+    """:func:`sort_run_descending` for a long run: a stable least-significant-digit radix sort of the
+    bit patterns of ``rs`` (increasing in the value for non-negative floats), over the bits in which the
+    run's keys differ only (``kmax - key``, so that one pass per ``_RADIX_BITS`` bits of the run's
+    range suffices: a bin of the binned scan spans at most 2^47 patterns, five passes), then ``order``,
+    ``rs``, ``ps``, ``qs`` gathered along the permutation. O(m) per pass, against the ~log2(m) passes
+    of a merge sort; ties keep their order (every pass is a stable counting sort)."""
+    m = e - a
+    buf = np.empty(1)
+    view = buf.view(np.int64)
+    d = np.empty(m, dtype=np.int64)
+    kmax = np.int64(0)
+    kmin = np.int64(0x7FFFFFFFFFFFFFFF)
+    for t in range(m):
+        buf[0] = rs[a + t]
+        k = view[0]
+        d[t] = k
+        kmax = max(kmax, k)
+        kmin = min(kmin, k)
+    span = kmax - kmin
+    if span == 0:  # all equal: the stable order is the present one
+        return
+    for t in range(m):
+        d[t] = kmax - d[t]  # ascending in d = descending in rs
+    nbits = 0
+    while nbits < 63 and (span >> nbits) > 0:
+        nbits += 1
+    width = min(_RADIX_BITS, nbits)
+    mask = (np.int64(1) << width) - 1
+    perm = np.arange(m)
+    tmp = np.empty(m, dtype=np.int64)
+    dk = d.copy()  # the keys along perm (read in sequence)
+    dt = np.empty(m, dtype=np.int64)
+    counts = np.empty(mask + 2, dtype=np.int64)
+    shift = 0
+    while shift < nbits:
+        counts[:] = 0
+        for t in range(m):
+            counts[((dk[t] >> shift) & mask) + 1] += 1
+        for c in range(mask + 1):
+            counts[c + 1] += counts[c]
+        for t in range(m):
+            c = (dk[t] >> shift) & mask
+            f = counts[c]
+            tmp[f] = perm[t]
+            dt[f] = dk[t]
+            counts[c] = f + 1
+        perm, tmp = tmp, perm
+        dk, dt = dt, dk
+        shift += width
+    o2 = order[a:e].copy()
+    r2 = rs[a:e].copy()
+    p2 = ps[a:e].copy()
+    q2 = qs[a:e].copy()
+    for t in range(m):
+        j = perm[t]
+        order[a + t] = o2[j]
+        rs[a + t] = r2[j]
+        ps[a + t] = p2[j]
+        qs[a + t] = q2[j]

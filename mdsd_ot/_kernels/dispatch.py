@@ -12,7 +12,7 @@ import numba as nb
 import numpy as np
 
 from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PLAN_BLOCK, PYTHON_MAX_V, SEQUENTIAL_WORKSPACE_MAX_V
-from .common import neumaier_add
+from .common import neumaier_add, neumaier_add_nonneg
 from .scans import (
     bucketed_scan,
     complement_masses_kernel,
@@ -79,14 +79,40 @@ def python_twin(kernel):
     return _TWINS[kernel]
 
 
+_READY: dict = {}
+
+
+def compiled_ready(kernel) -> bool:
+    """True when calling ``kernel`` compiles nothing: it was compiled (or loaded) in this process, or
+    numba's on-disk cache holds it for the present source (its index, which numba discards when the
+    source changed). Said once per kernel and process from the cache; a plain function (under
+    ``NUMBA_DISABLE_JIT=1``) is never "compiled"."""
+    if not isinstance(kernel, nb.core.registry.CPUDispatcher):
+        return False
+    if kernel.signatures:
+        return True
+    ready = _READY.get(kernel)
+    if ready is None:
+        try:
+            ready = bool(kernel._cache._cache_file._load_index())
+        except Exception:  # numba's cache internals changed, or no cache: the Python twin
+            ready = False
+        _READY[kernel] = ready
+    return ready
+
+
 def small_or_jit(kernel, size: int):
     """``kernel`` itself, or its Python twin (:func:`python_twin`) for inputs of at most
-    ``PYTHON_MAX_V`` tokens.
+    ``PYTHON_MAX_V`` tokens when the kernel is not compiled yet (:func:`compiled_ready`).
 
-    The Python body runs with numpy's overflow and underflow warnings off: compiled, the same
-    arithmetic overflows to inf silently, and the kernels are written for that.
+    A small input on a fresh installation compiles nothing (the twin costs far less than a compile);
+    once the kernel is compiled or cached, it runs compiled at every size (the twin costs hundreds of
+    microseconds at V = 60). The two give the same bits: the kernels use no fast-math and the same
+    libm (``tests/test_kernels.py::test_small_v_compiled_and_python_bodies_agree``). The Python body
+    runs with numpy's overflow and underflow warnings off: compiled, the same arithmetic overflows to
+    inf silently, and the kernels are written for that.
     """
-    if size > PYTHON_MAX_V:
+    if size > PYTHON_MAX_V or compiled_ready(kernel):
         return kernel
 
     body = python_twin(kernel)
@@ -222,14 +248,30 @@ def _batch_conditional_poisson(P, Q, n):
     return out, H
 
 
+def _batch_kernel(V, n, code):
+    """The row-parallel kernel for ``(B, V)`` batches of scheme code ``code`` with ``n`` drafts, and
+    its extra arguments."""
+    if V >= BINNED_MIN_V and (n == 1 or code == 0):
+        return _batch_binned, (n, 0)
+    if V >= BINNED_MIN_V and code == 1 and n == 2:
+        return _batch_binned, (n, 1)
+    if code == 0 or n == 1:
+        return _batch_with, (n,)
+    if code == 1:
+        return (_batch_without_2 if n == 2 else _batch_without), (n,)
+    return _batch_conditional_poisson, (n,)
+
+
 def solve_batch(P, Q, n, code):
     """Row-parallel batch solve of ``(B, V)`` arrays (binned scans where sums suffice).
 
     Returns ``(alpha, H)``: alpha* per row and a boolean mask of an optimal subset per row. Batches
-    of fewer than ``PARALLEL_MIN_ENTRIES`` entries run row by row on the single-row kernels (a
-    row-parallel kernel takes seconds to compile on its first call, far more than such a batch).
+    of fewer than ``PARALLEL_MIN_ENTRIES`` entries run row by row on the single-row kernels unless the
+    row-parallel kernel is compiled already (:func:`compiled_ready`): compiling it takes seconds, far
+    more than such a batch, but once it is there it is several times faster than the loop.
     """
-    if P.size < PARALLEL_MIN_ENTRIES:
+    kernel, extra = _batch_kernel(P.shape[1], n, code)
+    if P.size < PARALLEL_MIN_ENTRIES and not compiled_ready(kernel):
         out = np.empty(P.shape[0])
         H = np.zeros(P.shape, dtype=np.bool_)
         keys = small_or_jit(order_keys, P.shape[1])
@@ -239,18 +281,9 @@ def solve_batch(P, Q, n, code):
             H[b, order[: int(k)]] = True
             out[b] = max(1.0 - d, 0.0)
         return out, H
-    if P.shape[1] >= BINNED_MIN_V and (n == 1 or code == 0):
-        return _batch_binned(P, Q, n, 0)
-    if P.shape[1] >= BINNED_MIN_V and code == 1 and n == 2:
-        return _batch_binned(P, Q, n, 1)
-    if code == 0 or n == 1:
-        return _batch_with(P, Q, n)
-    if code == 1:
-        if n == 2:
-            return _batch_without_2(P, Q, n)
+    if kernel is _batch_without:
         compile_notice(_batch_without, "the sequential-sampling kernels", 20)
-        return _batch_without(P, Q, n)
-    return _batch_conditional_poisson(P, Q, n)
+    return kernel(P, Q, *extra)
 
 
 @nb.njit(cache=True, fastmath={"reassoc"}, inline="always")
@@ -293,6 +326,9 @@ def masked_row_sums(X, H):
     """``(inside, outside)``: per row, the compensated sums of ``X`` over ``H`` and over its complement.
 
     Plain masked sums, row-parallel: the batch re-check of certificates (no prefix sums, no bins).
+    ``X >= 0`` (validated probabilities): each entry is added to both sums, as itself on its side and
+    as 0 on the other, which leaves a compensated sum of non-negative terms unchanged bit for bit
+    (:func:`neumaier_add_nonneg`), so the sums are those of skipping it, without a branch per entry.
     """
     B = X.shape[0]
     inside = np.empty(B)
@@ -300,10 +336,10 @@ def masked_row_sums(X, H):
     for b in nb.prange(B):
         si, ci, so, co = 0.0, 0.0, 0.0, 0.0
         for i in range(X.shape[1]):
-            if H[b, i]:
-                si, ci = neumaier_add(si, ci, X[b, i])
-            else:
-                so, co = neumaier_add(so, co, X[b, i])
+            x = X[b, i]
+            h = H[b, i]
+            si, ci = neumaier_add_nonneg(si, ci, x if h else 0.0)
+            so, co = neumaier_add_nonneg(so, co, 0.0 if h else x)
         inside[b] = si + ci
         outside[b] = so + co
     return inside, outside

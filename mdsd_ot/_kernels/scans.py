@@ -12,7 +12,7 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN
+from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN, REFINE_BINS, REFINE_MIN
 from .common import (
     logaddexp,
     neumaier_add,
@@ -29,6 +29,27 @@ from .common import (
 # of the same kind, so p == q gives D = 0 exactly, and every Q(H) is capped by the exact bound q(H).
 
 
+#: Above this exponent :func:`int_power` calls ``math.pow`` (numba's own cut-off for ``x ** n``).
+_INT_POWER_MAX = 0x10000
+
+
+@nb.njit(cache=True, inline="always")
+def int_power(x, n):
+    """``x ** n`` for an integer ``n >= 0`` by binary exponentiation: numba's algorithm for a float to
+    an integer power, written out so that the compiled kernel and its Python twin (where ``x ** n``
+    would call libm's ``pow``, which rounds differently) give the same bits."""
+    if n > _INT_POWER_MAX:
+        return math.pow(x, float(n))
+    r = 1.0
+    e = n
+    while e != 0:
+        if e & 1:
+            r *= x
+        e >>= 1
+        x *= x
+    return r
+
+
 @nb.njit(cache=True, inline="always")
 def power_of_mass(Qh, Rout, n):
     """``q(H)^n``, capped by ``q(H)``, accurate for every n.
@@ -40,7 +61,7 @@ def power_of_mass(Qh, Rout, n):
     """
     if n > POWER_FROM_REST_N and Rout < 0.5:
         return min(math.exp(n * math.log1p(-Rout)), Qh)
-    return min(Qh**n, Qh)
+    return min(int_power(Qh, n), Qh)
 
 
 @nb.njit(cache=True)
@@ -320,17 +341,12 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
 
 
 @nb.njit(cache=True)
-def bucketed_scan(p, q, n, code, rest):
-    """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
-
-    ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
-    prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
-    in-bin prefixes are Neumaier-compensated (every term is non-negative:
-    :func:`neumaier_add_nonneg`, without branches).
-    """
+def _bin_sums(p, q, b, nbins, code, rest):
+    """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token above
+    half the mass, as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
+    (:func:`neumaier_add_nonneg`). One cache line per bin while summing."""
     V = p.size
-    b, nbins = _bin_of(p, q)
-    sums = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations (one cache line)
+    acc = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations (one cache line)
     cnt = np.zeros(nbins, dtype=np.int64)
     half = 0.0
     if code == 1:  # (the token above half the mass: sequential n = 2 only)
@@ -341,26 +357,30 @@ def bucketed_scan(p, q, n, code, rest):
     for i in range(V):
         j = b[i]
         cnt[j] += 1
-        sums[j, 0], sums[j, 3] = neumaier_add_nonneg(sums[j, 0], sums[j, 3], p[i])
-        sums[j, 1], sums[j, 4] = neumaier_add_nonneg(sums[j, 1], sums[j, 4], q[i])
+        acc[j, 0], acc[j, 3] = neumaier_add_nonneg(acc[j, 0], acc[j, 3], p[i])
+        acc[j, 1], acc[j, 4] = neumaier_add_nonneg(acc[j, 1], acc[j, 4], q[i])
         if code == 1 and q[i] > 0.0:
             if q[i] > half:
                 big_i = i
             else:
-                sums[j, 2], sums[j, 5] = neumaier_add_nonneg(sums[j, 2], sums[j, 5], q[i] / rest[i])
-    P0 = prefix_sums(sums[:, 0] + sums[:, 3])  # sums over the bins before bin j
-    Q0 = prefix_sums(sums[:, 1] + sums[:, 4])
-    S0 = prefix_sums(sums[:, 2] + sums[:, 5])
-    R1 = suffix_sums(sums[:, 1] + sums[:, 4])  # q mass of the bins after bin j: R1[j + 1]
-    big_bin = b[big_i] if big_i >= 0 else nbins
-    big_q = q[big_i] if big_i >= 0 else 0.0
-    big_rest = rest[big_i] if big_i >= 0 else 1.0
+                acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / rest[i])
+    sums = np.empty((3, nbins))
+    for j in range(nbins):
+        for r in range(3):
+            sums[r, j] = acc[j, r] + acc[j, r + 3]
+    return sums, cnt, big_i
+
+
+@nb.njit(cache=True)
+def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
+    """The best bin boundary's excess (``bound``) and ``start``: the offsets of the candidate bins'
+    tokens (a bin whose inner prefixes might beat ``bound``; the others get no room)."""
+    nbins = cnt.size
     bound = 0.0
     for j in range(nbins):
         if cnt[j] > 0:
             big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
             bound = max(bound, _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code))
-    # tokens of the bins whose inner prefixes might beat every boundary
     start = np.zeros(nbins + 1, dtype=np.int64)
     for j in range(nbins):
         inner = 0
@@ -370,15 +390,21 @@ def bucketed_scan(p, q, n, code, rest):
             if ub >= bound - PRUNE_MARGIN:
                 inner = cnt[j]
         start[j + 1] = start[j] + inner
+    return bound, start
+
+
+@nb.njit(cache=True)
+def _bin_members(p, q, b, start):
+    """The tokens of the candidate bins, bin by bin in token order, with their ratios q/p (``inf`` for
+    p = 0), p and q along them, in arrays shared by all bins."""
+    nbins = start.size - 1
     members = np.empty(start[nbins], dtype=np.int64)
     fill = start[:-1].copy()
-    for i in range(V):
+    for i in range(b.size):
         j = b[i]
         if start[j + 1] > start[j]:
             members[fill[j]] = i
             fill[j] += 1
-    # each candidate bin sorted by q/p in place (ties keep token index order), with p and q along it,
-    # and the q mass of the bin after each of its inner prefixes, in arrays shared by all bins
     rs = np.empty(members.size)
     ps = np.empty(members.size)
     qs = np.empty(members.size)
@@ -387,16 +413,262 @@ def bucketed_scan(p, q, n, code, rest):
         rs[t] = q[i] / p[i] if p[i] > 0.0 else np.inf
         ps[t] = p[i]
         qs[t] = q[i]
-    tail = np.empty(members.size + 1)
-    for j in range(nbins):
-        a, e = start[j], start[j + 1]
-        if e > a:
-            sort_run_descending(members, rs, ps, qs, a, e)
-            s_, c_ = 0.0, 0.0
-            tail[e] = 0.0
-            for t in range(e - 1, a - 1, -1):
-                s_, c_ = neumaier_add_nonneg(s_, c_, qs[t])
-                tail[t] = s_ + c_
+    return members, rs, ps, qs
+
+
+@nb.njit(cache=True, inline="always")
+def _better(d, rank, best, best_rank):
+    """The first largest excess: ``d`` at ``rank`` tokens replaces ``best`` at ``best_rank``."""
+    return d > best or (d == best and rank < best_rank)
+
+
+@nb.njit(cache=True)
+def _leaf_scan(
+    members,
+    rs,
+    ps,
+    qs,
+    rest,
+    tail,
+    a0,
+    a,
+    e,
+    P,
+    Q,
+    S,
+    R,
+    big_i,
+    big_in,
+    big_q,
+    big_rest,
+    n,
+    code,
+    bound,
+    best,
+    best_rank,
+):
+    """The inner prefixes of ``[a, e)`` (a run of a candidate bin starting at ``a0``) token by token:
+    the run sorted by q/p in place (stably), then running compensated sums from ``P``, ``Q``, ``S``
+    (the sums before ``a``) and the outside mass ``R`` after ``e`` plus the run's own tail."""
+    sort_run_descending(members, rs, ps, qs, a, e)
+    s_, c_ = 0.0, 0.0
+    tail[e - a0] = 0.0
+    for t in range(e - 1, a - 1, -1):
+        s_, c_ = neumaier_add_nonneg(s_, c_, qs[t])
+        tail[t - a0] = s_ + c_
+    Pc, cP = P, 0.0
+    Qc, cQ = Q, 0.0
+    Sc, cS = S, 0.0
+    for t in range(a, e - 1):
+        i = members[t]
+        Pc, cP = neumaier_add_nonneg(Pc, cP, ps[t])
+        Qc, cQ = neumaier_add_nonneg(Qc, cQ, qs[t])
+        if code == 1:
+            if i == big_i:
+                big_in = True
+            else:
+                Sc, cS = neumaier_add_nonneg(Sc, cS, qs[t] / rest[i])
+        Rout = R + tail[t + 1 - a0]
+        big = big_q * (Rout / big_rest) if big_in else 0.0
+        d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
+        bound = max(bound, d)
+        if _better(d, t + 1 - a0, best, best_rank):
+            best, best_rank = d, t + 1 - a0
+    return bound, best, best_rank
+
+
+@nb.njit(cache=True)
+def _refine_bin(
+    members, rs, ps, qs, rest, a0, e0, P, Q, S, R, big_i, big_in0, big_q, big_rest, n, code, bound
+):
+    """The first largest excess over the inner prefixes of one candidate bin ``members[a0:e0]`` (sums
+    ``P``, ``Q``, ``S`` before it, outside mass ``R`` after it): ``(bound, best, best_rank)``, with
+    ``best_rank`` tokens of the bin inside H (``-1``: none evaluated above 0) and ``bound`` raised by
+    every excess attained.
+
+    A run of more than ``REFINE_MIN`` tokens is not sorted: it is binned again by the next bits of its
+    own occupied range of q/p (at most ``REFINE_BINS`` sub-bins, scattered in place, stably), every
+    sub-bin boundary is a prefix whose excess follows from sub-bin sums, and only the sub-bins whose
+    bound ``Q(end) - p(start)`` can beat the best attained excess by ``PRUNE_MARGIN`` are looked into,
+    recursively; shorter runs (and runs of equal ratios) are sorted and scanned token by token. The
+    tokens end up arranged so that the best prefix is ``members[a0:a0 + best_rank]``.
+    """
+    m = e0 - a0
+    best = 0.0
+    best_rank = np.int64(-1)
+    tail = np.empty(m + 1)  # (the q mass of a run after each of its tokens, by position - a0)
+    if m <= REFINE_MIN:
+        return _leaf_scan(
+            members,
+            rs,
+            ps,
+            qs,
+            rest,
+            tail,
+            a0,
+            a0,
+            e0,
+            P,
+            Q,
+            S,
+            R,
+            big_i,
+            big_in0,
+            big_q,
+            big_rest,
+            n,
+            code,
+            bound,
+            best,
+            best_rank,
+        )
+    cap = m // 2 + 2  # pushed runs hold >= 2 tokens each and are disjoint
+    st_a = np.empty(cap, dtype=np.int64)
+    st_e = np.empty(cap, dtype=np.int64)
+    st_f = np.empty((cap, 5))  # P, Q, S before the run, R after it, its upper bound
+    st_big = np.empty(cap, dtype=np.bool_)
+    top_ = 0
+    st_a[0], st_e[0], st_big[0] = a0, e0, big_in0
+    st_f[0, 0], st_f[0, 1], st_f[0, 2], st_f[0, 3], st_f[0, 4] = P, Q, S, R, np.inf
+    top_ = 1
+    tm = np.empty(m, dtype=np.int64)
+    tr = np.empty(m)
+    tp = np.empty(m)
+    tq = np.empty(m)
+    kf = np.empty(m)
+    kb = kf.view(np.int64)  # the keys' bit patterns (then their sub-bins)
+    most = min(REFINE_BINS, m)  # sub-bins per refinement (fewer for a short bin: less to clear)
+    cnt = np.empty(most + 2, dtype=np.int64)
+    acc = np.empty((most + 1, 6))
+    Rs = np.empty(most + 2)
+    while top_ > 0:
+        top_ -= 1
+        a, e, big_in = st_a[top_], st_e[top_], st_big[top_]
+        Pa, Qa, Sa, Re, ub = st_f[top_, 0], st_f[top_, 1], st_f[top_, 2], st_f[top_, 3], st_f[top_, 4]
+        if ub < bound - PRUNE_MARGIN:  # the bound rose since the run was pushed
+            continue
+        r_lo = np.inf
+        r_hi = 0.0
+        for t in range(a, e):
+            r_lo = min(r_lo, rs[t])
+            r_hi = max(r_hi, rs[t])
+        if e - a <= REFINE_MIN or r_lo == r_hi:
+            bound, best, best_rank = _leaf_scan(
+                members,
+                rs,
+                ps,
+                qs,
+                rest,
+                tail,
+                a0,
+                a,
+                e,
+                Pa,
+                Qa,
+                Sa,
+                Re,
+                big_i,
+                big_in,
+                big_q,
+                big_rest,
+                n,
+                code,
+                bound,
+                best,
+                best_rank,
+            )
+            continue
+        # keys: the bits of q/p, or, where the run spans at most one octave, the bits of q/p - min q/p
+        # (exact by Sterbenz's lemma, so the same order and the same ties): a run crowded just above
+        # its smallest ratio, as q = 0.7 p + (tiny) makes it, then spreads over the exponents
+        r_sub = r_lo if r_hi <= 2.0 * r_lo else 0.0
+        for t in range(a, e):
+            kf[t - a] = rs[t] - r_sub
+        k_lo = np.int64(0x7FFFFFFFFFFFFFFF)
+        k_hi = np.int64(0)
+        for t in range(e - a):
+            k = kb[t]
+            k_lo = min(k_lo, k if k > 0 else k_lo)
+            k_hi = max(k_hi, k)
+        shift = 0
+        while (k_hi >> shift) - (k_lo >> shift) + 1 > most:
+            shift += 1
+        hi_ = k_hi >> shift
+        nsub = hi_ - (k_lo >> shift) + 2  # the last sub-bin: ratios equal to r_lo (key 0)
+        cnt[: nsub + 1] = 0
+        acc[:nsub] = 0.0
+        big_sub = nsub
+        for t in range(a, e):  # counts and sums per sub-bin (high ratios first)
+            k = kb[t - a]
+            j = hi_ - (k >> shift) if k > 0 else nsub - 1
+            kb[t - a] = j
+            cnt[j + 1] += 1
+            acc[j, 0], acc[j, 3] = neumaier_add_nonneg(acc[j, 0], acc[j, 3], ps[t])
+            acc[j, 1], acc[j, 4] = neumaier_add_nonneg(acc[j, 1], acc[j, 4], qs[t])
+            if code == 1:
+                if members[t] == big_i:
+                    big_sub = j
+                else:
+                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], qs[t] / rest[members[t]])
+        for j in range(nsub):
+            cnt[j + 1] += cnt[j]
+        for t in range(a, e):  # stable scatter into sub-bin order, then back in place
+            j = kb[t - a]
+            f = cnt[j]
+            tm[f], tr[f], tp[f], tq[f] = members[t], rs[t], ps[t], qs[t]
+            cnt[j] = f + 1
+        for t in range(e - a):
+            members[a + t], rs[a + t], ps[a + t], qs[a + t] = tm[t], tr[t], tp[t], tq[t]
+        # cnt[j] is now the end of sub-bin j (relative to a)
+        rs_, rc_ = 0.0, 0.0
+        Rs[nsub] = Re
+        for j in range(nsub - 1, -1, -1):  # outside mass after sub-bin j: Re plus the later sub-bins
+            rs_, rc_ = neumaier_add_nonneg(rs_, rc_, acc[j, 1] + acc[j, 4])
+            Rs[j] = Re + (rs_ + rc_)
+        Pc, cP = Pa, 0.0
+        Qc, cQ = Qa, 0.0
+        Sc, cS = Sa, 0.0
+        lo = 0
+        for j in range(nsub):
+            hi = cnt[j]
+            if hi == lo:
+                continue
+            Ps, Qs_, Ss = Pc + cP, Qc + cQ, Sc + cS  # sums before sub-bin j
+            bin_big = big_in
+            Pc, cP = neumaier_add_nonneg(Pc, cP, acc[j, 0] + acc[j, 3])
+            Qc, cQ = neumaier_add_nonneg(Qc, cQ, acc[j, 1] + acc[j, 4])
+            Sc, cS = neumaier_add_nonneg(Sc, cS, acc[j, 2] + acc[j, 5])
+            big_in = big_in or big_sub == j
+            Rout = Rs[j + 1]
+            if a + hi < e:  # (the run's own end is a boundary its parent evaluated)
+                big = big_q * (Rout / big_rest) if big_in else 0.0
+                d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
+                bound = max(bound, d)
+                if _better(d, a + hi - a0, best, best_rank):
+                    best, best_rank = d, a + hi - a0
+            if hi - lo >= 2:
+                ub_j = _excess(Qc + cQ, Ps, Rout, Ss, 0.0, n, code)
+                if ub_j >= bound - PRUNE_MARGIN:
+                    st_a[top_], st_e[top_], st_big[top_] = a + lo, a + hi, bin_big
+                    st_f[top_, 0], st_f[top_, 1], st_f[top_, 2], st_f[top_, 3], st_f[top_, 4] = (
+                        Ps,
+                        Qs_,
+                        Ss,
+                        Rout,
+                        ub_j,
+                    )
+                    top_ += 1
+            lo = hi
+    return bound, best, best_rank
+
+
+@nb.njit(cache=True)
+def _bin_scan(
+    P0, Q0, S0, R1, cnt, start, members, rs, ps, qs, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+):
+    """The first largest excess over every bin boundary and the candidate bins' inner prefixes:
+    ``(best, best_bin, best_len)`` (``best_len`` tokens of ``best_bin`` inside H)."""
+    nbins = cnt.size
     best = 0.0
     best_bin = -1
     best_len = 0  # tokens of best_bin inside H (cnt = the whole bin)
@@ -405,28 +677,59 @@ def bucketed_scan(p, q, n, code, rest):
             continue
         a, e = start[j], start[j + 1]
         if e > a:
-            Pc, cP = P0[j], 0.0
-            Qc, cQ = Q0[j], 0.0
-            Sc, cS = S0[j], 0.0
-            big_in = big_bin < j
-            for t in range(a, e - 1):
-                i = members[t]
-                Pc, cP = neumaier_add_nonneg(Pc, cP, ps[t])
-                Qc, cQ = neumaier_add_nonneg(Qc, cQ, qs[t])
-                if code == 1:
-                    if i == big_i:
-                        big_in = True
-                    else:
-                        Sc, cS = neumaier_add_nonneg(Sc, cS, qs[t] / rest[i])
-                Rout = R1[j + 1] + tail[t + 1]
-                big = big_q * (Rout / big_rest) if big_in else 0.0
-                d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
-                if d > best:
-                    best, best_bin, best_len = d, j, t + 1 - a
+            bound, d, k = _refine_bin(
+                members,
+                rs,
+                ps,
+                qs,
+                rest,
+                a,
+                e,
+                P0[j],
+                Q0[j],
+                S0[j],
+                R1[j + 1],
+                big_i,
+                big_bin < j,
+                big_q,
+                big_rest,
+                n,
+                code,
+                bound,
+            )
+            if k >= 0 and d > best:
+                best, best_bin, best_len = d, j, k
         big = big_q * (R1[j + 1] / big_rest) if big_bin <= j else 0.0
         d = _excess(Q0[j + 1], P0[j + 1], R1[j + 1], S0[j + 1], big, n, code)
         if d > best:
             best, best_bin, best_len = d, j, cnt[j]
+    return best, best_bin, best_len
+
+
+@nb.njit(cache=True)
+def bucketed_scan(p, q, n, code, rest):
+    """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
+
+    ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
+    prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
+    in-bin prefixes are Neumaier-compensated (every term is non-negative:
+    :func:`neumaier_add_nonneg`, without branches).
+    """
+    V = p.size
+    b, nbins = _bin_of(p, q)
+    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest)
+    P0 = prefix_sums(sums[0])  # sums over the bins before bin j
+    Q0 = prefix_sums(sums[1])
+    S0 = prefix_sums(sums[2])
+    R1 = suffix_sums(sums[1])  # q mass of the bins after bin j: R1[j + 1]
+    big_bin = b[big_i] if big_i >= 0 else nbins
+    big_q = q[big_i] if big_i >= 0 else 0.0
+    big_rest = rest[big_i] if big_i >= 0 else 1.0
+    bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code)
+    members, rs, ps, qs = _bin_members(p, q, b, start)
+    best, best_bin, best_len = _bin_scan(
+        P0, Q0, S0, R1, cnt, start, members, rs, ps, qs, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+    )
     mask = np.zeros(V, dtype=np.bool_)
     if best_bin >= 0:
         whole = best_len == cnt[best_bin]

@@ -1,0 +1,174 @@
+"""The three speed floors of issue #25, each as a ratio to a baseline measured in the same run.
+
+Run: ``python benchmarks/bench_floors.py [--repeat 9]`` (prints a Markdown table).
+
+* **Wide dynamic range**: ``optimal_acceptance`` at V = 152,064, n = 2, 4, 8, both sequential schemes
+  handled by the binned scan (with replacement; without replacement n = 2), on Dirichlet(0.05) pairs
+  (``q = 0.7 p + 0.3 Dirichlet(0.05)``: q/p spans hundreds of octaves, masses down to 1e-300 and a
+  cluster of tens of thousands of near-equal ratios) and on a pair whose ratios span the whole
+  exponent range, as a ratio to one ``np.argsort`` of ``q/p`` (CPU time, best of ``--repeat``). The
+  LLM-like pair for comparison. Target: the binned scan at most sorting plus a linear scan (about
+  1.2x argsort).
+* **Small V**: V = 60, n = 2, the kernels compiled (as once cached; a first call on a fresh
+  installation runs their Python twins instead of compiling): one ``optimal_acceptance`` call and
+  ``optimal_acceptance_batch`` per row (4,096 and 256 rows), as speed-ups over one HiGHS LP of the
+  same pair (wall time, best of several; the batch kernels are row-parallel, so on a machine shared
+  with other jobs also run it with ``NUMBA_NUM_THREADS=1``). Targets: >= 300x and >= 5,000x.
+* **Per position**: ``study.evaluate_rows`` over 8 LLM-like positions at V = 151,936 (bounds with and
+  greedy; naive, rrs, spectr and greedy verifiers; n = 2, 3, 4), CPU time per position as a ratio to
+  one ``np.argsort`` of the same vector. Target: <= 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import best_cpu_time, best_time, header, llm_like_pair  # noqa: E402
+
+from mdsd_ot import _kernels, optimal_acceptance, optimal_acceptance_batch, primal  # noqa: E402
+from mdsd_ot.drafts import complement_masses, get_scheme  # noqa: E402
+
+
+def wide_pair(V: int, rng: np.random.Generator):
+    """The issue's wide pair: p ~ Dirichlet(0.05), q = 0.7 p + 0.3 Dirichlet(0.05)."""
+    p = rng.dirichlet(np.full(V, 0.05))
+    q = 0.7 * p + 0.3 * rng.dirichlet(np.full(V, 0.05))
+    return p / p.sum(), q / q.sum()
+
+
+def full_range_pair(V: int, rng: np.random.Generator):
+    """Masses log-uniform over 1e-300 .. 1 for both p and q (ratios over ~2,000 octaves)."""
+    p = np.exp(rng.uniform(-690.0, 0.0, V))
+    q = np.exp(rng.uniform(-690.0, 0.0, V))
+    return p / p.sum(), q / q.sum()
+
+
+def argsort_time(p, q, repeat):
+    key = -(q / np.where(p > 0, p, 1e-300))
+    return best_cpu_time(lambda: np.argsort(key), repeat=repeat)
+
+
+def wide_rows(rng, repeat):
+    V = 152_064
+    out = []
+    for label, (p, q) in (
+        ("Dirichlet(0.05)", wide_pair(V, rng)),
+        ("log-uniform 1e-300..1", full_range_pair(V, rng)),
+        ("LLM-like T = 1", llm_like_pair(V, rng)),
+    ):
+        pos = (p > 0) & (q > 0)
+        lr = np.log2(q[pos]) - np.log2(p[pos])
+        octaves = float(lr.max() - lr.min())
+        t_sort = argsort_time(p, q, repeat)
+        scan = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 0, q), repeat=repeat)
+        rest = complement_masses(q)
+        scan1 = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 1, rest), repeat=repeat)
+        cells = [f"{scan / t_sort:.2f}x / {scan1 / t_sort:.2f}x"]
+        for n in (2, 4, 8):
+            t = best_cpu_time(lambda: optimal_acceptance(p, q, n), repeat=repeat)
+            cells.append(f"{t / t_sort:.2f}x")
+        t = best_cpu_time(lambda: optimal_acceptance(p, q, 2, sampling="without_replacement"), repeat=repeat)
+        cells.append(f"{t / t_sort:.2f}x")
+        out.append(f"| {label} ({octaves:.0f} octaves) | {t_sort * 1e3:.2f} | " + " | ".join(cells) + " |")
+    return out
+
+
+def small_rows(rng, repeat):
+    V, n = 60, 2
+    for s in ("with_replacement", "without_replacement"):  # the scan kernels compiled (or loaded)
+        optimal_acceptance(*llm_like_pair(300, rng), n, sampling=s)
+    p, q = llm_like_pair(V, rng)
+    scheme = get_scheme("with_replacement")
+    t_lp = best_time(lambda: primal.solve_highs(primal.build_lp(p, q, n, scheme)), repeat=3)
+    t_one = best_time(lambda: optimal_acceptance(p, q, n), repeat=max(repeat, 20), number=20)
+    t_wor = best_time(
+        lambda: optimal_acceptance(p, q, n, sampling="without_replacement"), repeat=repeat, number=20
+    )
+    out = [
+        f"| one call, with replacement | {t_one * 1e6:.0f} us | {t_lp * 1e3:.1f} ms "
+        f"| **{t_lp / t_one:.0f}x** | >= 300x |",
+        f"| one call, without replacement | {t_wor * 1e6:.0f} us | {t_lp * 1e3:.1f} ms "
+        f"| {t_lp / t_wor:.0f}x | |",
+    ]
+    for B in (4096, 256):
+        P = np.empty((B, V))
+        Q = np.empty((B, V))
+        for b in range(B):
+            P[b], Q[b] = llm_like_pair(V, rng)
+        t = best_time(lambda: optimal_acceptance_batch(P, Q, n), repeat=repeat) / B
+        out.append(
+            f"| batch of {B}, per row, {numba.get_num_threads()} threads | {t * 1e6:.1f} us "
+            f"| {t_lp * 1e3:.1f} ms | **{t_lp / t:.0f}x** | >= 5000x |"
+        )
+    return out
+
+
+def position_rows(rng, repeat):
+    from mdsd_ot.study import evaluate_rows
+
+    V, m = 151_936, 8
+    pairs = [llm_like_pair(V, rng) for _ in range(m)]
+    P = np.array([a for a, _ in pairs])
+    Q = np.array([b for _, b in pairs])
+    t_sort = min(argsort_time(P[i], Q[i], repeat) for i in range(2))
+    kw = dict(
+        ns=[2, 3, 4], schemes=["with_replacement", "greedy"], verifiers=["naive", "rrs", "spectr", "greedy"]
+    )
+    evaluate_rows(P, Q, **kw)  # warm-up
+    cpu = wall = np.inf
+    for _ in range(max(2, repeat // 3)):
+        t0, w0 = time.process_time(), time.perf_counter()
+        evaluate_rows(P, Q, **kw)
+        cpu = min(cpu, (time.process_time() - t0) / m)
+        wall = min(wall, (time.perf_counter() - w0) / m)
+    return [
+        f"| evaluate_rows, 8 positions, 2 bounds + 4 verifiers x n = 2, 3, 4 | {cpu * 1e3:.2f} ms "
+        f"(wall {wall * 1e3:.2f}) | {t_sort * 1e3:.2f} ms | **{cpu / t_sort:.2f}x** "
+        f"(wall {wall / t_sort:.2f}x) | <= 3x |"
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--only", choices=("wide", "small", "position"), default=None)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    lines = [header("Speed floors (issue #25): ratios to baselines measured in the same run")]
+    if args.only in (None, "wide"):
+        lines += [
+            "",
+            "Wide dynamic range, V = 152,064 (CPU time, ratio to one np.argsort of q/p):",
+            "",
+            "| pair | argsort ms | binned scan with / without repl. n=2 | with n=2 | with n=4 | with n=8 "
+            "| without n=2 |",
+            "|---|---|---|---|---|---|---|",
+        ] + wide_rows(rng, args.repeat)
+    if args.only in (None, "small"):
+        lines += [
+            "",
+            "Small V = 60, n = 2 (wall time; speed-up over one HiGHS LP of the same pair):",
+            "",
+            "| call | ours | HiGHS LP | speed-up | target |",
+            "|---|---|---|---|---|",
+        ] + small_rows(rng, args.repeat)
+    if args.only in (None, "position"):
+        lines += [
+            "",
+            "Per position, V = 151,936 (CPU time per position, ratio to one np.argsort of the same vector):",
+            "",
+            "| path | per position | argsort | ratio | target |",
+            "|---|---|---|---|---|",
+        ] + position_rows(rng, args.repeat)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
