@@ -224,7 +224,7 @@ def test_worker_loads_the_models_once_and_hashes_them_once(tmp_path, monkeypatch
     files hashed for the first shard folder only (the merged result: the Ray tests below)."""
     from mdsd_ot.decode import DecodeConfig
     from mdsd_ot.decode import job as decode_job
-    from mdsd_ot.study import job as study_job
+    from mdsd_ot.runs import inputs as run_inputs
 
     _save_models(tmp_path)
     prompts = tmp_path / "p.jsonl"
@@ -241,10 +241,10 @@ def test_worker_loads_the_models_once_and_hashes_them_once(tmp_path, monkeypatch
         threads=1,
     )
     loads, hashed = [], []
-    load, sha = study_job.load_models, _store._sha256_file
-    monkeypatch.setattr(study_job, "_MODELS", {})
+    load, sha = run_inputs.load_models, _store._sha256_file
+    monkeypatch.setattr(run_inputs, "_MODELS", {})
     monkeypatch.setattr(decode_job, "_IDENTITY", {})
-    monkeypatch.setattr(study_job, "load_models", lambda *a, **k: loads.append(a) or load(*a, **k))
+    monkeypatch.setattr(run_inputs, "load_models", lambda *a, **k: loads.append(a) or load(*a, **k))
     monkeypatch.setattr(_store, "_sha256_file", lambda f: hashed.append(f) or sha(f))
     decode_job.shard_task(config, "0/2", tmp_path / "s0")
     first = len(hashed)

@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .. import _store
+from ..keys import verifier_applies as _verifier_applies  # noqa: F401  (mdsd_ot.study._verifier_applies)
+from ..keys import verifier_scheme  # noqa: F401  (mdsd_ot.study.verifier_scheme: the bound a verifier is compared with)
 
 #: Warning category for damaged, incomplete or unverifiable study folders (handled, never silent).
 StudyWarning = _store.StoreWarning
@@ -146,17 +148,6 @@ class StudyConfig:
         }
 
 
-def verifier_scheme(name: str) -> str:
-    """The bound (a member of :data:`SCHEMES`) that verifier ``name`` should be compared with: the
-    scheme it is built for (``mdsd_ot.VERIFIERS[name].scheme``), or the scheme with the same draft-set
-    law (``DraftScheme.same_sets_as``: SpecHub's hub drafts are greedy drafts for n = 2)."""
-    from ..drafts import get_scheme
-    from ..verifiers import VERIFIERS
-
-    scheme = get_scheme(VERIFIERS[name].scheme)
-    return scheme.same_sets_as or scheme.name
-
-
 def check_verifier_names(names) -> list:
     """Registry names of ``names`` (aliases and any case accepted); ``ValueError`` listing the
     registry for an unknown one."""
@@ -167,13 +158,6 @@ def check_verifier_names(names) -> list:
     if bad:
         raise ValueError(f"unknown verifier {bad[0]!r}; choose among {sorted(VERIFIERS)}")
     return [get_verifier(n).name for n in names]  # aliases and any case: registry names
-
-
-def _verifier_applies(name: str, n: int) -> bool:
-    from ..verifiers import VERIFIERS
-
-    fixed = VERIFIERS[name].fixed_n
-    return fixed is None or fixed == n
 
 
 def parse_every(spec) -> dict:
