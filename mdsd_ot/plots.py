@@ -141,6 +141,17 @@ def _order(method: str):
     return (fam_rank, fam, not is_bound(method), rank, method)
 
 
+def in_family_order(verifiers) -> tuple:
+    """Verifier names in the order of the figures' legends and the family tables (:func:`_order`):
+    by family in scheme order, then by :data:`VERIFIER_STYLES`; also the order the command line
+    spells its default verifier lists in.
+
+    >>> in_family_order(["greedy", "spechub", "rrs", "naive"])
+    ('naive', 'rrs', 'greedy', 'spechub')
+    """
+    return tuple(sorted(verifiers, key=lambda name: _order(method_key(VERIFIER, name))))
+
+
 def _draw(ax, xs, ys, es, method, hollow=False):
     color, ls, marker, is_bound = style(method)
     ax.errorbar(

@@ -95,3 +95,20 @@ def test_the_wing_has_no_cycles():
 
     for node in graph:
         visit(node)
+
+
+def test_one_default_verifier_list_derived_from_the_registry():
+    from mdsd_ot import VERIFIERS, plan, study
+    from mdsd_ot.cli import build_parser
+    from mdsd_ot.plots import VERIFIER_STYLES
+    from mdsd_ot.verifiers import DEFAULT_VERIFIERS
+
+    assert list(DEFAULT_VERIFIERS) == [v for v in VERIFIERS if v != "optimal"]  # registry order
+    assert plan.DEFAULT_VERIFIERS == DEFAULT_VERIFIERS
+    assert sorted(study.DEFAULT_VERIFIERS) == sorted(DEFAULT_VERIFIERS)
+    assert study.StudyConfig().validate().verifiers == sorted(DEFAULT_VERIFIERS)
+    parser = build_parser()
+    base = ["--target", "t", "--draft", "d"]
+    assert parser.parse_args(["study", *base]).verifiers.split(",") == list(study.DEFAULT_VERIFIERS)
+    assert set(parser.parse_args(["demo"]).verifiers.split(",")) == set(VERIFIERS)
+    assert set(VERIFIER_STYLES) == set(VERIFIERS)  # every verifier has its style in every figure

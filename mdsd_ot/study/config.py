@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from .. import _store
 from ..keys import verifier_applies as _verifier_applies  # noqa: F401  (mdsd_ot.study._verifier_applies)
 from ..keys import verifier_scheme  # noqa: F401  (mdsd_ot.study.verifier_scheme: the bound a verifier is compared with)
+from ..plots import in_family_order
+from ..verifiers import DEFAULT_VERIFIERS as _REGISTRY_DEFAULTS
 
 #: Warning category for damaged, incomplete or unverifiable study folders (handled, never silent).
 StudyWarning = _store.StoreWarning
@@ -17,8 +19,10 @@ StudyWarning = _store.StoreWarning
 SCHEMES = ("with_replacement", "without_replacement", "greedy")
 
 
-#: Verifiers evaluated by default (names of ``mdsd_ot.VERIFIERS``).
-DEFAULT_VERIFIERS = ("naive", "rrs", "spectr", "rrs_without_replacement", "greedy", "spechub")
+#: Verifiers evaluated by default: :data:`mdsd_ot.verifiers.DEFAULT_VERIFIERS` (the one list, derived
+#: from the registry), spelled in the figures' family order (:func:`mdsd_ot.plots.in_family_order`).
+#: :meth:`StudyConfig.validate` sorts the names, so the order never reaches a stored file.
+DEFAULT_VERIFIERS = in_family_order(_REGISTRY_DEFAULTS)
 
 
 @dataclass
