@@ -24,6 +24,8 @@ import io
 import math
 from pathlib import Path
 
+from .keys import BOUND, VERIFIER, is_bound, is_exact, is_gap, method_key, split_method, verifier_scheme
+
 __all__ = [
     "plot_families",
     "plot_decode",
@@ -68,11 +70,9 @@ def family(method: str) -> str:
     >>> family("bound:greedy"), family("verifier:spechub"), family("gap:spectr")
     ('greedy', 'greedy', 'with_replacement')
     """
-    kind, name = method.split(":", 1)
-    if kind == "bound":
+    kind, name = split_method(method)
+    if kind == BOUND:
         return name
-    from .study import verifier_scheme
-
     try:
         return verifier_scheme(name)
     except KeyError:
@@ -89,13 +89,13 @@ def style(method: str) -> tuple:
     >>> style("bound:greedy")[0] == style("verifier:spechub")[0], style("bound:greedy")[1]
     (True, '-')
     """
-    kind, name = method.split(":", 1)
-    if kind == "bound":
+    kind, name = split_method(method)
+    if kind == BOUND:
         return (FAMILY_COLORS.get(name, "C7"), "-", "o", True)
     if name not in VERIFIER_STYLES:
         return (*_OTHER, False)
     ls, marker = VERIFIER_STYLES[name]
-    return (FAMILY_COLORS.get(family(f"verifier:{name}"), "C7"), ls, marker, False)
+    return (FAMILY_COLORS.get(family(method_key(VERIFIER, name)), "C7"), ls, marker, False)
 
 
 def _styles(methods) -> dict:
@@ -134,11 +134,22 @@ def _pyplot():
 def _order(method: str):
     """Legend (and demo table) order: by family in scheme order, the bound first, then the verifiers
     in registry order."""
-    name = method.split(":", 1)[1]
+    name = split_method(method)[1]
     rank = _VERIFIER_ORDER.index(name) if name in _VERIFIER_ORDER else 99
     fam = family(method)
     fam_rank = list(FAMILY_COLORS).index(fam) if fam in FAMILY_COLORS else 99
-    return (fam_rank, fam, not method.startswith("bound:"), rank, method)
+    return (fam_rank, fam, not is_bound(method), rank, method)
+
+
+def in_family_order(verifiers) -> tuple:
+    """Verifier names in the order of the figures' legends and the family tables (:func:`_order`):
+    by family in scheme order, then by :data:`VERIFIER_STYLES`; also the order the command line
+    spells its default verifier lists in.
+
+    >>> in_family_order(["greedy", "spechub", "rrs", "naive"])
+    ('naive', 'rrs', 'greedy', 'spechub')
+    """
+    return tuple(sorted(verifiers, key=lambda name: _order(method_key(VERIFIER, name))))
 
 
 def _draw(ax, xs, ys, es, method, hollow=False):
@@ -189,7 +200,7 @@ def figure_families(table, kind: str = "acceptance", *, title: str | None = None
     """The acceptance (``kind="acceptance"``) or gap (``"gap"``) figure of a study summary, or None
     when the table has no such rows: one panel per n, x = temperature, one shared legend."""
     plt = _pyplot()
-    rows = [t for t in table if t["method"].startswith("gap:") == (kind == "gap")]
+    rows = [t for t in table if is_gap(t["method"]) == (kind == "gap")]
     if not rows:
         return None
     ylabel = "bound of its scheme - verifier acceptance" if kind == "gap" else "mean acceptance"
@@ -224,7 +235,7 @@ def figure_families(table, kind: str = "acceptance", *, title: str | None = None
             if (method, n) in sub:
                 parts.setdefault(sub[(method, n)], []).append(str(n))
         handles.append(_handle(method, hollow=bool(parts)))
-        label = method.split(":", 1)[1] if kind == "gap" else method
+        label = split_method(method)[1] if kind == "gap" else method
         if parts:
             label += "".join(
                 f"\n  subsample: {c:,} of {t:,} positions (n = {', '.join(k)})" for (c, t), k in parts.items()
@@ -284,13 +295,14 @@ def plot_families(table, out, *, title: str | None = None) -> dict:
 def _decode_method(t) -> str:
     """A decode row's method in the vocabulary of :func:`style`: ``exact:<v>`` stays, the node-bound
     estimate is the bound of the cell's scheme."""
-    return f"bound:{t['scheme']}" if t["method"] in ("bound", "heuristic") else t["method"]
+    return method_key(BOUND, t["scheme"]) if t["method"] in ("bound", "heuristic") else t["method"]
 
 
 def _decode_label(method: str) -> str:
-    if method.startswith("bound:"):
-        return f"node-alpha* heuristic ({method.split(':', 1)[1]})"
-    return method.split(":", 1)[1]
+    kind, name = split_method(method)
+    if kind == BOUND:
+        return f"node-alpha* heuristic ({name})"
+    return name
 
 
 #: The two decode figures: file name, x key, panel keys, x label.
@@ -306,7 +318,7 @@ def figure_decode(table, which: int = 0, *, title: str | None = None):
     Lines: ``exact:<verifier>`` (the verifier's style) and the node-alpha* heuristic (the bound style
     of the cell's scheme); one shared legend."""
     plt = _pyplot()
-    rows = [t for t in table if t["method"].startswith("exact:") or t["method"] in ("bound", "heuristic")]
+    rows = [t for t in table if is_exact(t["method"]) or t["method"] in ("bound", "heuristic")]
     if not rows:
         return None
     _, xkey, group, xlabel = DECODE_FIGURES[which]

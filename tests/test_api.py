@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from conftest import random_pair
 
-from mdsd_ot import AcceptanceResult, optimal_acceptance, optimal_acceptance_batch
+from mdsd_ot import SCHEMES, AcceptanceResult, optimal_acceptance, optimal_acceptance_batch
 
-BATCH_SCHEMES = ["with_replacement", "without_replacement", "greedy", "conditional_poisson"]
+#: every registered scheme defined for any n (hub is n = 2 only; its own cases below)
+BATCH_SCHEMES = [s for s in SCHEMES if SCHEMES[s].fixed_n is None]
 
 
 @pytest.mark.parametrize("sampling", BATCH_SCHEMES)
@@ -48,12 +49,12 @@ def test_float_dtypes_are_promoted(dtype):
 
 
 def test_p_equal_q_is_exactly_one(rng):
-    for scheme in BATCH_SCHEMES + ["hub"]:
+    for scheme in [s for s in SCHEMES if SCHEMES[s].q_dominates]:  # not top_n's deterministic drafts
         for _ in range(20):
             p, _ = random_pair(rng, int(rng.integers(2, 500)))
             if np.count_nonzero(p) < 3:
                 continue
-            n = 2 if scheme == "hub" else 3
+            n = SCHEMES[scheme].fixed_n or 3
             assert optimal_acceptance(p, p.copy(), n, sampling=scheme).value == 1.0
 
 

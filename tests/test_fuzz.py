@@ -29,7 +29,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mdsd_ot import optimal_acceptance, optimal_acceptance_batch
+import mdsd_ot
+from mdsd_ot import get_scheme, optimal_acceptance, optimal_acceptance_batch
 from mdsd_ot.cli import main as cli_main
 from mdsd_ot.compare import Comparison, compare
 from mdsd_ot.result import AcceptanceResult
@@ -48,7 +49,7 @@ P2, Q2 = [0.5, 0.5], [0.25, 0.75]
 SEED = 20261129
 N_CALLS = 30_000
 BUDGET_S = 3.0  # wall-clock budget of one call (a rejection takes well under a millisecond)
-SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
+SCHEMES = tuple(mdsd_ot.SCHEMES)  # every registered scheme: a new one is fuzzed by construction
 
 
 # ------------------------------------------------------------------------- the fixed n bug (_validate)
@@ -369,8 +370,9 @@ def _warm_up():
     q = np.array([0.1, 0.2, 0.3, 0.35, 0.05, 1e-300])
     with np.errstate(all="ignore"):
         for scheme in SCHEMES:
-            for n in [2] if scheme == "hub" else [1, 2, 3]:
-                optimal_acceptance(p, q, n, sampling=scheme)
+            for n in [get_scheme(scheme).fixed_n] if get_scheme(scheme).fixed_n else [1, 2, 3]:
+                for method in METHODS:  # the first call of a method imports its solver (cvxpy: seconds)
+                    optimal_acceptance(p, q, n, sampling=scheme, method=method)
                 optimal_acceptance_batch(np.stack([p, q]), np.stack([q, p]), n, sampling=scheme)
                 for name, v in VERIFIERS.items():
                     if scheme in v.schemes and v.fixed_n in (None, n):
@@ -439,13 +441,13 @@ def test_fuzz_valid_extreme_inputs():
             q = _extreme(rng, _valid(rng, V)) if rng.random() < 0.7 else _valid(rng, V)
             scheme = SCHEMES[int(rng.integers(len(SCHEMES)))]
             support = int(np.count_nonzero(q > 0))
-            if scheme == "hub":
-                if support < 2:
-                    continue
-                n = 2
-            else:
-                top = 4 if scheme == "with_replacement" else min(4, support)
-                n = int(rng.integers(1, top + 1))
+            sch = get_scheme(scheme)  # the valid n for this q: the scheme's fixed n, or 1..4 it supports
+            ns = [
+                k for k in ([sch.fixed_n] if sch.fixed_n else range(1, 5)) if sch._min_support(k) <= support
+            ]
+            if not ns:
+                continue
+            n = ns[0] if sch.fixed_n else int(rng.integers(1, len(ns) + 1))
             which = int(rng.integers(4))
             if which == 0:
                 fname, fn, kw = "optimal_acceptance", optimal_acceptance, dict(p=p, q=q, n=n, sampling=scheme)

@@ -100,15 +100,15 @@ def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path,
 
 def test_a_study_that_failed_to_load_models_is_taken_over(tiny_pair, tmp_path, capsys, monkeypatch):
     """torch missing (or any failure) at model loading: the folder holds no rows, the rerun proceeds."""
-    from mdsd_ot.study import job
+    from mdsd_ot.runs import inputs
 
     out = tmp_path / "study"
 
     def broken(*a, **k):
         raise ImportError("torch is required for this feature (simulated)")
 
-    job._MODELS.clear()
-    monkeypatch.setattr(job, "load_models", broken)
+    inputs._MODELS.clear()
+    monkeypatch.setattr(inputs, "load_models", broken)
     _one_line_error(capsys, _study_argv(tiny_pair, out, tiny_pair / "target"), "simulated")
     monkeypatch.undo()
     assert (out / "done.txt").stat().st_size == 0
@@ -204,9 +204,11 @@ def test_cluster_mean_ci_against_the_formula_written_out():
 def test_study_statistics_and_the_decode_report_use_the_one_function():
     from mdsd_ot import intervals, study
     from mdsd_ot.decode import report
+    from mdsd_ot.runs import statistics
 
     assert study.cluster_mean_ci is intervals.cluster_mean_ci
     assert report.cluster_mean_ci is intervals.cluster_mean_ci
+    assert statistics.cluster_mean_ci is intervals.cluster_mean_ci  # the summaries' shared loop
 
 
 def test_demo_header_states_the_number_of_clusters(tmp_path, capsys):

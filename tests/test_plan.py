@@ -10,14 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import mdsd_ot
 from mdsd_ot import _kernels, optimal_acceptance, plan, verifier_acceptance
 from mdsd_ot._kernels import plan as kplan
 from mdsd_ot.drafts import top_tokens
 from mdsd_ot.plan import PLAN_VERIFIERS, PlanVerifier, evaluate_position
+from mdsd_ot.verifiers import DEFAULT_VERIFIERS
 
 TOL = 1e-12
-SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson", "top_n")
-VERIFIERS = ("naive", "rrs", "rrs_without_replacement", "spectr", "spechub", "greedy")
+SCHEMES = tuple(mdsd_ot.SCHEMES)  # every registered scheme and default verifier, by construction
+VERIFIERS = DEFAULT_VERIFIERS
 NS = (1, 2, 3, 4)
 
 

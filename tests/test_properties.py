@@ -24,11 +24,20 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import mdsd_ot
 from mdsd_ot import get_scheme, optimal_acceptance, optimal_acceptance_batch
 from mdsd_ot._config import VALUE_TOL
 from mdsd_ot.verifiers import VERIFIERS, verifier_acceptance
 
-SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
+#: every registered scheme: a new one joins every sweep below (and needs its case in exact_set_law)
+SCHEMES = tuple(mdsd_ot.SCHEMES)
+#: schemes defined for every n (hub is n = 2 only)
+ANY_N = tuple(s for s in SCHEMES if get_scheme(s).fixed_n is None)
+#: schemes where p == q gives alpha* = 1 (``DraftScheme.q_dominates``; not top_n, whose drafts are
+#: deterministic); with n = 1 these draw the one draft from q, so alpha* = 1 - TV
+Q_DOMINATES = tuple(s for s in SCHEMES if get_scheme(s).q_dominates)
+#: schemes drafting the top-k tokens of q (ties by index): k as a function of n
+TOP_K_OF = {"greedy": lambda n: n - 1, "hub": lambda n: 1, "top_n": lambda n: n}
 
 #: absolute agreement demanded between float64 results and the exact rational oracle
 TOL = 1e-12
@@ -95,6 +104,8 @@ def exact_set_law(q, n, scheme):
         for i in others:
             add((i, a), q[i])  # x1 = i != a, then x2 = a
             add((a, i), q[a] * q[i] / rest)  # x1 = a, then x2 ~ q on the rest
+    elif scheme == "top_n":
+        add(_top(q, n), Fraction(1))  # the n most likely tokens, deterministically
     else:  # pragma: no cover
         raise AssertionError(scheme)
     return law
@@ -181,11 +192,9 @@ def support(q):
 
 def valid_ns(q, scheme, n_max=3):
     """The numbers of drafts the scheme accepts for this q (docs/math.md#draft-schemes)."""
-    if scheme == "hub":
-        return [2] if support(q) >= 2 else []
-    if scheme == "with_replacement":
-        return list(range(1, n_max + 1))
-    return list(range(1, min(n_max, support(q)) + 1))
+    s = get_scheme(scheme)
+    ns = [s.fixed_n] if s.fixed_n is not None else range(1, n_max + 1)
+    return [n for n in ns if support(q) >= s._min_support(n)]
 
 
 @st.composite
@@ -232,7 +241,7 @@ def test_certificate_attains_value(prob):
 
 
 @FAST
-@given(pairs(), st.sampled_from(["with_replacement", "without_replacement", "greedy", "conditional_poisson"]))
+@given(pairs(), st.sampled_from([s for s in ANY_N if s in Q_DOMINATES]))
 def test_single_draft_is_one_minus_tv(pair, scheme):
     """n = 1: alpha* = sum_y min(p(y), q(y)) = 1 - TV(p, q) for every scheme that allows n = 1."""
     p, q = pair
@@ -241,12 +250,11 @@ def test_single_draft_is_one_minus_tv(pair, scheme):
 
 
 @FAST
-@given(pairs(), st.integers(1, 4), st.sampled_from(SCHEMES))
+@given(pairs(), st.integers(1, 4), st.sampled_from(Q_DOMINATES))
 def test_identical_distributions_give_exactly_one(pair, n, scheme):
     """p == q: alpha* is exactly 1.0 (outputting the draft law unchanged is valid)."""
     p, _ = pair
-    if scheme == "hub":
-        n = 2
+    n = get_scheme(scheme).fixed_n or n
     assume(n in valid_ns(p, scheme, n_max=4))
     for method in ("auto", "dual"):
         r = optimal_acceptance(p, p.copy(), n, sampling=scheme, method=method)
@@ -269,7 +277,7 @@ def test_batch_identical_rows_exactly_one(scheme, weights):
 @FAST
 @given(
     pairs(min_v=2),
-    st.sampled_from(["with_replacement", "without_replacement", "greedy", "conditional_poisson"]),
+    st.sampled_from(ANY_N),
 )
 def test_monotone_in_n(pair, scheme):
     """alpha* is non-decreasing in the number of drafts (docs/math.md#test-facts)."""
@@ -288,11 +296,11 @@ def test_permutation_invariance(prob, random):
     perm = list(range(p.size))
     random.shuffle(perm)
     perm = np.array(perm)
-    if scheme in ("greedy", "hub"):
+    if scheme in TOP_K_OF:
         # these schemes break ties in "most likely" by token index, so a tie across the boundary of
         # Top is resolved differently after relabelling: only untied boundaries are invariant
         qs = np.sort(q)[::-1]
-        k = n - 1 if scheme == "greedy" else 1
+        k = TOP_K_OF[scheme](n)
         assume(k == 0 or k >= q.size or qs[k - 1] != qs[k])
     r = optimal_acceptance(p, q, n, sampling=scheme)
     rp = optimal_acceptance(p[perm], q[perm], n, sampling=scheme)
@@ -350,6 +358,7 @@ def test_dual_equals_lp(prob):
             ("greedy", 3),
             ("hub", 2),
             ("without_replacement", 2),
+            ("top_n", 3),
         ]
     ),
 )
@@ -439,8 +448,7 @@ def test_denormal_and_tiny_masses_against_exact_oracle(V, scheme, n, data):
     the exact rational alpha* (this found the denormal bugs of sequential sampling fixed in 254e87f)."""
     p = _normalise(data.draw(st.lists(_DENORMAL_ATOMS, min_size=V, max_size=V)))
     q = _normalise(data.draw(st.lists(_DENORMAL_ATOMS, min_size=V, max_size=V)))
-    if scheme == "hub":
-        n = 2
+    n = get_scheme(scheme).fixed_n or n
     assume(n in valid_ns(q, scheme, n_max=4))
     exact = float(exact_alpha(p, q, n, scheme)[0])
     r = optimal_acceptance(p, q, n, sampling=scheme)

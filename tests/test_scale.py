@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from labs import RunLab, no_duplicates
 
 from mdsd_ot import _store, scale
 from mdsd_ot.cli import main
@@ -61,38 +62,13 @@ def _records():
     ]
 
 
-class Lab:
-    """Saved tiny random models, a prompts file, and the single-process reference run."""
+class Lab(RunLab):
+    """The shared tiny-model lab (:mod:`labs`) for a study, and the single-process reference run."""
 
     def __init__(self, root: Path):
-        pytest.importorskip("torch")
-        pytest.importorskip("transformers")
-        from tiny_models import save_tiny_lm, tiny_lm
-
-        self.root = root
-        for name, seed in (("target", 1), ("draft", 2)):
-            # spread the logits so that the distributions are far from uniform
-            save_tiny_lm(tiny_lm(V, seed=seed, spread=40.0), root / name)
-        self.prompts = root / "prompts.jsonl"
-        self.prompts.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+        super().__init__(root, command="study", vocab=V, records=_records(), options=OPTIONS, spread=40.0)
         self.reference = root / "reference"
         assert main(self.argv(self.reference)) == 0
-        self._n = 0
-
-    def argv(self, out, *extra):
-        return [
-            "study",
-            "--target",
-            str(self.root / "target"),
-            "--draft",
-            str(self.root / "draft"),
-            "--prompts",
-            str(self.prompts),
-            "--out",
-            str(out),
-            *OPTIONS,
-            *extra,
-        ]
 
     def job(self):
         from mdsd_ot.study import StudyConfig
@@ -110,10 +86,6 @@ class Lab:
             threads=1,
         )
 
-    def fresh(self, name="run") -> Path:
-        self._n += 1
-        return self.root / f"{name}{self._n}"
-
     def assert_same_as_reference(self, out: Path) -> None:
         from mdsd_ot import study
 
@@ -129,11 +101,7 @@ class Lab:
 
 def _no_duplicates(shard_dir: Path) -> None:
     """Each record's done line and rows appear once in a shard folder's files (no stray copies)."""
-    done = [json.loads(line)["id"] for line in (shard_dir / _store.DONE).read_text().splitlines()]
-    assert len(done) == len(set(done))
-    rows = [json.loads(line) for line in (shard_dir / _store.ROWS).read_text().splitlines()]
-    keys = [(r["record"], r["pos"], r["T"]) for r in rows]
-    assert len(keys) == len(set(keys))
+    no_duplicates(shard_dir, lambda r: (r["record"], r["pos"], r["T"]))
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from labs import RunLab, no_duplicates, save_models
 
 from mdsd_ot import _store, scale
 from mdsd_ot.cli import main
@@ -58,6 +59,7 @@ OPTIONS = [
 ]
 PROMPTS = 5  # three shards get 2, 2 and 1 prompts
 TIMINGS = ("t_draft", "t_target", "t_exact")
+MODELS = (("target", 1, "qwen2"), ("draft", 2, "llama"))
 
 
 def _records(n=PROMPTS):
@@ -66,13 +68,7 @@ def _records(n=PROMPTS):
 
 
 def _save_models(root: Path) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from tiny_models import save_tiny_lm, tiny_lm
-
-    for name, seed, kind in (("target", 1, "qwen2"), ("draft", 2, "llama")):
-        # spread the logits so that the laws are far from uniform
-        save_tiny_lm(tiny_lm(V, seed=seed, kind=kind, spread=20.0), root / name)
+    save_models(root, V, MODELS, spread=20.0)
 
 
 def _key(r):
@@ -94,14 +90,13 @@ def _table(folder):
     return [{k: v for k, v in t.items() if k not in drop} for t in table]
 
 
-class Lab:
-    """Saved tiny random models, a prompts file, and the single-process reference run."""
+class Lab(RunLab):
+    """The shared tiny-model lab (:mod:`labs`) for a decode run, and the single-process reference run."""
 
     def __init__(self, root: Path):
-        self.root = root
-        _save_models(root)
-        self.prompts = root / "prompts.jsonl"
-        self.prompts.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+        super().__init__(
+            root, command="decode", vocab=V, records=_records(), options=OPTIONS, spread=20.0, models=MODELS
+        )
         self.reference = root / "reference"
         assert main(self.argv(self.reference)) == 0
         rows = _store.read_rows(self.reference)
@@ -114,22 +109,6 @@ class Lab:
         assert len(made) == PROMPTS * len(TEMPERATURES) * len(TREES) * len(SCHEMES)
         assert len({last[c] for c in made if made[c] < MAX_NEW}) <= 1
         assert sum(made.values()) >= len(made) * MAX_NEW // 2
-        self._n = 0
-
-    def argv(self, out, *extra):
-        return [
-            "decode",
-            "--target",
-            str(self.root / "target"),
-            "--draft",
-            str(self.root / "draft"),
-            "--prompts",
-            str(self.prompts),
-            "--out",
-            str(out),
-            *OPTIONS,
-            *extra,
-        ]
 
     def job(self):
         from mdsd_ot.decode import DecodeConfig
@@ -148,10 +127,6 @@ class Lab:
             union=False,
         )
 
-    def fresh(self, name="run") -> Path:
-        self._n += 1
-        return self.root / f"{name}{self._n}"
-
     def assert_same_as_reference(self, out: Path, cost_given: bool = True) -> None:
         assert _rows(out) == _rows(self.reference)
         if not cost_given:  # measured cost ratio: everything else equal, then the same bytes at COST
@@ -165,11 +140,7 @@ class Lab:
 
 def _no_duplicates(shard_dir: Path) -> None:
     """Each record's done line and rows appear once in a shard folder's files (no stray copies)."""
-    done = [json.loads(line)["id"] for line in (shard_dir / _store.DONE).read_text().splitlines()]
-    assert len(done) == len(set(done))
-    rows = [json.loads(line) for line in (shard_dir / _store.ROWS).read_text().splitlines()]
-    keys = [_key(r) for r in rows]
-    assert len(keys) == len(set(keys))
+    no_duplicates(shard_dir, _key)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +195,7 @@ def test_worker_loads_the_models_once_and_hashes_them_once(tmp_path, monkeypatch
     files hashed for the first shard folder only (the merged result: the Ray tests below)."""
     from mdsd_ot.decode import DecodeConfig
     from mdsd_ot.decode import job as decode_job
-    from mdsd_ot.study import job as study_job
+    from mdsd_ot.runs import inputs as run_inputs
 
     _save_models(tmp_path)
     prompts = tmp_path / "p.jsonl"
@@ -241,10 +212,10 @@ def test_worker_loads_the_models_once_and_hashes_them_once(tmp_path, monkeypatch
         threads=1,
     )
     loads, hashed = [], []
-    load, sha = study_job.load_models, _store._sha256_file
-    monkeypatch.setattr(study_job, "_MODELS", {})
+    load, sha = run_inputs.load_models, _store._sha256_file
+    monkeypatch.setattr(run_inputs, "_MODELS", {})
     monkeypatch.setattr(decode_job, "_IDENTITY", {})
-    monkeypatch.setattr(study_job, "load_models", lambda *a, **k: loads.append(a) or load(*a, **k))
+    monkeypatch.setattr(run_inputs, "load_models", lambda *a, **k: loads.append(a) or load(*a, **k))
     monkeypatch.setattr(_store, "_sha256_file", lambda f: hashed.append(f) or sha(f))
     decode_job.shard_task(config, "0/2", tmp_path / "s0")
     first = len(hashed)

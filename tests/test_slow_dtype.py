@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mdsd_ot.backends import torch as tb  # noqa: E402
-from mdsd_ot.study import collection  # noqa: E402
+from mdsd_ot.runs import inputs  # noqa: E402
 
 
 def test_float32_against_itself_is_about_one():
@@ -20,7 +20,7 @@ def test_warning_only_when_far_slower(monkeypatch, slow, warns):
     monkeypatch.setattr(tb, "cpu_matmul_slowdown", lambda dtype: slow)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        collection._warn_if_slow_dtype("bfloat16")
+        inputs.warn_if_slow_dtype("bfloat16")
     messages = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
     assert bool(messages) == warns
     if warns:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow  # fault injection / fuzzing / statistics: the ful
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tiny_models import save_tiny_lm, tiny_lm  # noqa: E402
+from labs import RunLab, write_prompts  # noqa: E402
 
 from mdsd_ot import _store, study  # noqa: E402
 from mdsd_ot.cli import main  # noqa: E402
@@ -52,10 +52,6 @@ OPTIONS = [
 ]
 
 
-def _tiny_lm(seed, hidden=16):
-    return tiny_lm(V, seed=seed, hidden=hidden, spread=40.0)
-
-
 def _records():
     """Four prompts: 3, 0 (an empty continuation), 4 and 2 positions."""
     rng = np.random.default_rng(7)
@@ -69,40 +65,18 @@ def _records():
     ]
 
 
-def _write_prompts(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
+_write_prompts = write_prompts
 
 
-class Lab:
-    """Saved tiny models, a prompts file and the reference (uninterrupted) run."""
+class Lab(RunLab):
+    """The shared tiny-model lab (:mod:`labs`, plus an ``other`` target) and forked children."""
 
     def __init__(self, root: Path):
-        self.root = root
-        for name, seed in (("target", 1), ("draft", 2), ("other", 3)):
-            save_tiny_lm(_tiny_lm(seed), root / name)
-        self.prompts = _write_prompts(root / "prompts.jsonl", _records())
-        self._n = 0
+        models = (("target", 1, "qwen2"), ("draft", 2, "qwen2"), ("other", 3, "qwen2"))
+        super().__init__(
+            root, command="study", vocab=V, records=_records(), options=OPTIONS, spread=40.0, models=models
+        )
         self.ctx = None
-
-    def argv(self, out, *extra, target=None, prompts=None):
-        return [
-            "study",
-            "--target",
-            str(target or self.root / "target"),
-            "--draft",
-            str(self.root / "draft"),
-            "--prompts",
-            str(prompts or self.prompts),
-            "--out",
-            str(out),
-            *OPTIONS,
-            *extra,
-        ]
-
-    def fresh(self, name="run"):
-        self._n += 1
-        return self.root / f"{name}{self._n}"
 
     # -- children
     def start(self, argv, plan=None, events=None):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from test_trees import ToyLM, autoregressive_law, enumerate_trees, first_tokens_law, law_distance
 
+import mdsd_ot
 from mdsd_ot._config import LAW_TOL
 from mdsd_ot.trees import (
     TREE_VERIFIERS,
@@ -29,7 +30,8 @@ from mdsd_ot.trees import (
 from mdsd_ot.trees.verifiers import child_draft_laws
 from mdsd_ot.verifiers import VERIFIERS
 
-BLOCK_SCHEMES = ["with_replacement", "without_replacement", "greedy", "conditional_poisson", "top_n"]
+#: every registered scheme defined for any n (block verification accepts each)
+BLOCK_SCHEMES = [s for s, scheme in mdsd_ot.SCHEMES.items() if scheme.fixed_n is None]
 
 
 # ------------------------------------------------------------------------------------------ losslessness

@@ -18,6 +18,9 @@ HELP = "offline demo on bundled real Qwen2.5-Coder distributions: bounds vs veri
 
 
 def add_arguments(parser):
+    from ..plots import in_family_order
+    from ..verifiers import DEFAULT_VERIFIERS, VERIFIERS
+
     parser.add_argument(
         "--out", default="mdsd_ot_demo", help="folder for the plot and tables (default: ./mdsd_ot_demo)"
     )
@@ -35,7 +38,10 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--verifiers",
-        default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub,optimal",
+        # the default verifiers, then every other registered one (optimal: the compact sample is small)
+        default=",".join(
+            in_family_order(DEFAULT_VERIFIERS) + tuple(v for v in VERIFIERS if v not in DEFAULT_VERIFIERS)
+        ),
         help="comma-separated verifier names ('' for none)",
     )
     parser.add_argument("--no-plot", action="store_true", help="print the tables only")

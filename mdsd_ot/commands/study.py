@@ -30,7 +30,8 @@ def _names(text):
 
 
 def add_arguments(parser):
-    from ..verifiers import DEFAULT_SAMPLES
+    from ..plots import in_family_order
+    from ..verifiers import DEFAULT_SAMPLES, DEFAULT_VERIFIERS
 
     parser.add_argument("--target", required=True, help="target model: local folder or hub name")
     parser.add_argument("--draft", required=True, help="draft model: local folder or hub name")
@@ -51,7 +52,7 @@ def add_arguments(parser):
     )
     parser.add_argument(
         "--verifiers",
-        default="naive,rrs,spectr,rrs_without_replacement,greedy,spechub",
+        default=",".join(in_family_order(DEFAULT_VERIFIERS)),
         help="verifier names, comma-separated ('' for none)",
     )
     parser.add_argument(

@@ -36,7 +36,7 @@ def commands(paths: dict, folder) -> list[str]:
 
 
 def run(args) -> int:
-    from ..study.collection import check_model_dependencies
+    from ..runs.inputs import check_model_dependencies
     from ..tiny import write_tiny_models
 
     check_model_dependencies("mdsd-ot tiny-models")

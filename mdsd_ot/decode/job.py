@@ -12,12 +12,12 @@ of prompts, the total of the progress bar.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from .. import _store
+from ..runs import inputs as _inputs
+from ..runs.shards import worker_setup, worker_threads
 from .config import DecodeConfig
 
 __all__ = ["TITLE", "shard_task", "merge_shards", "count_records", "cached_models"]
@@ -41,12 +41,11 @@ def _config(job) -> DecodeConfig:
 def cached_models(config: DecodeConfig):
     """``(target, draft, tokenizer)`` of ``config``, loaded once per process (the last pair kept).
 
-    The cache is the study's (:func:`mdsd_ot.study.job.cached_models`, keyed by model folders,
-    tokenizer, dtype, device and threads): a worker that ran a study shard of the same pair reuses it.
+    The cache is the runs wing's (:func:`mdsd_ot.runs.inputs.cached_models`, keyed by model folders,
+    tokenizer, dtype, device and threads), shared with the study's tasks: a worker that ran a study
+    shard of the same pair reuses it.
     """
-    from ..study.job import cached_models as study_cache
-
-    return study_cache(config)
+    return _inputs.cached_models(config)
 
 
 def shard_task(job, shard: str, out) -> None:
@@ -59,11 +58,9 @@ def shard_task(job, shard: str, out) -> None:
     config = _config(job)
     if config.target is None or config.draft is None:
         raise ValueError("a decode job needs target and draft (model folders or hub names)")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the driver shows the one bar
-    if "transformers" in sys.modules:
-        sys.modules["transformers"].utils.logging.disable_progress_bar()
-    if config.threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        config = replace(config, threads=max(1, int(os.environ["OMP_NUM_THREADS"])))
+    worker_setup()  # the driver shows the one bar
+    if worker_threads(config.threads) != config.threads:
+        config = replace(config, threads=worker_threads(config.threads))
     from .runner import run_shard
 
     key = (config.target, config.draft, config.tokenizer)
@@ -76,10 +73,8 @@ def shard_task(job, shard: str, out) -> None:
 
 def count_records(job) -> int:
     """Number of prompts the whole run decodes (``max_records`` applied)."""
-    from ..study.collection import load_prompts
-
     config = _config(job)
-    records = load_prompts(config.prompts)
+    records = _inputs.load_prompts(config.prompts)
     return len(records[: config.max_records] if config.max_records else records)
 
 

@@ -10,14 +10,16 @@ import math
 from pathlib import Path
 
 from .. import _store
-from ..intervals import cluster_mean_ci, interval_note
+from ..intervals import cluster_mean_ci, interval_note  # noqa: F401  (the one interval formula, via the runs wing)
+from ..keys import is_exact, split_method
+from ..runs.statistics import clustered_mean, values_of
 from ..trees import parse_shape, speedup
 
 __all__ = ["summarize", "write_report", "measured_cost_ratio"]
 
 
 def _methods(rows) -> list[str]:
-    keys = {k for r in rows for k in r if k.startswith("exact:")}
+    keys = {k for r in rows for k in r if is_exact(k)}
     out = sorted(keys)
     if any("bound" in r for r in rows):
         out.append("bound")  # shown as "heuristic"
@@ -49,7 +51,7 @@ def _proven_note(table) -> str:
     (docs/math.md); elsewhere the best verifier measured is only the best known."""
     best: dict = {}
     for t in table:
-        if t["method"].startswith("exact:"):
+        if is_exact(t["method"]):
             k = (t["T"], t["tree"], t["scheme"])
             if k not in best or t["mean"] > best[k]["mean"]:
                 best[k] = t
@@ -63,7 +65,7 @@ def _proven_note(table) -> str:
         best.items(), key=lambda kv: (kv[0][0], parse_shape(kv[0][1]).size, kv[0][1:])
     ):
         shape = parse_shape(tree)
-        name = t["method"].split(":", 1)[1]
+        name = split_method(t["method"])[1]
         if scheme == "top_n" and name == "naive":
             why = "yes (membership is optimal on deterministic trees)"
         elif all(b == 1 for b in shape.branching) and name == "block":
@@ -120,11 +122,10 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
         depth = parse_shape(tree).depth
         for method in _methods(rs):
             key = "emitted" if method == "sampled" else method
-            vals = [(r[key], r["record"]) for r in rs if r.get(key) is not None]
-            failed = sum(1 for r in rs if key in r and r[key] is None)
+            vals, failed = values_of(rs, key)
             if not vals:
                 continue
-            mean, ci = cluster_mean_ci([v for v, _ in vals], [g for _, g in vals])
+            mean, ci, count, records = clustered_mean(vals)
             table.append(
                 {
                     "T": T,
@@ -136,8 +137,8 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
                     ),
                     "mean": mean,
                     "ci95": ci,
-                    "calls": len(vals),
-                    "records": len({g for _, g in vals}),
+                    "calls": count,
+                    "records": records,
                     "failed": failed,
                     "cost_ratio": c,
                     "cost_ratio_source": "measured" if cost_ratio is None else "given",

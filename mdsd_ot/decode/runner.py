@@ -36,6 +36,12 @@ from .. import _store
 from .._config import DECODE_OPTIMAL_MAX_V
 from .._validate import check_probabilities
 from ..drafts import SCHEMES
+from ..keys import exact_key
+from ..runs import runner as _runs
+from ..runs.identity import identify, prompts_identity
+from ..runs.inputs import check_record_ids, load_models, load_prompts, record_ids
+from ..runs.shards import parse_shard, shard_records
+from ..runs.shards import progress as progress_bar
 from ..trees import (
     draft_forest,
     draft_tree,
@@ -140,9 +146,9 @@ def decode_prompt(
             if not runs_at(name, scheme, tree.vocab):
                 continue
             try:
-                row[f"exact:{name}"] = expected_tokens(tree, name)
+                row[exact_key(name)] = expected_tokens(tree, name)
             except (ValueError, RuntimeError) as exc:  # recorded, never silent
-                row[f"exact:{name}"] = None
+                row[exact_key(name)] = None
                 row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
         if config.bound:
             try:
@@ -186,9 +192,9 @@ def _exact_values(row, tree, names, scheme, config):
         if not runs_at(name, scheme, tree.vocab):
             continue
         try:
-            row[f"exact:{name}"] = expected_tokens(tree, name)
+            row[exact_key(name)] = expected_tokens(tree, name)
         except (ValueError, RuntimeError) as exc:
-            row[f"exact:{name}"] = None
+            row[exact_key(name)] = None
             row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
     if config.bound:
         try:
@@ -314,36 +320,25 @@ def decode_prompt_union(
 def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=None, previous=None) -> dict:
     """Everything that determines a row: models (file contents, or in-memory weights), tokenizer,
     prompts (sha256 of the records) and :meth:`DecodeConfig.key`."""
-    from ..study.runner import _identify
-
     prev = previous or {}
     if tokenizer is not None and isinstance(tokenizer, str) and tokenizer == target:
         tokenizer = None  # the target's own tokenizer spelled out: the same run
     records = list(records)
-    digest = _store.digest_of(records)
     ident = {
-        "target": _identify(target, "target", prev.get("target")),
-        "draft": _identify(draft, "draft", prev.get("draft")),
-        "tokenizer": _identify(tokenizer, "tokenizer", prev.get("tokenizer")),
-        "prompts": {
-            "digest": digest,
-            "count": len(records),
-            "describe": f"{len(records)} prompts (sha256 {digest[:12]})",
-        },
+        "target": identify(target, "target", prev.get("target")),
+        "draft": identify(draft, "draft", prev.get("draft")),
+        "tokenizer": identify(tokenizer, "tokenizer", prev.get("tokenizer")),
+        "prompts": prompts_identity(records),
     }
     ident.update(config.key())
     return ident
 
 
-def _shard(shard):
-    from ..study.runner import _parse_shard
-
-    return _parse_shard(shard)
+_shard = parse_shard
 
 
 def _mine(records, config, i, n):
-    records = records[: config.max_records] if config.max_records else records
-    return [(k, r) for k, r in enumerate(records) if k % n == i]
+    return shard_records(records, config.max_records, i, n)
 
 
 def open_decode(out, config: DecodeConfig, records, *, identity: dict, shard=None, meta=None):
@@ -353,21 +348,13 @@ def open_decode(out, config: DecodeConfig, records, *, identity: dict, shard=Non
         "config": {k: v for k, v in asdict(config).items() if k != "prompts"},
         "provenance": dict(meta or {}),
     }
-    folder = _store.ResultsFolder(
-        out,
-        kind=KIND,
-        identity=identity,
-        shard=f"{i}/{n}",
-        expected=len(_mine(records, config, i, n)),
-        info=info,
+    return _runs.open_folder(
+        out, kind=KIND, identity=identity, shard=(i, n), expected=len(_mine(records, config, i, n)), info=info
     )
-    return folder.open()
 
 
 def _progress(total, initial, desc):
-    from ..study.runner import _progress as bar
-
-    return bar(total, desc, initial)
+    return progress_bar(total, desc, initial)
 
 
 def run_decode(
@@ -396,24 +383,21 @@ def run_decode(
     identity : dict or None
         Default: :func:`decode_identity` of the in-memory models.
     """
-    from ..study.collection import _check_record_ids, _record_ids
-
     config = (config or DecodeConfig()).validate()
     records = list(records)
-    _check_record_ids(records)
-    own = not isinstance(out, _store.ResultsFolder)
-    if own:
-        if identity is None:
-            identity = decode_identity(
+    check_record_ids(records)
+
+    def open_new():
+        ident = identity
+        if ident is None:
+            ident = decode_identity(
                 config, records, target=target_model, draft=draft_model, tokenizer=tokenizer
             )
-        folder = open_decode(out, config, records, identity=identity, shard=shard, meta=meta)
-    else:
-        folder = out
-    try:
+        return open_decode(out, config, records, identity=ident, shard=shard, meta=meta)
+
+    with _runs.folder_for(out, open_new) as folder:
         i, n = _shard(folder.shard)
-        mine = _mine(records, config, i, n)
-        todo = [(k, r) for k, r in mine if r["id"] not in folder.done]
+        mine, todo = _runs.remaining(folder, records, config.max_records)
         if todo:
             if target_model is None or draft_model is None:
                 raise TypeError(f"{len(todo)} prompts are left to decode: pass the models")
@@ -423,46 +407,41 @@ def run_decode(
             eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
             bar = _progress(len(mine), len(mine) - len(todo), f"decode {i}/{n}") if progress else None
             cells = config.temperatures if config.union else config.cells()
-            calls = tokens = 0
+            counts = {"calls": 0, "tokens": 0}
             t_start = time.time()
-            try:
-                for k, rec in todo:
-                    prompt, _ = _record_ids(rec, tokenizer)
-                    lines = []
-                    for c, cell in enumerate(cells):
-                        rng = np.random.default_rng([config.seed, k, c])
-                        if config.union:
-                            out = decode_prompt_union(
-                                tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
-                            )
-                        else:
-                            out = decode_prompt(
-                                tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
-                            )
-                        for row in out:
-                            lines.append(json.dumps(row))
-                            if "emitted" in row:
-                                calls += 1
-                                tokens += row["emitted"]
-                    folder.append(rec["id"], lines)
-                    if bar is not None:
-                        bar.update(1)
-                        dt = max(time.time() - t_start, 1e-9)
-                        bar.set_postfix(
-                            calls=calls,
-                            tokens_per_call=f"{tokens / max(calls, 1):.2f}",
-                            calls_per_s=f"{calls / dt:.2f}",
+
+            def compute(item):
+                k, rec = item
+                prompt, _ = record_ids(rec, tokenizer)
+                lines = []
+                for c, cell in enumerate(cells):
+                    rng = np.random.default_rng([config.seed, k, c])
+                    if config.union:
+                        rows = decode_prompt_union(
+                            tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"]
                         )
-            finally:
-                if bar is not None:
-                    bar.close()
+                    else:
+                        rows = decode_prompt(tlm, dlm, prompt, config, cell, rng, eos=eos, record=rec["id"])
+                    for row in rows:
+                        lines.append(json.dumps(row))
+                        if "emitted" in row:
+                            counts["calls"] += 1
+                            counts["tokens"] += row["emitted"]
+                return rec["id"], lines
+
+            def postfix():
+                calls, dt = counts["calls"], max(time.time() - t_start, 1e-9)
+                return {
+                    "calls": calls,
+                    "tokens_per_call": f"{counts['tokens'] / max(calls, 1):.2f}",
+                    "calls_per_s": f"{calls / dt:.2f}",
+                }
+
+            _runs.run_records(folder, todo, compute, bar=bar, postfix=postfix)
         if n == 1:
             from .report import write_report
 
             write_report(folder.path)
-    finally:
-        if own:
-            folder.close()
     return folder.path
 
 
@@ -477,8 +456,6 @@ def run_shard(
     :mod:`mdsd_ot.decode.job`); ``previous``, an identity recorded earlier for the same model files,
     skips re-hashing those unchanged (the folder's own recorded identity comes first)."""
     import sys
-
-    from ..study.collection import load_models, load_prompts
 
     config = (
         DecodeConfig(**asdict(config)).validate()

@@ -6,6 +6,10 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .. import _store
+from ..keys import verifier_applies as _verifier_applies  # noqa: F401  (mdsd_ot.study._verifier_applies)
+from ..keys import verifier_scheme  # noqa: F401  (mdsd_ot.study.verifier_scheme: the bound a verifier is compared with)
+from ..plots import in_family_order
+from ..verifiers import DEFAULT_VERIFIERS as _REGISTRY_DEFAULTS
 
 #: Warning category for damaged, incomplete or unverifiable study folders (handled, never silent).
 StudyWarning = _store.StoreWarning
@@ -15,8 +19,10 @@ StudyWarning = _store.StoreWarning
 SCHEMES = ("with_replacement", "without_replacement", "greedy")
 
 
-#: Verifiers evaluated by default (names of ``mdsd_ot.VERIFIERS``).
-DEFAULT_VERIFIERS = ("naive", "rrs", "spectr", "rrs_without_replacement", "greedy", "spechub")
+#: Verifiers evaluated by default: :data:`mdsd_ot.verifiers.DEFAULT_VERIFIERS` (the one list, derived
+#: from the registry), spelled in the figures' family order (:func:`mdsd_ot.plots.in_family_order`).
+#: :meth:`StudyConfig.validate` sorts the names, so the order never reaches a stored file.
+DEFAULT_VERIFIERS = in_family_order(_REGISTRY_DEFAULTS)
 
 
 @dataclass
@@ -146,17 +152,6 @@ class StudyConfig:
         }
 
 
-def verifier_scheme(name: str) -> str:
-    """The bound (a member of :data:`SCHEMES`) that verifier ``name`` should be compared with: the
-    scheme it is built for (``mdsd_ot.VERIFIERS[name].scheme``), or the scheme with the same draft-set
-    law (``DraftScheme.same_sets_as``: SpecHub's hub drafts are greedy drafts for n = 2)."""
-    from ..drafts import get_scheme
-    from ..verifiers import VERIFIERS
-
-    scheme = get_scheme(VERIFIERS[name].scheme)
-    return scheme.same_sets_as or scheme.name
-
-
 def check_verifier_names(names) -> list:
     """Registry names of ``names`` (aliases and any case accepted); ``ValueError`` listing the
     registry for an unknown one."""
@@ -167,13 +162,6 @@ def check_verifier_names(names) -> list:
     if bad:
         raise ValueError(f"unknown verifier {bad[0]!r}; choose among {sorted(VERIFIERS)}")
     return [get_verifier(n).name for n in names]  # aliases and any case: registry names
-
-
-def _verifier_applies(name: str, n: int) -> bool:
-    from ..verifiers import VERIFIERS
-
-    fixed = VERIFIERS[name].fixed_n
-    return fixed is None or fixed == n
 
 
 def parse_every(spec) -> dict:

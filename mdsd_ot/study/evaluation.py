@@ -1,12 +1,17 @@
-"""Evaluation: every bound and verifier acceptance at each position, stored only when checked."""
+"""Evaluation: every bound and verifier acceptance at each position, stored only when checked.
+
+The evaluation itself is the library's (:func:`mdsd_ot.rows.evaluate_rows`: the numpy plan, or the
+batched torch plan on the tensors' device); the study adds its every-K subsampling of expensive
+methods (:func:`mdsd_ot.study.parse_every`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._config import RECHECK_TOL, VALUE_TOL
-from .._validate import fingerprint
-from .config import _skip, _verifier_applies, parse_every, verifier_scheme
+from .. import rows as _rows
+from ..rows import _agree  # noqa: F401  (kept for mdsd_ot.study.evaluation._agree)
+from .config import _skip, parse_every
 
 
 def evaluate_rows(
@@ -61,81 +66,20 @@ def evaluate_rows(
         (the method raised ``ValueError``) is ``None`` and its message is in ``"errors"``.
     """
     every = parse_every(every)
-    m = int(P.shape[0])
-    positions = list(range(m)) if positions is None else [int(x) for x in positions]
-    rows = [dict() for _ in range(m)]
-    fast = {}  # key -> (m,) values of the batched torch plan (bounds re-checked on the device)
-    on_device = hasattr(P, "detach") and getattr(P.device, "type", "cpu") != "cpu"
-    # "auto": the batched torch plan on an accelerator; on CPU the numpy plan is faster (bench_plan.py)
-    if hasattr(P, "detach") and (backend == "torch" or (backend == "auto" and on_device)):
-        from ..backends import torch as tb
-
-        try:
-            fast = {
-                k: v.cpu().numpy()
-                for k, v in tb.evaluate_batch(P, Q, ns, schemes=schemes, verifiers=verifiers).items()
-            }
-        except (RuntimeError, ValueError):  # a failed re-check or an unusual row: every row by the numpy plan
-            fast = {}
-    Pn = P.cpu().numpy() if hasattr(P, "detach") else np.asarray(P, dtype=np.float64)
-    Qn = Q.cpu().numpy() if hasattr(Q, "detach") else np.asarray(Q, dtype=np.float64)
-    from .. import _compile
-    from ..plan import evaluate_checked
-
-    if m:  # a line before the plan's long first compile (numpy plan only; the torch plan compiles nothing)
-        _compile.notice_for_plan(schemes, verifiers, ns, int(Pn.shape[1]))
-
-    bound_keys = [(s, n, f"bound:{s}@{n}") for s in schemes for n in ns]
-    verifier_keys = [(v, n, f"verifier:{v}@{n}") for v in verifiers for n in ns if _verifier_applies(v, n)]
-    for i in range(m):
-        p, q = Pn[i], Qn[i]
-        row = rows[i]
-        bounds = [(s, n) for s, n, k in bound_keys if not _skip(k, every, positions[i])]
-        pairs = [(v, n) for v, n, k in verifier_keys if not _skip(k, every, positions[i])]
-        todo_b = [(s, n) for s, n in bounds if f"bound:{s}@{n}" not in fast or (check and i == 0)]
-        todo_v = [(v, n) for v, n in pairs if f"verifier:{v}@{n}" not in fast or (check and i == 0)]
-        res = evaluate_checked(p, q, todo_b, todo_v, seed=seed + positions[i], mc_samples=mc_samples)
-        errors = dict(res.get("errors", {}))
-        for s, n in bounds:
-            key = f"bound:{s}@{n}"
-            if key in fast:
-                row[key] = float(fast[key][i])
-                if check and i == 0 and res.get(key) is not None:
-                    _agree(key, row[key], res[key])
-            else:
-                row[key] = res[key]
-        for name, n in pairs:
-            key = f"verifier:{name}@{n}"
-            if key in fast:
-                value, se = float(fast[key][i]), 0.0
-                if check and i == 0 and res.get(key) is not None:
-                    _agree(key, value, res[key])
-            else:
-                value, se = res[key], res.get(key + ":se", 0.0)
-            row[key] = value
-            if value is None:
-                continue
-            bound = row.get(f"bound:{verifier_scheme(name)}@{n}")
-            if bound is not None and value - bound > RECHECK_TOL + 4.0 * se:
-                row[key] = None  # no valid verifier beats its bound: an internal error, recorded
-                errors[key] = (
-                    f"internal error: acceptance {value:.15g} above the bound {bound:.15g}; "
-                    f"please report this input (fingerprint {fingerprint(p, q, n=n, verifier=name)})"
-                )
-                continue
-            if se > 0:
-                row[key + ":se"] = se
-        if errors:
-            row["errors"] = errors
-    return rows
-
-
-def _agree(key, fast_value, ref):
-    """The batched torch value of the first row against the numpy plan (the re-check of ``check``)."""
-    if abs(ref - fast_value) > VALUE_TOL:
-        raise RuntimeError(
-            f"torch and numpy values disagree for {key}: {fast_value!r} vs {ref!r} (tolerance {VALUE_TOL:g})"
-        )
+    skip = (lambda key, position: _skip(key, every, position)) if every else None
+    return _rows.evaluate_rows(
+        P,
+        Q,
+        ns=ns,
+        schemes=schemes,
+        verifiers=verifiers,
+        backend=backend,
+        seed=seed,
+        check=check,
+        skip=skip,
+        positions=positions,
+        mc_samples=mc_samples,
+    )
 
 
 def _core():

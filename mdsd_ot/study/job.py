@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _store
-from .collection import load_models, load_prompts
+from ..runs import inputs as _inputs
+from ..runs.inputs import load_models, load_prompts  # noqa: F401  (mdsd_ot.study.job.load_models)
+from ..runs.shards import worker_setup, worker_threads
 from .config import StudyConfig
 from .runner import (
     _parse_shard,
@@ -66,25 +68,16 @@ class StudyJob:
     meta: dict = field(default_factory=dict)
 
 
-# per-process caches: the loaded models of the last study, and the last identity of its files
-_MODELS: dict = {}
+# per-process caches: the loaded models of the last run (the runs wing's, shared with the decoder's
+# tasks: mdsd_ot.runs.inputs.cached_models) and the last identity of the study's model files
+_MODELS = _inputs._MODELS
 _IDENTITY: dict = {}
 
 
 def cached_models(job: StudyJob):
-    """``(target, draft, tokenizer)`` of ``job``, loaded once per process (the last study kept)."""
-    key = (job.target, job.draft, job.tokenizer, job.dtype, job.device, job.threads)
-    if key not in _MODELS:
-        _MODELS.clear()  # one study's models at a time: a worker never holds two pairs
-        _MODELS[key] = load_models(
-            job.target,
-            job.draft,
-            device=job.device,
-            tokenizer=job.tokenizer,
-            dtype=job.dtype,
-            threads=job.threads,
-        )
-    return _MODELS[key]
+    """``(target, draft, tokenizer)`` of ``job``, loaded once per process (the last pair kept;
+    :func:`mdsd_ot.runs.inputs.cached_models`, which the decoder's tasks share)."""
+    return _inputs.cached_models(job)
 
 
 def _stderr(message: str) -> None:
@@ -147,14 +140,11 @@ def shard_task(job: StudyJob, shard: str, out) -> None:
     With ``threads=None`` torch uses the CPUs the scheduler gave the task (``OMP_NUM_THREADS``,
     which Ray sets to the task's ``num_cpus``), so that shards sharing a node do not oversubscribe it.
     """
-    # no per-worker "Loading weights" bars: the driver shows the one bar over all shards
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    if "transformers" in sys.modules:
-        sys.modules["transformers"].utils.logging.disable_progress_bar()
-    if job.threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+    worker_setup()  # no per-worker "Loading weights" bars: the driver shows the one bar over all shards
+    if worker_threads(job.threads) != job.threads:
         from dataclasses import replace
 
-        job = replace(job, threads=max(1, int(os.environ["OMP_NUM_THREADS"])))
+        job = replace(job, threads=worker_threads(job.threads))
     run_shard(job, shard, out, progress=False, log=None)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import _store
 from ..intervals import interval_note
+from ..keys import is_bound, is_gap
 from .statistics import summarize
 
 
@@ -39,7 +40,7 @@ def format_table(table, *, kind: str = "acceptance", order: str = "name") -> str
     """
     if order not in ("name", "family"):
         raise ValueError(f"unknown order {order!r}; choose 'name' or 'family'")
-    want = (lambda m: m.startswith("gap:")) if kind == "gap" else (lambda m: not m.startswith("gap:"))
+    want = is_gap if kind == "gap" else (lambda m: not is_gap(m))
     rows = [t for t in table if want(t["method"])]
     temps = sorted({t["T"] for t in rows})
     lines = [
@@ -56,7 +57,7 @@ def format_table(table, *, kind: str = "acceptance", order: str = "name") -> str
 
         keys.sort(key=lambda mn: (mn[1], _order(mn[0])))
     else:
-        keys.sort(key=lambda mn: (mn[1], not mn[0].startswith("bound:"), mn[0]))
+        keys.sort(key=lambda mn: (mn[1], not is_bound(mn[0]), mn[0]))
     for method, n in keys:
         cells = []
         for T in temps:

@@ -4,7 +4,17 @@
 from __future__ import annotations
 
 from ..intervals import cluster_mean_ci
-from .config import verifier_scheme
+from ..keys import (
+    GAP,
+    bound_key_of_verifier,
+    is_bound,
+    is_value_key,
+    is_verifier,
+    method_key,
+    split_key,
+    split_method,
+)
+from ..runs.statistics import clustered_mean, values_of
 
 
 def _method_keys(rows):
@@ -13,12 +23,12 @@ def _method_keys(rows):
     keys = set()
     for r in rows:
         for k in r:
-            if (k.startswith("bound:") or k.startswith("verifier:")) and not k.endswith(":se"):
+            if is_value_key(k):
                 keys.add(k)
 
     def order(k):
-        method, _, n = k.rpartition("@")
-        return (not method.startswith("bound:"), method, int(n) if n.isdigit() else 0, k)
+        method, n = split_key(k)
+        return (not is_bound(method), method, int(n) if n.isdigit() else 0, k)
 
     return sorted(keys, key=order)
 
@@ -47,12 +57,11 @@ def summarize(rows) -> list[dict]:
     for T in sorted(groups):
         rs = groups[T]
         for key in keys:
-            method, n = key.rsplit("@", 1)
-            vals = [(r[key], r["record"]) for r in rs if r.get(key) is not None]
-            failed = sum(1 for r in rs if key in r and r[key] is None)
+            method, n = split_key(key)
+            vals, failed = values_of(rs, key)
             if not vals:
                 continue
-            mean, ci = _cluster_mean_ci([v for v, _ in vals], [g for _, g in vals])
+            mean, ci, count, records = clustered_mean(vals)
             table.append(
                 {
                     "method": method,
@@ -60,30 +69,30 @@ def summarize(rows) -> list[dict]:
                     "n": int(n),
                     "mean": mean,
                     "ci95": ci,
-                    "count": len(vals),
-                    "records": len({g for _, g in vals}),
+                    "count": count,
+                    "records": records,
                     "failed": failed,
                 }
             )
-            if method.startswith("verifier:"):
-                name = method.split(":", 1)[1]
-                bkey = f"bound:{verifier_scheme(name)}@{n}"
+            if is_verifier(method):
+                name = split_method(method)[1]
+                bkey = bound_key_of_verifier(name, n)
                 pairs = [
                     (r[bkey] - r[key], r["record"])
                     for r in rs
                     if r.get(key) is not None and r.get(bkey) is not None
                 ]
                 if pairs:
-                    gm, gci = _cluster_mean_ci([v for v, _ in pairs], [g for _, g in pairs])
+                    gm, gci, count, records = clustered_mean(pairs)
                     table.append(
                         {
-                            "method": f"gap:{name}",
+                            "method": method_key(GAP, name),
                             "T": T,
                             "n": int(n),
                             "mean": gm,
                             "ci95": gci,
-                            "count": len(pairs),
-                            "records": len({g for _, g in pairs}),
+                            "count": count,
+                            "records": records,
                             "failed": 0,
                         }
                     )

@@ -377,7 +377,7 @@ def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.n
     evaluation plan, built to share one sort among many quantities, took about as long in all for one
     bound per node in ``benchmarks/bench_trees.py``); ``"torch"``, the
     evaluation plan batched by the torch backend on ``device``
-    (:func:`mdsd_ot.study.evaluation.evaluate_rows`; the nodes with the same number of children in
+    (:func:`mdsd_ot.rows.evaluate_rows`; the nodes with the same number of children in
     one call, float64, every certificate re-checked on the device, what the torch plan does not cover,
     e.g. sequential sampling with n >= 3 or ``top_n``, by the numpy plan); ``"auto"``, torch when
     ``device`` is an accelerator, numpy otherwise. ``RuntimeError`` naming the node where a value
@@ -398,7 +398,8 @@ def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.n
     if not todo:
         return out
     from ..backends.torch import require_torch
-    from ..study.evaluation import evaluate_rows
+    from ..keys import bound_key
+    from ..rows import evaluate_rows
 
     torch = require_torch()
 
@@ -407,7 +408,7 @@ def node_bounds(tree: DraftTree, *, backend: str = "numpy", device=None) -> np.n
         P = torch.as_tensor(tree.p[nodes], device=device)
         Q = torch.as_tensor(tree.q[nodes], device=device)
         rows = evaluate_rows(P, Q, ns=[b], schemes=[name], verifiers=[], backend="torch")
-        key = f"bound:{name}@{b}"
+        key = bound_key(name, b)
         for v, row in zip(nodes, rows):
             if row.get(key) is None:
                 why = row.get("errors", {}).get(key, "no value")

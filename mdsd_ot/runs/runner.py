@@ -1,0 +1,64 @@
+"""Running records into a results folder: open or take an open folder, compute what is left, append.
+
+What the study's and the decoder's runners share on top of the storage layer
+(:mod:`mdsd_ot._store`: one writer, identity, checksummed rows, atomic replacement, merge): the
+folder they write (their own, closed at the end, or one the caller opened), the records of the
+folder's shard not finished yet, and the loop that computes each record's rows and appends them as
+soon as the record is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .. import _store
+from .shards import parse_shard, shard_records
+
+__all__ = ["open_folder", "folder_for", "remaining", "run_records"]
+
+
+def open_folder(out, *, kind: str, identity: dict, shard, expected: int, info: dict) -> _store.ResultsFolder:
+    """Open (create or resume) the results folder ``out`` of a run for writing (lock, identity check,
+    verified rows); ``shard`` is ``(i, N)``."""
+    i, n = shard
+    folder = _store.ResultsFolder(
+        out, kind=kind, identity=identity, shard=f"{i}/{n}", expected=expected, info=info
+    )
+    return folder.open()
+
+
+@contextlib.contextmanager
+def folder_for(out, open_new):
+    """The folder to write: ``out`` itself when it is an open :class:`mdsd_ot._store.ResultsFolder`
+    (left open), else ``open_new()``, closed when the block ends."""
+    own = not isinstance(out, _store.ResultsFolder)
+    folder = open_new() if own else out
+    try:
+        yield folder
+    finally:
+        if own:
+            folder.close()
+
+
+def remaining(folder: _store.ResultsFolder, records, max_records) -> tuple[list, list]:
+    """``(mine, todo)``: ``[(index, record)]`` of the folder's shard, and those not finished yet."""
+    i, n = parse_shard(folder.shard)
+    mine = shard_records(list(records), max_records, i, n)
+    return mine, [(k, r) for k, r in mine if r["id"] not in folder.done]
+
+
+def run_records(folder: _store.ResultsFolder, todo, compute, *, bar=None, postfix=None) -> None:
+    """For each item of ``todo``, ``compute(item) -> (record id, lines)`` and append the lines to
+    ``folder`` as one finished record; ``bar`` (a progress bar, closed at the end) advances by one
+    record each time, with ``postfix()`` (a dict) as its postfix."""
+    try:
+        for item in todo:
+            record, lines = compute(item)
+            folder.append(record, lines)
+            if bar is not None:
+                bar.update(1)
+                if postfix is not None:
+                    bar.set_postfix(**postfix())
+    finally:
+        if bar is not None:
+            bar.close()
