@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     from mdsd_ot.backends.torch import to_distribution
     from mdsd_ot.decode import DecodeConfig
     from mdsd_ot.decode.models import TreeLM
+    from mdsd_ot.decode.runner import runs_at
     from mdsd_ot.study.collection import _record_ids, load_prompts
     from mdsd_ot.trees import draft_forest, expected_tokens, first_children
 
@@ -118,7 +119,8 @@ def main(argv=None) -> int:
     del models
     # phase 2, float32 over the same nodes
     models = load("float32")
-    for call, context, forest, every, internal, laws, cpu in calls:
+    while calls:  # pop each call: its forest's float64 laws and prepared verifiers are freed after it
+        call, context, forest, every, internal, laws, cpu = calls.pop(0)
         laws["float32"], cpu["float32"] = laws_of(models, context, call["T"], every, internal)
         tv = {
             role: [
@@ -134,6 +136,7 @@ def main(argv=None) -> int:
 
         alpha = {dt: optimal_acceptance(law(dt, "target", ()), law(dt, "draft", ()), 4).value for dt in laws}
         values: dict = {}
+        flipped: set = set()
         for dt in ("float32", "bfloat16"):
             for t in forest:
                 t.q = np.stack([law(dt, "draft", t.path(v)) for v in range(t.n_internal)])
@@ -148,7 +151,17 @@ def main(argv=None) -> int:
                     )
                     sub = first_children(forest[k], tree) if forest[k].scheme.nested_draws else forest[k]
                     for name in config.verifiers_for(scheme, tree):
-                        values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = expected_tokens(sub, name)
+                        if not runs_at(name, scheme, sub.vocab):  # as the decoder: no per-node LP at full V
+                            continue
+                        try:
+                            value = expected_tokens(sub, name)
+                        except ValueError:
+                            # top_n / greedy trees hold the top tokens of the bf16 draft law; where the
+                            # float32 law ranks them otherwise the tree is not one of its drafts
+                            flipped.add(f"{tree}/{scheme}")
+                            continue
+                        values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = value
+        values = {k: v for k, v in values.items() if len(v) == 2 and k.rsplit("/", 1)[0] not in flipped}
         diffs = [abs(v["float32"] - v["bfloat16"]) for v in values.values()]
         out["samples"].append(
             {
@@ -156,6 +169,8 @@ def main(argv=None) -> int:
                 "T": call["T"],
                 "call": call["call"],
                 "nodes": len(every),
+                "cells_compared": len({k.rsplit("/", 1)[0] for k in values}),
+                "cells_whose_top_tokens_differ_in_fp32": sorted(flipped),
                 "tv_target_median": float(np.median(tv["target"])),
                 "tv_target_max": max(tv["target"]),
                 "tv_draft_median": float(np.median(tv["draft"])),

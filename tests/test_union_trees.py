@@ -1,6 +1,8 @@
 """One drafted tree for every smaller shape (docs/math.md#union-trees): the first-children sub-tree of a
 drafted tree has the smaller shape's own law, by enumeration of every drafted tree."""
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -83,8 +85,9 @@ def _first_children_tokens(tokens, big, small) -> tuple:
     "big, small", [("3,2", "2,1"), ("3,2", "2,2"), ("3,2", "1x2"), ("3,2", "3"), ("2,2,1", "1x3")]
 )
 def test_first_children_subtree_has_the_shapes_own_law(scheme, big, small):
-    V = 4 if scheme != "top_n" else 5
-    law = _law(V, seed=hash((scheme, big, small)) % 1000)
+    # 10 drafted tokens in a 2,2,1 tree: V = 3 keeps the enumeration at 3^10 outcomes (4^10 took 80 s)
+    V = 5 if scheme == "top_n" else (3 if big == "2,2,1" else 4)
+    law = _law(V, seed=zlib.crc32(f"{scheme}/{big}/{small}".encode()) % 1000)  # stable across runs
     sub: dict = {}
     for tokens, prob in _tree_law(big, scheme, law).items():
         key = _first_children_tokens(tokens, big, small)
