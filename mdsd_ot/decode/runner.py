@@ -39,7 +39,7 @@ from ..drafts import SCHEMES
 from ..keys import exact_key
 from ..runs import runner as _runs
 from ..runs.identity import identify, prompts_identity
-from ..runs.inputs import check_record_ids, load_models, load_prompts, record_ids
+from ..runs.inputs import check_record_ids, load_prompts, models_of, record_ids
 from ..runs.shards import parse_shard, shard_records
 from ..runs.shards import progress as progress_bar
 from ..trees import (
@@ -482,14 +482,7 @@ def run_shard(
         if left and models is not None:
             target, draft, tok = models(config)
         elif left:
-            target, draft, tok = load_models(
-                config.target,
-                config.draft,
-                device=config.device,
-                tokenizer=config.tokenizer,
-                dtype=config.dtype,
-                threads=config.threads,
-            )
+            target, draft, tok = models_of(config)
         run_decode(target, draft, records, folder, config, tokenizer=tok, progress=progress)
 
 

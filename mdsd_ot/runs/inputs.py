@@ -258,12 +258,17 @@ def cached_models(job):
     key = (job.target, job.draft, job.tokenizer, job.dtype, job.device, job.threads)
     if key not in _MODELS:
         _MODELS.clear()  # one pair of models at a time: a worker never holds two pairs
-        _MODELS[key] = load_models(
-            job.target,
-            job.draft,
-            device=job.device,
-            tokenizer=job.tokenizer,
-            dtype=job.dtype,
-            threads=job.threads,
-        )
+        _MODELS[key] = models_of(job)
     return _MODELS[key]
+
+
+def models_of(job):
+    """:func:`load_models` with the fields of ``job`` (as :func:`cached_models` names them), uncached."""
+    return load_models(
+        job.target,
+        job.draft,
+        device=job.device,
+        tokenizer=job.tokenizer,
+        dtype=job.dtype,
+        threads=job.threads,
+    )
