@@ -17,8 +17,9 @@ if [ "${FORCE:-0}" != 1 ] && [[ " $* " != *" --dtype float32 "* ]]; then
     python - <<'PY' || exit 2
 import sys
 from mdsd_ot.backends.torch import cpu_matmul_slowdown
+from mdsd_ot.runs.inputs import SLOW_DTYPE_RATIO
 slow = cpu_matmul_slowdown("bfloat16")
-if slow > 2:
+if slow > SLOW_DTYPE_RATIO:
     sys.exit(f"run_tree_report.sh: bfloat16 matmuls are {slow:.0f}x slower than float32 on this CPU "
              "(no AVX512-BF16/AMX); resume on a machine that has them, set FORCE=1, or start a "
              "float32 run in another folder: RUN=<folder> scripts/run_tree_report.sh --dtype float32")
