@@ -56,6 +56,7 @@ from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.p
 from ._validate import check_n, check_pair
 from .drafts import get_scheme, with_mass_from_sums
 from .dual import is_sequential_scan, sequential_objective
+from .keys import bound_key, se_key, verifier_key
 
 __all__ = [
     "PositionEvaluation",
@@ -99,12 +100,12 @@ class PositionEvaluation:
         "verifier:<name>@<n>:se": float (when > 0), "errors": {...} (when any)}``."""
         out = {}
         for (s, n), v in self.bounds.items():
-            out[f"bound:{s}@{n}"] = v
+            out[bound_key(s, n)] = v
         for (name, n), r in self.verifiers.items():
-            key = f"verifier:{name}@{n}"
+            key = verifier_key(name, n)
             out[key] = None if r is None else float(r.value)
             if r is not None and r.stderr > 0:
-                out[key + ":se"] = float(r.stderr)
+                out[se_key(key)] = float(r.stderr)
         if self.errors:
             out["errors"] = dict(self.errors)
         return out
@@ -554,14 +555,6 @@ PLAN_VERIFIERS: dict[str, PlanVerifier] = {
 
 
 # --------------------------------------------------------------------------------- entry points
-def _bound_key(s, n):
-    return f"bound:{s}@{n}"
-
-
-def _verifier_key(name, n):
-    return f"verifier:{name}@{n}"
-
-
 def _check_scheme(scheme, q, n, support):
     """``scheme.check(q, n)`` from the support size counted once (the scheme's own message on failure)."""
     if (scheme.fixed_n is None or n == scheme.fixed_n) and support >= scheme._min_support(n):
@@ -615,7 +608,7 @@ def _bound_values(plan, p, q, bounds):
             _check_scheme(get_scheme(s), q, n, plan.support)
         except ValueError as exc:
             values[(s, n)] = None
-            errors[_bound_key(s, n)] = str(exc)
+            errors[bound_key(s, n)] = str(exc)
             continue
         runnable.append((s, n))
     found, diffs = {}, {}
@@ -644,7 +637,7 @@ def _bound_values(plan, p, q, bounds):
         res = api.optimal_acceptance(p, q, n, sampling=s)  # the one-at-a-time path, refinement included
         values[(s, n)] = float(res.value) if res.success else None
         if not res.success:
-            errors[_bound_key(s, n)] = res.message
+            errors[bound_key(s, n)] = res.message
     return values, errors
 
 
@@ -674,7 +667,7 @@ def _check_verifiers_below_bounds(plan, p, q, result):
         if bound is None or r.value - bound <= RECHECK_TOL + 4.0 * r.stderr:
             continue
         result.verifiers[(name, n)] = None
-        result.errors[_verifier_key(name, n)] = (
+        result.errors[verifier_key(name, n)] = (
             f"internal error: acceptance {r.value:.15g} above the bound {bound:.15g} of {key[0]!r} drafts; "
             f"please report this input (fingerprint {fingerprint(p, q, n=n, verifier=r.verifier)})"
         )
@@ -696,7 +689,7 @@ def _run(plan, p, q, bounds, verifiers, named, *, seed, mc_samples) -> PositionE
             _check_scheme(v.resolve_scheme(None), q, n, plan.support)
         except ValueError as exc:
             result.verifiers[(name, n)] = None
-            result.errors[_verifier_key(name, n)] = str(exc)
+            result.errors[verifier_key(name, n)] = str(exc)
             continue
         entry = PLAN_VERIFIERS.get(v.name)
         if entry is not None and entry.covers(n):
@@ -709,14 +702,14 @@ def _run(plan, p, q, bounds, verifiers, named, *, seed, mc_samples) -> PositionE
             result.verifiers[(name, n)] = verifier_acceptance(v.name, p, q, n, **kw)
         except ValueError as exc:
             result.verifiers[(name, n)] = None
-            result.errors[_verifier_key(name, n)] = str(exc)
+            result.errors[verifier_key(name, n)] = str(exc)
     for name, ns in fused.items():
         values = PLAN_VERIFIERS[name].evaluate(plan, ns)
         scheme = get_verifier(name).scheme
         for n, value in zip(ns, values):
             if isinstance(value, Exception):  # a value the plan could not vouch for
                 result.verifiers[(name, n)] = None
-                result.errors[_verifier_key(name, n)] = str(value)
+                result.errors[verifier_key(name, n)] = str(value)
                 continue
             result.verifiers[(name, n)] = VerifierAcceptance(_unit(value), 0.0, "exact", name, scheme, n)
     _check_verifiers_below_bounds(plan, p, q, result)
@@ -795,7 +788,7 @@ def evaluate_checked(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> dic
     try:
         p, q = check_pair(p, q)
     except ValueError as exc:
-        keys = [_bound_key(s, n) for s, n in bounds] + [_verifier_key(v, n) for v, n in verifiers]
+        keys = [bound_key(s, n) for s, n in bounds] + [verifier_key(v, n) for v, n in verifiers]
         row = {k: None for k in keys}
         if keys:
             row["errors"] = {k: str(exc) for k in keys}

@@ -12,8 +12,8 @@ import numpy as np
 
 from ._config import RECHECK_TOL, VALUE_TOL
 from ._validate import fingerprint
+from .keys import bound_key, bound_key_of_verifier, se_key, verifier_key
 from .keys import verifier_applies as _verifier_applies
-from .keys import verifier_scheme
 
 __all__ = ["evaluate_rows"]
 
@@ -92,19 +92,19 @@ def evaluate_rows(
     if m:  # a line before the plan's long first compile (numpy plan only; the torch plan compiles nothing)
         _compile.notice_for_plan(schemes, verifiers, ns, int(Pn.shape[1]))
 
-    bound_keys = [(s, n, f"bound:{s}@{n}") for s in schemes for n in ns]
-    verifier_keys = [(v, n, f"verifier:{v}@{n}") for v in verifiers for n in ns if _verifier_applies(v, n)]
+    bound_keys = [(s, n, bound_key(s, n)) for s in schemes for n in ns]
+    verifier_keys = [(v, n, verifier_key(v, n)) for v in verifiers for n in ns if _verifier_applies(v, n)]
     for i in range(m):
         p, q = Pn[i], Qn[i]
         row = rows[i]
         bounds = [(s, n) for s, n, k in bound_keys if not (skip is not None and skip(k, positions[i]))]
         pairs = [(v, n) for v, n, k in verifier_keys if not (skip is not None and skip(k, positions[i]))]
-        todo_b = [(s, n) for s, n in bounds if f"bound:{s}@{n}" not in fast or (check and i == 0)]
-        todo_v = [(v, n) for v, n in pairs if f"verifier:{v}@{n}" not in fast or (check and i == 0)]
+        todo_b = [(s, n) for s, n in bounds if bound_key(s, n) not in fast or (check and i == 0)]
+        todo_v = [(v, n) for v, n in pairs if verifier_key(v, n) not in fast or (check and i == 0)]
         res = evaluate_checked(p, q, todo_b, todo_v, seed=seed + positions[i], mc_samples=mc_samples)
         errors = dict(res.get("errors", {}))
         for s, n in bounds:
-            key = f"bound:{s}@{n}"
+            key = bound_key(s, n)
             if key in fast:
                 row[key] = float(fast[key][i])
                 if check and i == 0 and res.get(key) is not None:
@@ -112,17 +112,17 @@ def evaluate_rows(
             else:
                 row[key] = res[key]
         for name, n in pairs:
-            key = f"verifier:{name}@{n}"
+            key = verifier_key(name, n)
             if key in fast:
                 value, se = float(fast[key][i]), 0.0
                 if check and i == 0 and res.get(key) is not None:
                     _agree(key, value, res[key])
             else:
-                value, se = res[key], res.get(key + ":se", 0.0)
+                value, se = res[key], res.get(se_key(key), 0.0)
             row[key] = value
             if value is None:
                 continue
-            bound = row.get(f"bound:{verifier_scheme(name)}@{n}")
+            bound = row.get(bound_key_of_verifier(name, n))
             if bound is not None and value - bound > RECHECK_TOL + 4.0 * se:
                 row[key] = None  # no valid verifier beats its bound: an internal error, recorded
                 errors[key] = (
@@ -131,7 +131,7 @@ def evaluate_rows(
                 )
                 continue
             if se > 0:
-                row[key + ":se"] = se
+                row[se_key(key)] = se
         if errors:
             row["errors"] = errors
     return rows

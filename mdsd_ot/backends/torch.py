@@ -40,6 +40,7 @@ from typing import NamedTuple
 from .._config import NAIVE_POLY_MAX_N, POWER_FROM_REST_N, RECHECK_TOL, SUM_TOL
 from .._validate import check_bool, check_n
 from ..drafts import SCHEMES, get_scheme
+from ..keys import bound_key, verifier_key
 from . import TORCH_HINT
 
 __all__ = [
@@ -1028,14 +1029,14 @@ def evaluate_batch(
         if kind == "prefix":
             prefix.setdefault(scheme.name, []).append(n)
         else:
-            out[f"bound:{scheme.name}@{n}"] = batch.greedy_bound(n)
+            out[bound_key(scheme.name, n)] = batch.greedy_bound(n)
     for name, pns in prefix.items():
         for n, (v, _) in _scan(pt, qt, None, pns, name, batch.rows).items():
-            out[f"bound:{name}@{n}"] = v
+            out[bound_key(name, n)] = v
     extra = {}  # bounds not requested, computed to check the verifiers against them
     for name, entry, vns in verifier_tasks:
         for n, value in entry.evaluate(batch, vns).items():
-            out[f"verifier:{name}@{n}"] = value
+            out[verifier_key(name, n)] = value
             _check_below_bound(name, n, value, _bound_for(get_verifier(name).scheme, n, out, extra, batch))
     return out
 
@@ -1046,7 +1047,7 @@ def _bound_for(sampling, n, out, extra, batch):
     ``extra``) by the same device code, re-checked alike; ``None`` where the device does not cover it."""
     scheme = get_scheme(sampling)
     scheme = get_scheme(scheme.same_sets_as or scheme.name)
-    key = f"bound:{scheme.name}@{n}"
+    key = bound_key(scheme.name, n)
     if key in out:
         return out[key]
     if key not in extra:
