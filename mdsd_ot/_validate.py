@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 
@@ -103,6 +104,10 @@ def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bo
     (however they were computed): every entry finite and non-negative, every row of positive mass,
     and, unless ``normalize``, summing to one within ``SUM_TOL``; ``ValueError`` naming the first bad
     entry or row otherwise."""
+    if np.ndim(sums) == 0:  # one distribution: the passing case in scalar arithmetic (small V pays for numpy calls)
+        total = float(sums)
+        if math.isfinite(total) and minimum >= 0 and total > 0 and (normalize or abs(total - 1.0) <= SUM_TOL):
+            return
     if not (np.isfinite(sums).all() and minimum >= 0):  # the slow checks only to say what is wrong
         if not np.all(np.isfinite(arr)):
             bad = np.argwhere(~np.isfinite(arr))[0]

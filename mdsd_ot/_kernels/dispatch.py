@@ -87,11 +87,14 @@ def compiled_ready(kernel) -> bool:
     numba's on-disk cache holds it for the present source (its index, which numba discards when the
     source changed). Said once per kernel and process from the cache; a plain function (under
     ``NUMBA_DISABLE_JIT=1``) is never "compiled"."""
+    ready = _READY.get(kernel)
+    if ready:  # compiled or cached once: stays so for the process
+        return True
     if not isinstance(kernel, nb.core.registry.CPUDispatcher):
         return False
-    if kernel.signatures:
+    if kernel.overloads:  # compiled in this process
+        _READY[kernel] = True
         return True
-    ready = _READY.get(kernel)
     if ready is None:
         try:
             ready = bool(kernel._cache._cache_file._load_index())
