@@ -104,7 +104,8 @@ def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bo
     (however they were computed): every entry finite and non-negative, every row of positive mass,
     and, unless ``normalize``, summing to one within ``SUM_TOL``; ``ValueError`` naming the first bad
     entry or row otherwise."""
-    if np.ndim(sums) == 0:  # one distribution: the passing case in scalar arithmetic (small V pays for numpy calls)
+    # one distribution: the passing case in scalar arithmetic (at small V numpy's calls dominate)
+    if np.ndim(sums) == 0:
         total = float(sums)
         if math.isfinite(total) and minimum >= 0 and total > 0 and (normalize or abs(total - 1.0) <= SUM_TOL):
             return

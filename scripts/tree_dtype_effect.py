@@ -44,9 +44,9 @@ def main(argv=None) -> int:
     from mdsd_ot.backends.torch import to_distribution
     from mdsd_ot.decode import DecodeConfig
     from mdsd_ot.decode.models import TreeLM
-    from mdsd_ot.decode.runner import runs_at
+    from mdsd_ot.decode.runner import forest_paths, runs_at, union_cells
     from mdsd_ot.study.collection import _record_ids, load_prompts
-    from mdsd_ot.trees import draft_forest, expected_tokens, first_children
+    from mdsd_ot.trees import draft_forest, expected_tokens
 
     torch.set_num_threads(args.threads)
     rows = load_rows(args.rows)
@@ -111,8 +111,7 @@ def main(argv=None) -> int:
             return to_distribution(lg, temperature=T).numpy()
 
         forest = draft_forest(config.forest(), draft, np.random.default_rng(i))
-        every = sorted({t.path(v) for t in forest for v in range(t.tokens.size)}, key=lambda p: (len(p), p))
-        internal = sorted({t.path(v) for t in forest for v in range(t.n_internal)}, key=lambda p: (len(p), p))
+        every, internal = forest_paths(forest), forest_paths(forest, internal=True)
         laws, cpu = laws_of(models, context, T, every, internal)
         calls.append((call, context, forest, every, internal, {"bfloat16": laws}, {"bfloat16": cpu}))
         print(f"bf16 {len(calls)}/{len(picks)}", flush=True)
@@ -142,25 +141,18 @@ def main(argv=None) -> int:
                 t.q = np.stack([law(dt, "draft", t.path(v)) for v in range(t.n_internal)])
                 t.set_target(np.stack([law(dt, "target", t.path(v)) for v in range(t.tokens.size)]))
                 t._prepared.clear()
-            for tree in config.trees:
-                for scheme in config.schemes:
-                    k = next(
-                        j
-                        for j, (s, sc) in enumerate(config.forest())
-                        if sc == scheme and (s == tree or forest[j].scheme.nested_draws)
-                    )
-                    sub = first_children(forest[k], tree) if forest[k].scheme.nested_draws else forest[k]
-                    for name in config.verifiers_for(scheme, tree):
-                        if not runs_at(name, scheme, sub.vocab):  # as the decoder: no per-node LP at full V
-                            continue
-                        try:
-                            value = expected_tokens(sub, name)
-                        except ValueError:
-                            # top_n / greedy trees hold the top tokens of the bf16 draft law; where the
-                            # float32 law ranks them otherwise the tree is not one of its drafts
-                            flipped.add(f"{tree}/{scheme}")
-                            continue
-                        values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = value
+            for tree, scheme, sub, _ in union_cells(config, forest):
+                for name in config.verifiers_for(scheme, tree):
+                    if not runs_at(name, scheme, sub.vocab):  # as the decoder: no per-node LP at full V
+                        continue
+                    try:
+                        value = expected_tokens(sub, name)
+                    except ValueError:
+                        # top_n / greedy trees hold the top tokens of the bf16 draft law; where the
+                        # float32 law ranks them otherwise the tree is not one of its drafts
+                        flipped.add(f"{tree}/{scheme}")
+                        continue
+                    values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = value
         values = {k: v for k, v in values.items() if len(v) == 2 and k.rsplit("/", 1)[0] not in flipped}
         diffs = [abs(v["float32"] - v["bfloat16"]) for v in values.values()]
         out["samples"].append(

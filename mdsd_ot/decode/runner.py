@@ -204,6 +204,29 @@ def _exact_values(row, tree, names, scheme, config):
             row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
 
 
+def forest_paths(forest, *, internal: bool = False) -> list[tuple]:
+    """The distinct node paths of a drafted forest (every node, or only the internal ones, whose draft
+    laws were read), by depth then path: the order of the target forward over the forest."""
+    paths = {t.path(v) for t in forest for v in range(t.n_internal if internal else t.tokens.size)}
+    return sorted(paths, key=lambda p: (len(p), p))
+
+
+def union_cells(config: DecodeConfig, forest, *, memo=None):
+    """``(tree label, scheme, tree, union)`` for every (tree, scheme) cell of ``config``, in the
+    configuration's order, from the forest drafted for :meth:`DecodeConfig.forest`: a scheme with
+    nested draws reads its cell on the first-children sub-tree of its union tree (``union`` names that
+    tree, e.g. ``"4,2,2,1/with_replacement"``), any other scheme its own tree (``union`` is None)."""
+    specs = config.forest()
+    for tree_label in config.trees:
+        for scheme in config.schemes:
+            if SCHEMES[scheme].nested_draws:
+                k = next(i for i, (_, s) in enumerate(specs) if s == scheme)
+                tree = first_children(forest[k], tree_label, memo=memo)
+                yield tree_label, scheme, tree, f"{specs[k][0]}/{scheme}"
+            else:
+                yield tree_label, scheme, forest[specs.index((tree_label, scheme))], None
+
+
 def decode_prompt_union(
     target_lm, draft_lm, prompt_ids, config: DecodeConfig, T, rng, *, eos=None, record="", on_call=None
 ) -> list[dict]:
@@ -250,7 +273,7 @@ def decode_prompt_union(
         memo: dict = {}
         forest = draft_forest(specs, draft, rng, memo=memo)
         t1 = time.perf_counter()
-        every = sorted({t.path(v) for t in forest for v in range(t.tokens.size)}, key=lambda p: (len(p), p))
+        every = forest_paths(forest)
         laws = target(every)
         if laws.shape[1] != forest[0].vocab:
             raise ValueError(
@@ -264,30 +287,21 @@ def decode_prompt_union(
             t.set_target(laws[[where[t.path(v)] for v in range(t.tokens.size)]], checked=True)
         t2 = time.perf_counter()
         call_rows, drive_tree = [], None
-        for tree_label in config.trees:
-            for scheme in config.schemes:
-                if SCHEMES[scheme].nested_draws:
-                    k = [i for i, (_, s) in enumerate(specs) if s == scheme][0]
-                    source = forest[k]
-                    tree = first_children(source, tree_label, memo=memo)
-                    union = f"{specs[k][0]}/{scheme}"
-                else:
-                    k = specs.index((tree_label, scheme))
-                    tree, union = forest[k], None
-                row = {
-                    "record": record,
-                    "T": T,
-                    "tree": tree_label,
-                    "scheme": scheme,
-                    "call": call,
-                    "driver": driver,
-                    "drive": config.drive,
-                    "union": union,
-                }
-                _exact_values(row, tree, config.verifiers_for(scheme, tree_label), scheme, config)
-                if (tree_label, scheme) == drive:
-                    drive_tree, drive_row = tree, row
-                call_rows.append(row)
+        for tree_label, scheme, tree, union in union_cells(config, forest, memo=memo):
+            row = {
+                "record": record,
+                "T": T,
+                "tree": tree_label,
+                "scheme": scheme,
+                "call": call,
+                "driver": driver,
+                "drive": config.drive,
+                "union": union,
+            }
+            _exact_values(row, tree, config.verifiers_for(scheme, tree_label), scheme, config)
+            if (tree_label, scheme) == drive:
+                drive_tree, drive_row = tree, row
+            call_rows.append(row)
         t3 = time.perf_counter()
         emitted = verify_tree(drive_tree, driver, rng)
         if eos is not None and eos in emitted:
