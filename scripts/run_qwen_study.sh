@@ -30,7 +30,7 @@ echo "wall seconds: $((end-start))" >> "$LOGS/study_merge.log"
 [ "${SUPPLEMENTARY:-0}" = 1 ] || exit 0
 SUPP="--target $MODELS/qwen2.5-coder-1.5b-instruct --draft $MODELS/qwen2.5-coder-0.5b-instruct \
  --prompts humaneval --max-records 24 --max-positions-per-record 8 --temperatures 0.7,1.0 --n 3,4 \
- --schemes with_replacement,without_replacement --verifiers rrs,spectr,rrs_without_replacement \
+ --sampling with_replacement,without_replacement --verifiers rrs,spectr,rrs_without_replacement \
  --mc-samples 2000 --threads 1 --device cpu"
 for i in 0 1; do
   timeout 900 python -m mdsd_ot.cli study $SUPP --shard $i/2 --out "${OUT}_wor34/shard$i" > "$LOGS/wor34_shard$i.log" 2>&1 &

@@ -9,7 +9,7 @@ OUT=${OUT:-study_out_qwen_wor34_full}
 mkdir -p "$OUT"
 COMMON="--target $MODELS/qwen2.5-coder-1.5b-instruct --draft $MODELS/qwen2.5-coder-0.5b-instruct \
  --prompts humaneval --max-records 54 --temperatures 0.3,0.5,0.7,0.9,1.0 --n 3,4 \
- --schemes with_replacement,without_replacement --verifiers '' --threads 1 --device cpu --no-progress"
+ --sampling with_replacement,without_replacement --verifiers '' --threads 1 --device cpu --no-progress"
 start=$(date +%s)
 for i in 0 1; do
   eval python -m mdsd_ot.cli study $COMMON --shard $i/2 --out "$OUT/shard$i" > "$OUT/shard$i.log" 2>&1 &

@@ -28,6 +28,6 @@ fi
 HF_HUB_OFFLINE=1 exec mdsd-ot decode \
     --target "$MODELS/qwen2.5-coder-1.5b-instruct" --draft "$MODELS/qwen2.5-coder-0.5b-instruct" \
     --prompts humaneval --temperatures 0.3,0.7,1.0 --trees "1x4 2x4 4x4 4x3 4,2,2,1" \
-    --schemes with_replacement,without_replacement,greedy,top_n \
+    --sampling with_replacement,without_replacement,greedy,top_n \
     --drive "4,2,2,1/with_replacement" --driver traversal \
     --max-new-tokens 16 --dtype bfloat16 --threads 2 --out "$RUN" "$@"

@@ -67,7 +67,7 @@ def _warm_up():
                 "1",
                 "--n",
                 "2",
-                "--schemes",
+                "--sampling",
                 "with_replacement,greedy",
                 "--verifiers",
                 "naive",

@@ -67,7 +67,7 @@ def tiny_pair(tmp_path_factory):
 def _study_argv(root, out, target):
     return [
         "study", "--target", target, "--draft", root / "draft", "--prompts", root / "prompts.jsonl",
-        "--out", out, "--temperatures", "1", "--n", "2", "--schemes", "with_replacement",
+        "--out", out, "--temperatures", "1", "--n", "2", "--sampling", "with_replacement",
         "--verifiers", "naive", "--device", "cpu", "--no-progress",
     ]  # fmt: skip
 
@@ -840,3 +840,25 @@ def test_the_shipped_cli_examples_run_as_pasted(capsys, monkeypatch):
     for line in lines:
         code, out, err = _cli(capsys, shlex.split(line)[1:])
         assert code == 0, (line, err)
+
+
+@pytest.mark.parametrize("command", ["study", "decode"])
+def test_sampling_list_is_named_as_everywhere_and_the_old_name_still_works(command, capsys):
+    """``--sampling`` on study and decode as on bound/compare/audit/trees (its help lists every
+    registered scheme); ``--schemes`` is still read, with one line saying it is deprecated."""
+    from mdsd_ot import SCHEMES
+    from mdsd_ot.cli import build_parser
+
+    parser = build_parser()
+    base = [command, "--target", "t", "--draft", "d"]
+    args = parser.parse_args([*base, "--sampling", "top_n,greedy"])
+    assert args.schemes == "top_n,greedy" and capsys.readouterr().err == ""
+    args = parser.parse_args([*base, "--schemes", "without_replacement"])
+    assert args.schemes == "without_replacement"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--schemes is deprecated; use --sampling" in err
+    assert parser.parse_args(base).schemes  # the default is unchanged
+    with pytest.raises(SystemExit):
+        parser.parse_args([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert all(name in help_text for name in SCHEMES)

@@ -36,7 +36,7 @@ OPTIONS = [
     "1,0.5",
     "--n",
     "2",
-    "--schemes",
+    "--sampling",
     "with_replacement,greedy",
     "--verifiers",
     "naive",

@@ -40,7 +40,7 @@ MAX_NEW = 5
 OPTIONS = [
     "--trees",
     " ".join(TREES),
-    "--schemes",
+    "--sampling",
     ",".join(SCHEMES),
     "--temperatures",
     ",".join(map(str, TEMPERATURES)),

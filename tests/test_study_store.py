@@ -42,7 +42,7 @@ OPTIONS = [
     "1,0.5",
     "--n",
     "2",
-    "--schemes",
+    "--sampling",
     "with_replacement,greedy",
     "--verifiers",
     "naive",

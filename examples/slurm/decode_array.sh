@@ -28,7 +28,7 @@ OUT=${OUT:-decode_out}
 # the run's parameters: the same for every task (a task with other ones is refused by its folder);
 # the tree shapes apart, since they are separated by spaces
 TREES=${TREES:-1x4 2x4 4x4 4x3 4,2,2,1}
-read -r -a DECODE <<< "${DECODE_ARGS:---prompts humaneval --temperatures 0.3,0.7,1.0 --schemes with_replacement,top_n --max-new-tokens 64 --device auto}"
+read -r -a DECODE <<< "${DECODE_ARGS:---prompts humaneval --temperatures 0.3,0.7,1.0 --sampling with_replacement,top_n --max-new-tokens 64 --device auto}"
 N=${SHARDS:-${SLURM_ARRAY_TASK_COUNT:?run as a Slurm array task, or set SLURM_ARRAY_TASK_COUNT}}
 i=${SLURM_ARRAY_TASK_ID:?run as a Slurm array task, or set SLURM_ARRAY_TASK_ID}
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from ..drafts import SCHEMES
 
 INPUT_HELP = (
@@ -116,3 +119,34 @@ def parse_samplings(text: str) -> list[str]:
     if not names:
         raise ValueError(f"no sampling given; choose from {choices_text(SCHEMES, SCHEME_ALIASES)} or 'all'")
     return list(dict.fromkeys(names))
+
+
+class _RenamedOption(argparse.Action):
+    """An option's old name: stores its value as the new one does and says once, on stderr, which
+    name replaces it (``const``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(
+            f"{parser.prog}: {option_string} is deprecated; use {self.const} (same values)", file=sys.stderr
+        )
+        setattr(namespace, self.dest, values)
+
+
+def add_sampling_list(parser, *, default: str, what: str) -> None:
+    """``--sampling LIST`` (comma-separated draft schemes, the registry's names in its help), stored as
+    ``args.schemes``; ``--schemes``, its name before the options were unified, is still accepted."""
+    parser.add_argument(
+        "--sampling",
+        dest="schemes",
+        default=default,
+        metavar="LIST",
+        help=f"{what}, comma-separated, of {', '.join(SCHEMES)} (default: {default})",
+    )
+    parser.add_argument(
+        "--schemes",
+        dest="schemes",
+        action=_RenamedOption,
+        const="--sampling",
+        default=argparse.SUPPRESS,
+        help="deprecated name of --sampling",
+    )

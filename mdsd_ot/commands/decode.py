@@ -6,6 +6,7 @@ import argparse
 import time
 
 from . import _ray
+from ._inputs import add_sampling_list
 
 HELP = "tree decoding on a target/draft pair: tokens per target call of every verifier (exact), resumable"
 
@@ -21,7 +22,7 @@ def add_arguments(parser):
         default="1x4 2x4 4x4 4x3 4,2,2,1",
         help="tree shapes separated by spaces: KxL (K chains of length L) or b1,b2,... per depth",
     )
-    parser.add_argument("--schemes", default="with_replacement", help="draft schemes, comma-separated")
+    add_sampling_list(parser, default="with_replacement", what="draft schemes of the trees")
     parser.add_argument("--temperatures", default="0.3,0.7,1.0", help="comma-separated")
     parser.add_argument("--verifiers", default=None, help="comma-separated (default: every valid one)")
     parser.add_argument(

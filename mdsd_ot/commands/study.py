@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 
 from . import _ray
+from ._inputs import add_sampling_list
 
 HELP = "run the real-model study (target/draft causal LMs, prompts, temperatures, n, schemes)"
 
@@ -45,10 +46,10 @@ def add_arguments(parser):
     parser.add_argument("--out", default="study_out", help="study folder (default: study_out)")
     parser.add_argument("--temperatures", default="0.3,0.5,0.7,1.0", help="comma-separated")
     parser.add_argument("--n", default="2,3,4", help="numbers of drafts, comma-separated")
-    parser.add_argument(
-        "--schemes",
+    add_sampling_list(
+        parser,
         default="with_replacement,without_replacement,greedy",
-        help="bounds to evaluate, comma-separated",
+        what="draft schemes whose bounds to evaluate",
     )
     parser.add_argument(
         "--verifiers",
