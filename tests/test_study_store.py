@@ -952,6 +952,10 @@ sys.meta_path.insert(0, _CtrlC())
 '''
 
 
+def _sigint_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     "module,argv,message",
     [
@@ -971,7 +975,15 @@ def test_ctrl_c_during_imports_is_one_line_and_status_130(lab, tmp_path, module,
         argv = lab.argv(tmp_path / "out")
     env = dict(os.environ, PYTHONPATH=str(site))
     r = subprocess.run(
-        [str(script), *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [str(script), *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # a background job inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+        # handler: give the child the default disposition, as an interactive shell would
+        preexec_fn=_sigint_default,
     )
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines() == [message], r.stderr

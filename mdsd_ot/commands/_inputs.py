@@ -148,5 +148,5 @@ def add_sampling_list(parser, *, default: str, what: str) -> None:
         action=_RenamedOption,
         const="--sampling",
         default=argparse.SUPPRESS,
-        help="deprecated name of --sampling",
+        help="deprecated name of --sampling (same values, same default)",
     )
