@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import subprocess
@@ -90,7 +91,8 @@ def test_every_option_with_a_default_shows_it_in_help():
         text = "".join(cmd.format_help().split())  # argparse may wrap inside a long default
         for action in cmd._actions:
             d = action.default
-            if not action.option_strings or d is None or d is False or d == "" or action.dest == "help":
+            no_default = d in (None, False, "", argparse.SUPPRESS)
+            if not action.option_strings or no_default or action.dest == "help":
                 continue
             shown = "".join(str(d).split())
             assert "default" in (action.help or "") or f"(default:{shown})" in text, (name, action.dest)
