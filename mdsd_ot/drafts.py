@@ -499,16 +499,24 @@ def _without_mass(q, n, mask, refine=0):
     evaluation :func:`mdsd_ot._kernels.sequential_mass_check` (not the solver's fast path) on a grid
     whose nodes lie half-way between those of the solver's grid at the same ``refine``
     (docs/math.md#independent-check)."""
-    q_in = q[mask]
-    outside = q[~mask].sum()
     if n == 1:
-        return q_in.sum()
+        return q[mask].sum()
+    if n == 2:
+        return _without_pair_mass(q, mask)
+    return sequential_mass_inside(q[mask], float(q[~mask].sum()), n, refine)
+
+
+def _without_pair_mass(q, mask):
+    """``W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)`` with ``R = q(not H)`` and each ``1 - q_i``
+    from :func:`complement_masses`; in whole-vocabulary passes (no gather: H may hold most of V)."""
+    inside = q * mask  # q on H, 0 elsewhere
+    outside = (q - inside).sum()  # each difference exact (q_i or 0)
     if outside == 0.0:
-        return 1.0 if _support_size(q_in) >= n else 0.0
-    if n == 2:  # W_2(H) = q(H) - R * sum_{i in H} q_i / (1 - q_i), each 1 - q_i summed directly
-        rest = complement_masses(q)[mask]  # >= outside > 0 inside H: R / (1 - q_i) <= 1, no overflow
-        return q_in.sum() - np.sum(q_in * (outside / rest))
-    return sequential_mass_inside(q_in, float(outside), n, refine)
+        return 1.0 if _support_size(inside) >= 2 else 0.0
+    # inside H, 1 - q_i >= R: each ratio is at most 1 (no overflow), and the max keeps it so when
+    # rounding leaves 1 - q_i a hair below R; outside H the ratio is multiplied by q * mask = 0
+    ratio = outside / np.maximum(complement_masses(q), outside)
+    return inside.sum() - np.sum(inside * ratio)
 
 
 def sequential_mass_inside(q_in, outside: float, n: int, refine: int = 0) -> float:

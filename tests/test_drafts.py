@@ -1,5 +1,7 @@
 """Draft-sampling schemes: exact laws, Q(H), sampling, and cancellation-free masses."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from conftest import random_pair
@@ -50,6 +52,36 @@ def test_sequential_mass_against_textbook_enumeration(rng):
         n = int(rng.integers(2, 6))
         mask = rng.random(V) < 0.7
         assert scheme.mass(q, n, mask) == pytest.approx(brute_sequential_mass(q, n, mask), abs=1e-12)
+
+
+def _exact_pair_mass(q, mask):
+    """W_2(H) in rationals: sum over ordered pairs i != j inside H of q_i q_j / (T (T - q_i))."""
+    fq = [Fraction(float(x)) for x in q]
+    T = sum(fq)
+    inside = [i for i in range(q.size) if mask[i] and fq[i] > 0]
+    q_in = sum(fq[i] for i in inside)
+    return sum(fq[i] / T * (q_in - fq[i]) / (T - fq[i]) for i in inside if T > fq[i])
+
+
+def test_pair_mass_on_extreme_masses(rng):
+    """W_2(H) (the n = 2 re-check's Q(H)) against rationals where rounding bites: one token holding
+    all but 1e-18 of the mass, outside masses down to subnormals, and all of q outside H."""
+    scheme = get_scheme("without_replacement")
+    cases = [
+        (np.array([1.0, 1e-18, 3e-19, 5e-310]), np.array([True, True, False, True])),
+        (np.array([1.0, 1e-18, 3e-19, 5e-310]), np.array([False, True, True, True])),
+        (np.array([0.5, 0.25, 0.25, 0.0]), np.array([False, False, False, True])),
+        (np.array([0.7, 0.0, 0.3]), np.array([False, True, True])),
+        (np.array([0.6, 0.4 - 1e-300, 1e-300]), np.array([True, True, False])),
+    ]
+    for _ in range(60):
+        V = int(rng.integers(2, 9))
+        q = 10.0 ** rng.uniform(-320, 0, V)
+        cases.append((q / q.sum(), rng.random(V) < 0.6))
+    for q, mask in cases:
+        exact = float(_exact_pair_mass(q, mask))
+        got = scheme.mass(q, 2, mask)
+        assert abs(got - exact) <= 1e-15 + 1e-13 * exact, (q, mask, got, exact)
 
 
 def test_quadrature_path_of_sequential_mass(rng):
