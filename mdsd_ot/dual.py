@@ -19,7 +19,8 @@ import numpy as np
 
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
-from .drafts import DraftScheme, complement_masses, sequential_mass_inside
+from .drafts import DraftScheme, complement_masses
+from .drafts.without_replacement import sequential_mass_inside
 
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual", "sequential_objective"]
 
@@ -97,8 +98,9 @@ def sequential_objective(ps, qs, k: int, n: int, refine: int = 0) -> float:
     of ``H`` are the contiguous ``qs[:k]``, the sums ``p(H)`` and ``R = q(outside)`` are numpy's pairwise
     sums of the slices (the scan uses compensated running sums), and ``W_n(H)`` is enumerated or
     evaluated by :func:`mdsd_ot._kernels.sequential_mass_check` (tokens sorted by q, Newton's
-    identities, nodes half-way between the scan's): :func:`mdsd_ot.drafts.sequential_mass_inside`,
-    which the scheme's ``mass`` calls too.
+    identities, nodes half-way between the scan's):
+    :func:`mdsd_ot.drafts.without_replacement.sequential_mass_inside`, which the scheme's ``mass`` calls
+    too.
     """
     w = sequential_mass_inside(qs[:k], float(np.sum(qs[k:])), n, refine)
     return float(np.sum(ps[:k])) + 1.0 - w

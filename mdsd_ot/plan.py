@@ -54,7 +54,9 @@ from ._config import (
 )
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
 from ._validate import check_n, check_pair
-from .drafts import get_scheme, with_mass_from_sums
+from .drafts import get_scheme
+from .drafts.with_replacement import with_mass_from_sums
+from .drafts.without_replacement import pair_mass_of_prefix
 from .dual import is_sequential_scan, sequential_objective
 from .keys import bound_key, se_key, verifier_key
 
@@ -377,16 +379,8 @@ def _recheck_prefixes(plan: _Plan, solved):
             value, k = solved[(s, n)]
             if n == 1 or code[(s, n)] == 0:
                 mass = with_mass_from_sums(q_in[k], q_out[k], n)
-            else:  # W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i), the big token's term as q (R / (1 - q))
-                head = qo[:k]
-                rest = total - head
-                if big and b < k:  # its 1 - q may round to 0: its term is the big term below
-                    rest[b] = 1.0
-                odds = head / rest
-                if big and b < k:
-                    odds[b] = 0.0
-                big_term = float(qo[b]) * (q_out[k] / big_rest) if (big and b < k) else 0.0
-                mass = q_in[k] - q_out[k] * float(odds.sum()) - big_term
+            else:
+                mass = pair_mass_of_prefix(qo, k, q_in[k], q_out[k], total, b if big else -1, big_rest)
             diffs[(s, n)] = abs(p_in[k] + 1.0 - mass - value)
     for s, n in solved:
         if code[(s, n)] == 2:

@@ -35,7 +35,7 @@ import mdsd_ot
 from mdsd_ot import _kernels, get_scheme, optimal_acceptance, optimal_acceptance_batch
 from mdsd_ot._config import SUM_TOL
 from mdsd_ot.compare import compare
-from mdsd_ot.drafts import _elementary_symmetric_tree
+from mdsd_ot.drafts.conditional_poisson import _elementary_symmetric_tree
 from mdsd_ot.plan import evaluate_position
 from mdsd_ot.verifiers import verifier_acceptance
 
@@ -642,7 +642,8 @@ def test_denormal_draft_mass_without_replacement_3(tiny):
     assert abs(r.value - float(exact_alpha(p, q, 3, "without_replacement"))) <= TOL
 
 
-# regression: with 1 - q_max denormal, q_i / (1 - q_i) overflowed to inf in drafts._without_mass
+# regression: with 1 - q_max denormal, q_i / (1 - q_i) overflowed to inf in
+# drafts.without_replacement._without_mass
 # (fixed in 254e87f) and in verifiers.naive (fixed since: the big token's term is q(y) q(big) / (1 - q(big)))
 @pytest.mark.parametrize("what", ["mass", "naive"])
 @pytest.mark.parametrize("tiny", [1e-310, 5e-324])

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from mdsd_ot import optimal_acceptance
+from mdsd_ot import SCHEMES, optimal_acceptance
 from mdsd_ot._config import VALUE_TOL
 
 # ---------------------------------------------------------------- oracles (plain numpy, no sorting)
@@ -439,13 +439,12 @@ def test_torch_rows_are_rechecked(sampling):
 
 
 # ------------------------------------------------------------- registries (schemes and verifiers)
-@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
-def test_prefix_family_masses_equal_enumeration(sampling):
-    """Each torch prefix family's ``mass`` along an order and its ``check`` at a prefix equal Q(H) by
-    enumeration of draft tuples, for every prefix and every n the family covers (near one-hot rows too)."""
-    from mdsd_ot.drafts import get_scheme
-
-    scheme = get_scheme(sampling)
+@pytest.mark.parametrize("sampling", [name for name, s in SCHEMES.items() if s.torch_prefix is not None])
+def test_torch_twins_equal_enumeration(sampling):
+    """Each scheme's torch twin (``DraftScheme.torch_prefix``): ``mass`` along an order and ``check`` at a
+    prefix equal Q(H) by enumeration of draft tuples, for every prefix and every n the twin covers
+    (near one-hot rows too); beyond ``max_n`` the backend refuses."""
+    scheme = SCHEMES[sampling]
     rng = np.random.default_rng(11)
     rows = [rng.dirichlet(np.full(6, 0.6)) for _ in range(3)]
     rows.append(np.array([1 - 3e-12, 1e-12, 1e-12, 1e-12, 0.0, 0.0]))
@@ -453,12 +452,14 @@ def test_prefix_family_masses_equal_enumeration(sampling):
     P = torch.tensor(rng.dirichlet(np.ones(6), size=len(rows)))
     order = tb.sorted_prefix_order(P, Q)
     sr = tb._SortedRows.of(P, Q, order)
+    twin = scheme.torch_prefix
     for n in (1, 2, 3, 4):
-        if not tb._family_covers(scheme, n):
-            assert tb.PREFIX_FAMILIES[scheme.kernel_code].max_n < n
+        if not scheme.torch_covers(n):
+            assert twin.max_n < n
+            with pytest.raises(ValueError, match=f"n <= {twin.max_n} only"):
+                tb.sorted_prefix_bounds(P, Q, [n], sampling)
             continue
-        fam = tb._family(scheme, n)
-        mass = fam.mass(sr, n)
+        mass = twin.mass(sr, n)
         for b, q in enumerate(rows):
             for k in range(7):
                 H = order[b, :k].tolist()
@@ -469,15 +470,13 @@ def test_prefix_family_masses_equal_enumeration(sampling):
                 zero = torch.zeros_like(sr.ps)
                 q_h = torch.where(inside, sr.qs, zero).sum(-1)
                 out_h = torch.where(inside, zero, sr.qs).sum(-1)
-                got = fam.check(sr.ps, sr.qs, inside, q_h, out_h, n)
+                got = twin.check(sr.ps, sr.qs, inside, q_h, out_h, n)
                 assert abs(float(got[b]) - ref) <= 1e-13, (n, b, k)
 
 
 def test_samplings_and_batch_verifiers_come_from_the_registries():
-    """``SAMPLINGS`` lists the schemes with a torch prefix family; ``BATCH_VERIFIERS`` the registry."""
-    from mdsd_ot.drafts import SCHEMES
-
-    assert tb.SAMPLINGS == tuple(s for s, sc in SCHEMES.items() if sc.kernel_code in tb.PREFIX_FAMILIES)
+    """``SAMPLINGS`` lists the schemes with a torch twin; ``BATCH_VERIFIERS`` the registry."""
+    assert tb.SAMPLINGS == tuple(s for s, sc in SCHEMES.items() if sc.torch_prefix is not None)
     assert set(tb.SAMPLINGS) == {"with_replacement", "without_replacement"}
     assert tb.BATCH_VERIFIERS == tuple(tb.TORCH_VERIFIERS)
 

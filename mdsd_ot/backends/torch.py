@@ -37,11 +37,12 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .._config import NAIVE_POLY_MAX_N, POWER_FROM_REST_N, RECHECK_TOL, SUM_TOL
+from .._config import NAIVE_POLY_MAX_N, RECHECK_TOL, SUM_TOL
 from .._validate import check_bool, check_n
 from ..drafts import SCHEMES, get_scheme
 from ..keys import bound_key, verifier_key
-from . import TORCH_HINT
+from ._tensor import prefix_sums as _prefix_sums
+from ._tensor import require_torch
 
 __all__ = [
     "require_torch",
@@ -53,15 +54,6 @@ __all__ = [
     "greedy_bounds",
     "SAMPLINGS",
 ]
-
-
-def require_torch():
-    """Return the ``torch`` module, or raise ``ImportError`` naming the extra to install."""
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised by monkeypatching in the tests
-        raise ImportError(TORCH_HINT) from exc
-    return torch
 
 
 def cpu_matmul_slowdown(dtype, size: int = 512) -> float:
@@ -343,36 +335,6 @@ def sorted_prefix_bound(
     return BatchBound(value, k, order)
 
 
-def _prefix_sums(x):
-    """``S[..., k] = sum(x[..., :k])`` for k = 0..V, compensated: exact to about one ulp of the sum.
-
-    ``torch.cumsum`` rounds at every step (a million tiny terms after one large one drift by 1e-11)
-    and may associate in any order on a GPU. With ``s`` its result, the local residual
-    ``r_k = (s_{k-1} + x_k) - s_k`` is computed exactly (TwoSum, and ``t - s_k`` is exact by
-    Sterbenz since both approximate the same sum), and ``r`` telescopes: ``s_k + sum_{j<=k} r_j`` is
-    the exact prefix sum up to the (second-order) rounding of the small residuals' own sum.
-    """
-    torch = require_torch()
-    s = torch.cumsum(x, -1)
-    out = torch.empty(x.shape[:-1] + (x.shape[-1] + 1,), dtype=x.dtype, device=x.device)
-    out[..., 0] = 0.0
-    out[..., 1:2] = s[..., :1]  # the first sum is exact
-    if x.shape[-1] > 1:
-        prev, x1, s1 = s[..., :-1], x[..., 1:], s[..., 1:]
-        t = prev + x1  # in-place below: one full-size temporary at a time (they dominate on CPU)
-        bp = t - prev
-        a = torch.sub(t, bp)
-        torch.sub(prev, a, out=a)
-        torch.sub(x1, bp, out=bp)
-        a.add_(bp)  # t + a == prev + x1 exactly (TwoSum)
-        del bp
-        t.sub_(s1).add_(a)  # the local residual r_k
-        del a
-        torch.cumsum(t, -1, out=t)
-        torch.add(s1, t, out=out[..., 2:])
-    return out
-
-
 class _SortedRows:
     """p and q of (B, V) rows along one order, their prefix sums ``P``, ``Q`` (k = 0..V) and, on first
     use, the suffix sums ``R`` of q (``R[k]`` the mass of ranks ``k..V-1``, outside ``H_k``, summed
@@ -397,94 +359,8 @@ class _SortedRows:
         return self._R
 
 
-# -- torch mirrors of the sorted-prefix kernel families (DraftScheme.kernel_code; the numpy/numba
-# originals are mdsd_ot._kernels.scans and DraftScheme.mass, docs/math.md#draft-schemes)
-def _with_prefix_mass(rows: _SortedRows, n: int):
-    """``Q(H_k) = q(H_k)^n`` along the order."""
-    torch = require_torch()
-    Q = rows.Q
-    # Q_k <= 1 in exact arithmetic; a rounded prefix sum of 1 + 2e-16 must not make
-    # Q_k**n exceed Q_k (p == q would then give 1 - 2e-16 instead of exactly 1)
-    QH = torch.minimum(Q**n, Q)
-    if n > POWER_FROM_REST_N:  # x^n multiplies x's rounding by n: use the outside mass
-        R = rows.R
-        QH = torch.minimum(torch.where(R < 0.5, torch.exp(n * torch.log1p(-R)), QH), Q)
-    return QH
-
-
-def _with_check_mass(ps, qs, inside, q_h, out_h, n):
-    """``q(H)^n`` from the masked sums ``q_h = q(H)`` and ``out_h`` (the mass outside H)."""
-    torch = require_torch()
-    mass = torch.minimum(q_h**n, q_h)
-    if n > POWER_FROM_REST_N:
-        mass = torch.where(out_h < 0.5, torch.minimum(torch.exp(n * torch.log1p(-out_h)), q_h), mass)
-    return mass
-
-
-def _wor2_prefix_mass(rows: _SortedRows, n: int):
-    """Sequential ``W_2(H_k) = q(H_k) - R_k sum_{i in H_k} q_i / (1 - q_i)`` along the order."""
-    torch = require_torch()
-    qs, Q, R = rows.qs, rows.Q, rows.R
-    zero = torch.zeros_like(qs[:, :1])
-    others = Q[:, :-1] + R[:, 1:]  # 1 - q_i as (mass before i) + (mass after i)
-    # q_i / (1 - q_i) overflows when 1 - q_i is denormal. Only a token with q_i > 3/4
-    # ("big"; at most one per row) can have 1 - q_i < 1/4: its term R_k q_b / (1 - q_b)
-    # is evaluated as q_b * (R_k / (1 - q_b)), a ratio <= 1 while b is in H_k.
-    big = others < 0.25
-    small = ~big & (qs > 0)
-    term = torch.where(small, qs / torch.where(small, others, torch.ones_like(others)), torch.zeros_like(qs))
-    S = _prefix_sums(term)
-    has_big = big.any(-1, keepdim=True)
-    rank_b = torch.argmax(big.to(torch.int8), -1, keepdim=True)
-    q_b = torch.where(has_big, torch.gather(qs, -1, rank_b), torch.zeros_like(zero))
-    o_b = torch.where(has_big, torch.gather(others, -1, rank_b), torch.ones_like(zero))
-    ks = torch.arange(Q.shape[-1], device=Q.device).unsqueeze(0)
-    in_h = has_big & (ks > rank_b)
-    BIG = torch.where(in_h, q_b * (R / o_b), torch.zeros_like(R))
-    return Q - R * S - BIG
-
-
-def _wor2_check_mass(ps, qs, inside, q_h, out_h, n):
-    """``W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)`` by masked sums, each ``1 - q_i`` from the row
-    total, the largest token's by a direct sum of the others."""
-    torch = require_torch()
-    zero = torch.zeros_like(ps)
-    total = qs.sum(-1, keepdim=True)
-    rest = total - qs
-    top = torch.argmax(qs, -1, keepdim=True)
-    rest_top = torch.where(torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs).sum(-1)
-    rest = rest.scatter(-1, top, rest_top.unsqueeze(-1))
-    safe = inside & (qs > 0)
-    # R / (1 - q_i) <= 1 inside H, so q_i (R / (1 - q_i)) cannot overflow
-    ratio = torch.where(safe, out_h.unsqueeze(-1) / torch.where(safe, rest, torch.ones_like(rest)), zero)
-    return q_h - (qs * ratio).sum(-1)
-
-
-class PrefixFamily(NamedTuple):
-    """The torch mirror of one sorted-prefix kernel family (a value of ``DraftScheme.kernel_code``).
-
-    ``max_n``: the largest n evaluated here (None: any; beyond it, :func:`mdsd_ot.optimal_acceptance`).
-    ``mass(rows, n)``: ``Q(H_k)`` for k = 0..V along the order of a :class:`_SortedRows`.
-    ``check(ps, qs, inside, q_h, out_h, n)``: ``Q(H)`` of each row's certificate ``H`` (the mask
-    ``inside``) re-evaluated by masked sums, without prefix sums (``q_h = q(H)``, ``out_h`` the mass
-    outside H summed directly). Each is tested against the numpy scheme (``DraftScheme.mass``)."""
-
-    max_n: int | None
-    mass: Callable
-    check: Callable
-
-
-#: ``kernel_code -> PrefixFamily``: the sorted-prefix families the torch backend evaluates. A scheme
-#: whose ``kernel_code`` is a key here is evaluated by :func:`sorted_prefix_bound` (n = 1 is ``q(H)``
-#: under every scheme: the i.i.d. family's formula).
-PREFIX_FAMILIES: dict[int, PrefixFamily] = {
-    0: PrefixFamily(None, _with_prefix_mass, _with_check_mass),  # with replacement: q(H)^n
-    1: PrefixFamily(2, _wor2_prefix_mass, _wor2_check_mass),  # sequential, n <= 2: W_2
-}
-_IID = 0  # the family of i.i.d. drafts, Q(H) = q(H)^n
-
 #: Sampling schemes :func:`sorted_prefix_bound` evaluates (those with a torch prefix family).
-SAMPLINGS = tuple(name for name, s in SCHEMES.items() if s.kernel_code in PREFIX_FAMILIES)
+SAMPLINGS = tuple(name for name, s in SCHEMES.items() if s.torch_prefix is not None)
 
 
 def _prefix_scheme(sampling):
@@ -498,17 +374,6 @@ def _prefix_scheme(sampling):
     return get_scheme(name)
 
 
-def _family(scheme, n: int) -> PrefixFamily:
-    """The prefix family evaluating ``scheme`` with ``n`` drafts (one draft: ``Q(H) = q(H)``, the i.i.d.
-    family's formula, under every prefix scheme)."""
-    return PREFIX_FAMILIES[_IID if n == 1 else scheme.kernel_code]
-
-
-def _family_covers(scheme, n: int) -> bool:
-    fam = PREFIX_FAMILIES.get(scheme.kernel_code)
-    return fam is not None and (fam.max_n is None or n <= fam.max_n)
-
-
 def _scan(pt, qt, order, ns, sampling, tables=None):
     """{n: (alpha* per row, first optimal prefix length)} for (B, V) float64 rows sharing ``order``
     (or the :class:`_SortedRows` ``tables`` of that order)."""
@@ -517,7 +382,7 @@ def _scan(pt, qt, order, ns, sampling, tables=None):
     rows = _SortedRows.of(pt, qt, order) if tables is None else tables
     out = {}
     for n in ns:
-        QH = _family(scheme, n).mass(rows, n)
+        QH = scheme.torch_prefix.mass(rows, n)
         best, k = torch.max(QH - rows.P, dim=-1)  # first maximiser; the k = 0 term is 0, so best >= 0
         value = (1.0 - best).clamp(0.0, 1.0)
         _recheck(rows.ps, rows.qs, k, n, scheme, value)
@@ -527,9 +392,9 @@ def _scan(pt, qt, order, ns, sampling, tables=None):
 
 def _recheck(ps, qs, k, n, sampling, value):
     """Re-evaluate every row's certificate ``p(H) + 1 - Q(H)`` at its prefix ``H`` by another route
-    (plain masked sums, no prefix sums: :attr:`PrefixFamily.check`) and raise ``RuntimeError`` naming the
-    rows where it differs from ``value`` by more than ``RECHECK_TOL``: no unchecked bound leaves the
-    backend.
+    (plain masked sums, no prefix sums: the scheme's ``torch_prefix.check``) and raise ``RuntimeError``
+    naming the rows where it differs from ``value`` by more than ``RECHECK_TOL``: no unchecked bound
+    leaves the backend.
     """
     torch = require_torch()
     scheme = _prefix_scheme(sampling)
@@ -538,7 +403,7 @@ def _recheck(ps, qs, k, n, sampling, value):
     p_h = torch.where(inside, ps, zero).sum(-1)
     q_h = torch.where(inside, qs, zero).sum(-1)
     out_h = torch.where(inside, zero, qs).sum(-1)  # the mass outside H, summed directly
-    mass = _family(scheme, n).check(ps, qs, inside, q_h, out_h, n)
+    mass = scheme.torch_prefix.check(ps, qs, inside, q_h, out_h, n)
     check = p_h + 1.0 - mass
     bad = torch.nonzero((check - value).abs() > RECHECK_TOL).flatten()
     if bad.numel():
@@ -557,7 +422,7 @@ def _prepare(p, q, ns, sampling, normalize):
     ns = [check_n(n) for n in ns]
     scheme = None if sampling is None else _prefix_scheme(sampling)
     if scheme is not None and ns:
-        top = PREFIX_FAMILIES[scheme.kernel_code].max_n
+        top = scheme.torch_prefix.max_n
         if top is not None and max(ns) > top:
             raise ValueError(
                 f"the torch backend evaluates {scheme.name!r} sampling for n <= {top} only; "
@@ -613,8 +478,10 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
     .. math:: \alpha^*_{greedy} = p(\mathrm{Top}) + \sum_{x \notin \mathrm{Top}} \min(p(x), q'(x)),
         \quad q'(x) = q(x) / q(\Sigma \setminus \mathrm{Top})
 
-    ``Top`` holds the ``n - 1`` most likely draft tokens (ties: lower index first); the rest mass
-    is a direct sum over the complement of ``Top`` (never ``1 - q(Top)``).
+    ``Top`` holds the ``n - 1`` most likely draft tokens (ties: lower index first; ``torch.topk``, no
+    full sort); the rest mass is a direct sum over the complement of ``Top`` (never ``1 - q(Top)``).
+    The same code as :func:`evaluate_batch`'s greedy and hub bounds: each certificate is re-checked
+    on the device (``RuntimeError`` naming the row otherwise).
 
     Parameters
     ----------
@@ -628,28 +495,13 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
     dict
         ``{n: torch.Tensor float64 of shape (B,) (or ())}``.
     """
-    torch = require_torch()
     pt, qt, ns, squeeze = _prepare(p, q, list(ns), None, normalize)
     need = max(ns)
     if bool(((qt > 0).sum(-1) < need).any()):
         raise ValueError(f"greedy drafts with n = {need} need at least {need} tokens with q > 0 in every row")
-    same = (pt == qt).all(-1)
-    qs, order = torch.sort(qt, dim=-1, descending=True, stable=True)
-    ps = torch.gather(pt, -1, order)
-    out = {}
-    for n in ns:
-        top = n - 1
-        rest = qs[:, top:].sum(-1, keepdim=True)  # direct sum over the complement of Top
-        # alpha* = 1 - [sum_{rest} (q' - p)_+ - p(Top)]: the dual objective of H = Top + {q' > p},
-        # exactly 1 when q' <= p on the rest (p == q included), no rounding of a long sum of p
-        gain = (qs[:, top:] / rest - ps[:, top:]).clamp(min=0.0).sum(-1)
-        excess = gain - ps[:, :top].sum(-1)
-        val = torch.where(excess > 0, 1.0 - excess, torch.ones_like(excess)).clamp(0.0, 1.0)
-        # p == q gives 1 in exact arithmetic (q' >= q = p on the rest); the rounded rest mass
-        # 1 - 1e-16 would otherwise leave 1 - 2e-16
-        val = torch.where(same, torch.ones_like(val), val)
-        out[n] = val[0] if squeeze else val
-    return out
+    batch = _Batch(pt, qt, ns)
+    out = {n: batch.greedy_bound(n) for n in ns}
+    return {n: v[0] for n, v in out.items()} if squeeze else out
 
 
 # ------------------------------------------------------------------ the evaluation plan, batched
@@ -892,9 +744,9 @@ class _Batch:
 
 def _batch_bound_kind(scheme, n: int):
     """How :func:`evaluate_batch` evaluates a scheme's bound, from what the scheme owns (no names):
-    ``prefix`` (a torch prefix family, :data:`PREFIX_FAMILIES`), ``greedy`` (the greedy-family sums,
+    ``prefix`` (the scheme's torch twin, ``DraftScheme.torch_prefix``), ``greedy`` (the greedy-family sums,
     ``DraftScheme.top_family``) or None (not here: the numpy plan)."""
-    if _family_covers(scheme, n):
+    if scheme.torch_covers(n):
         return "prefix"
     if scheme.top_family:
         return "greedy"
@@ -972,8 +824,8 @@ def evaluate_batch(
     re-checked on the device by plain masked sums before it is returned (``RuntimeError`` naming the
     rows otherwise).
 
-    Which quantities are evaluated here is asked of the scheme (``kernel_code`` with a torch
-    :data:`PREFIX_FAMILIES` entry, ``top_family``, ``fixed_n``, the support it needs) and of
+    Which quantities are evaluated here is asked of the scheme (its torch twin ``torch_prefix``,
+    ``top_family``, ``fixed_n``, the support it needs) and of
     :data:`TORCH_VERIFIERS`; a quantity needing more tokens with ``q > 0`` than some row has is left to
     the caller.
 

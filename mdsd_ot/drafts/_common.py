@@ -1,0 +1,120 @@
+"""Helpers shared by the draft schemes: top tokens, complements without cancellation, subset masks,
+enumeration limits, the sequential tuple law and inverse-CDF draws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._config import ENUMERATION_MAX_TUPLES
+
+
+def complement_masses(q: np.ndarray) -> np.ndarray:
+    """``1 - q_i`` for every token, computed without cancellation.
+
+    Only a token holding more than half of the mass can suffer cancellation in ``sum(q) - q_i``;
+    for it the complement is summed directly.
+    """
+    total = q.sum()
+    rest = total - q
+    big = np.flatnonzero(q > 0.5 * total)
+    for i in big:  # at most one token
+        rest[i] = np.delete(q, i).sum()
+    return rest
+
+
+def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` most likely tokens of ``q`` in decreasing order, ties broken by token index.
+
+    Exactly ``np.argsort(-q, kind="stable")[:k]`` (the reference, and the path for ``k >= V`` and for
+    input with NaN), in O(V + k log k): ``np.argpartition`` finds the k-th largest value ``v``; every
+    token above ``v`` is taken and the remaining places go to the lowest-index tokens equal to ``v``;
+    the ``k`` candidates are then sorted by value, ties by index.
+
+    >>> top_tokens(np.array([0.1, 0.3, 0.2, 0.3, 0.1]), 3).tolist()
+    [1, 3, 2]
+    """
+    q = np.asarray(q)
+    V = q.size
+    k = int(k)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    if k >= V or np.isnan(q).any():
+        return np.argsort(-q, kind="stable")[:k].astype(np.int64)
+    if k == 1:
+        return np.array([int(np.argmax(q))], dtype=np.int64)  # argmax returns the first maximum
+    v = q[np.argpartition(q, V - k)[V - k]]  # the k-th largest value
+    above = np.flatnonzero(q > v)
+    ties = np.flatnonzero(q == v)[: k - above.size]
+    sel = np.concatenate([above, ties])
+    return sel[np.lexsort((sel, -q[sel]))].astype(np.int64)
+
+
+def _as_mask(subset, V: int) -> np.ndarray:
+    mask = np.zeros(V, dtype=bool)
+    subset = np.asarray(subset)
+    if subset.dtype == bool:
+        if subset.shape != (V,):
+            raise ValueError(f"a boolean subset mask must have shape ({V},), got {subset.shape}")
+        return subset.copy()
+    mask[subset.astype(np.int64)] = True
+    return mask
+
+
+def _support_size(q: np.ndarray) -> int:
+    return int(np.count_nonzero(q > 0))
+
+
+def _check_enumerable(count: int) -> None:
+    if count > ENUMERATION_MAX_TUPLES:
+        raise ValueError(
+            f"exact enumeration would visit {count:,} draft tuples (limit "
+            f"{ENUMERATION_MAX_TUPLES:,}); use a smaller vocabulary or the dual solver"
+        )
+
+
+def _check_enumerable_log(log_count: float, exact_count, n: int) -> None:
+    """:func:`_check_enumerable` from ``log(count)`` first, so that a huge count (``n`` up to 2**63)
+    is rejected before it is built; ``exact_count()`` is only evaluated when the count is small.
+    A single tuple of more than ``ENUMERATION_MAX_TUPLES`` drafts (one token with q > 0) is too large too.
+    """
+    if n > ENUMERATION_MAX_TUPLES:
+        raise ValueError(
+            f"exact enumeration of draft tuples of n = {n:,} drafts (more than {ENUMERATION_MAX_TUPLES:,}); "
+            f"use the dual solver"
+        )
+    if log_count > math.log(ENUMERATION_MAX_TUPLES) + 1.0:
+        raise ValueError(
+            f"exact enumeration would visit about 10^{log_count / math.log(10):.0f} draft tuples (limit "
+            f"{ENUMERATION_MAX_TUPLES:,}); use a smaller vocabulary or the dual solver"
+        )
+    _check_enumerable(exact_count())
+
+
+def _sequential_tuple_probs(q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
+    """Probability of each ordered tuple of distinct tokens under sequential sampling.
+
+    The mass left before each draw is summed directly over the tokens not yet drawn.
+    """
+    T, n = tuples.shape
+    probs = np.ones(T)
+    remaining = np.ones((T, q.size), dtype=bool)
+    rows = np.arange(T)
+    for i in range(n):
+        left = (remaining * q).sum(axis=1)
+        probs *= q[tuples[:, i]] / left
+        remaining[rows, tuples[:, i]] = False
+    return probs
+
+
+def _inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draws; a zero-mass token is never returned (``side='right'``, ``u < 1``)."""
+    cdf = np.cumsum(q)
+    idx = np.searchsorted(cdf, u * cdf[-1], side="right")
+    return np.minimum(idx, np.flatnonzero(q > 0)[-1])
+
+
+def _distinct_structure(drafts, q, n, cache):
+    if np.unique(drafts).size != drafts.size:
+        raise ValueError(f"this scheme drafts distinct tokens; got {drafts.tolist()}")
