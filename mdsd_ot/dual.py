@@ -20,6 +20,7 @@ import numpy as np
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
 from .drafts import DraftScheme, complement_masses
+from .drafts.scheme import KERNEL_WITHOUT
 from .drafts.without_replacement import sequential_mass_inside
 
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual", "sequential_objective"]
@@ -87,7 +88,7 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
 def is_sequential_scan(scheme: DraftScheme, n: int) -> bool:
     """True when the dual is the sequential quadrature scan (sampling without replacement, n >= 3),
     whose certificate :func:`sequential_objective` re-checks."""
-    return scheme.kernel_code == 1 and scheme.is_quadrature(n)
+    return scheme.kernel_code == KERNEL_WITHOUT and scheme.is_quadrature(n)
 
 
 def sequential_objective(ps, qs, k: int, n: int, refine: int = 0) -> float:

@@ -29,15 +29,14 @@ one-at-a-time API, and left out (``None``, with the message in ``errors``) if th
 
 Verifiers without a plan function (RSD with n >= 3, any verifier under a non-default scheme) go
 through :func:`mdsd_ot.verifier_acceptance`, so their value is exactly the one-at-a-time one. A
-verifier whose acceptance follows from the plan's tables registers a function in
-:data:`PLAN_VERIFIERS`.
+verifier whose acceptance follows from the plan's tables says how in its own module, as its
+``Verifier.plan`` (a :class:`mdsd_ot.verifiers.base.PlanVerifier`).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -50,26 +49,30 @@ from ._config import (
     PLAN_WORKSPACE_MAX_V,
     QUAD_MAX_REFINE,
     RECHECK_TOL,
-    VALUE_TOL,
 )
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
 from ._validate import check_n, check_pair
 from .drafts import get_scheme
+from .drafts.scheme import KERNEL_CP, KERNEL_WITH, KERNEL_WITHOUT
 from .drafts.with_replacement import with_mass_from_sums
 from .drafts.without_replacement import pair_mass_of_prefix
 from .dual import is_sequential_scan, sequential_objective
 from .keys import bound_key, se_key, verifier_key
+from .verifiers.base import PlanVerifier
 
 __all__ = [
     "PositionEvaluation",
     "evaluate_position",
     "evaluate_positions",
     "evaluate_checked",
-    "PLAN_VERIFIERS",
     "PlanVerifier",
+    "PlanTables",
     "DEFAULT_SCHEMES",
     "DEFAULT_VERIFIERS",
 ]
+
+#: The key of sequential n = 2 among the prefix scans' (the others are the n of with replacement).
+WOR2_SCAN = 0
 
 #: Draft schemes evaluated by default (hub is n = 2 only; it is skipped for other n).
 DEFAULT_SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
@@ -118,6 +121,24 @@ def _ints(ns):
     return np.array(sorted(set(ns)), dtype=np.int64)
 
 
+class PlanTables(NamedTuple):
+    """The per-position tables the plan's bounds and closed-form verifiers are functions of, along the
+    order by ``q/p`` descending (ties by index; :func:`_kernels.plan.order_tables`): arrays of size
+    ``V`` (``ps``, ``qs``) or ``V + 1`` (the sums, index ``k`` for the first ``k`` tokens). They live in
+    the thread's workspace until the plan is closed: read them, do not keep them."""
+
+    ps: np.ndarray  #: p along the order
+    qs: np.ndarray  #: q along the order
+    P: np.ndarray  #: prefix sums of p (compensated)
+    Q: np.ndarray  #: prefix sums of q (compensated)
+    R: np.ndarray  #: suffix sums of q (the mass outside the prefix, summed directly)
+    Ps: np.ndarray  #: suffix sums of p
+    D: np.ndarray  #: suffix sums of (p - q)_+
+    S: np.ndarray  #: prefix sums of q_i / (1 - q_i) without the big token (sequential n = 2 only)
+    big_pos: int  #: rank of the token above half of q's mass (V + 1: none)
+    rsd_rejection: float  #: RSD's rejection with two sequential drafts (when asked for)
+
+
 class _Workspace(threading.local):
     """The plan's O(V) work arrays, kept between calls in each thread (fresh page-faulted buffers of
     a few MB per position cost as much as a pass over them). Up to ``PLAN_WORKSPACE_MAX_V`` tokens;
@@ -164,7 +185,7 @@ class _Plan:
     later reruns that pass). ``need`` keys: ``greedy`` and ``naive`` (the n of the greedy family and of
     the naive verifier), ``wor2`` (sequential n = 2: the table of ``q / (1 - q)``), ``rsd2`` (RSD with
     two drafts). The arrays live in the thread's
-    workspace until :meth:`close` (a function registered in :data:`PLAN_VERIFIERS` must not keep them).
+    workspace until :meth:`close` (a verifier's ``plan.evaluate`` must not keep them).
     """
 
     def __init__(self, p: np.ndarray, q: np.ndarray, *, greedy=(), naive=(), wor2=False, rsd2=False):
@@ -205,8 +226,7 @@ class _Plan:
         return self._order_pass()[1]
 
     def tables(self, *, wor2=False, rsd2=False):
-        """``(ps, qs, P, Q, R, Ps, D, S, big_pos, rsd_rejection)`` (:func:`_kernels.plan.order_tables`)
-        with at least the flags asked for here."""
+        """The :class:`PlanTables` of this position, with at least the flags asked for here."""
         need = self.need
         if self._tables is not None and not ((wor2 and not need["wor2"]) or (rsd2 and not need["rsd2"])):
             return self._tables
@@ -219,7 +239,7 @@ class _Plan:
             order, rs, ps, qs, self.total, self.big, self.big_rest, need["wor2"], need["rsd2"],
             P, Q, R, Ps, D, S,
         )  # fmt: skip
-        self._tables = (ps, qs, P, Q, R, Ps, D, S, int(big_pos), float(rej))
+        self._tables = PlanTables(ps, qs, P, Q, R, Ps, D, S, int(big_pos), float(rej))
         self._cache.pop("scans", None)
         return self._tables
 
@@ -230,14 +250,13 @@ class _Plan:
 
     def scans(self, ns):
         """``{n: (D, k)}`` of the prefix scans (:func:`_kernels.plan.prefix_scans`): with replacement for
-        ``n >= 1`` (n = 1: every prefix scheme), sequential n = 2 under the key ``0``."""
+        ``n >= 1`` (n = 1: every prefix scheme), sequential n = 2 under the key :data:`WOR2_SCAN`."""
         have = self._cache.get("scans", {})
         if not set(ns) <= set(have):
-            tables = self.tables(wor2=0 in ns)
-            ps, qs, P, Q, R, Ps, D, S, big_pos, _ = tables
+            t = self.tables(wor2=WOR2_SCAN in ns)
             want = _ints(set(ns) | set(have))
             big_q = float(self.q[self.big]) if self.big >= 0 else 0.0
-            out = _kernels.plan.prefix_scans(P, Q, R, S, big_q, self.big_rest, big_pos, want)
+            out = _kernels.plan.prefix_scans(t.P, t.Q, t.R, t.S, big_q, self.big_rest, t.big_pos, want)
             have = dict(zip(want.tolist(), out))
             self._cache["scans"] = have
         return have
@@ -329,16 +348,16 @@ def _closed_form_bound(plan: _Plan, s: str, n: int):
 def _prefix_bounds(plan: _Plan, requests):
     """Values and prefix lengths of the prefix-optimal schemes (sequential n >= 3 excluded)."""
     out = {}
-    code = {key: get_scheme(key[0]).kernel_code for key in requests}  # 0 with, 1 without (n <= 2), 2 CP
-    cp = sorted({n for (s, n) in requests if code[(s, n)] == 2 and n > 1})
-    keys = {(s, n): (n if (n == 1 or code[(s, n)] == 0) else 0) for s, n in requests}
-    scans = plan.scans({k for key, k in keys.items() if code[key] != 2 or key[1] == 1})
+    code = {key: get_scheme(key[0]).kernel_code for key in requests}
+    cp = sorted({n for (s, n) in requests if code[(s, n)] == KERNEL_CP and n > 1})
+    keys = {(s, n): (n if (n == 1 or code[(s, n)] == KERNEL_WITH) else WOR2_SCAN) for s, n in requests}
+    scans = plan.scans({k for key, k in keys.items() if code[key] != KERNEL_CP or key[1] == 1})
     M = E = None
     if cp:
         ps, qs, P, Q, _ = plan.sorted
         M, E = _kernels.esp_prefix_scaled(qs, np.array(cp, dtype=np.int64))
     for s, n in requests:
-        if code[(s, n)] == 2 and n > 1:
+        if code[(s, n)] == KERNEL_CP and n > 1:
             j = cp.index(n)
             d, k = _kernels.scan_conditional_poisson_sums(M[j], E[j], P, Q)
         else:
@@ -355,8 +374,8 @@ def _recheck_prefixes(plan: _Plan, solved):
     prefix table, the total and the largest token of q found again; returns
     ``{(scheme, n): |difference|}``. Conditional Poisson goes through :meth:`DraftScheme.mass` (its own
     ``log e_n`` of the masked draft)."""
-    code = {key: get_scheme(key[0]).kernel_code for key in solved}  # 0 with, 1 without (n <= 2), 2 CP
-    keys = [key for key in solved if code[key] != 2]
+    code = {key: get_scheme(key[0]).kernel_code for key in solved}
+    keys = [key for key in solved if code[key] != KERNEL_CP]
     diffs = {}
     if keys:
         po, qo = plan.sorted[:2]
@@ -377,13 +396,13 @@ def _recheck_prefixes(plan: _Plan, solved):
             q_out[lo] = run_q
         for s, n in keys:
             value, k = solved[(s, n)]
-            if n == 1 or code[(s, n)] == 0:
+            if n == 1 or code[(s, n)] == KERNEL_WITH:
                 mass = with_mass_from_sums(q_in[k], q_out[k], n)
             else:
                 mass = pair_mass_of_prefix(qo, k, q_in[k], q_out[k], total, b if big else -1, big_rest)
             diffs[(s, n)] = abs(p_in[k] + 1.0 - mass - value)
     for s, n in solved:
-        if code[(s, n)] == 2:
+        if code[(s, n)] == KERNEL_CP:
             value, k = solved[(s, n)]
             mask = plan.mask(k)
             check = float(plan.p[mask].sum()) + 1.0 - get_scheme(s).mass(plan.q, n, mask)
@@ -444,110 +463,6 @@ def _unit(x):
     return unit_interval(x)
 
 
-def _v_naive(plan: _Plan, ns):
-    from .verifiers.base import accept_fraction
-
-    sums = plan.naive(ns)
-    return [accept_fraction(float(sums[n][0]), float(sums[n][1])) for n in ns]
-
-
-def _v_rrs(plan: _Plan, ns):
-    ps, qs, _, _, R, Ps = plan.tables()[:6]
-    targets = _ints(ns)
-    rej = dict(zip(targets.tolist(), _kernels.plan.rrs_chain_order(plan.rs, ps, qs, Ps, R, targets)))
-    return [1.0 - float(rej[n]) for n in ns]
-
-
-def _v_spectr(plan: _Plan, ns):
-    ps, qs, P, Q, R = plan.tables()[:5]
-    t_max = _kernels.plan.largest_ratio(plan.rs, ps, qs)
-    return [float(_kernels.plan.spectr_order(plan.rs, P, Q, R, t_max, n)) for n in ns]
-
-
-def _v_greedy(plan: _Plan, ns):
-    from .verifiers.base import accept_fraction
-
-    sums = plan.greedy(ns)
-    return [accept_fraction(float(sums[n][0] + sums[n][1]), float(sums[n][2])) for n in ns]
-
-
-def _v_spechub(plan: _Plan, ns):
-    from .verifiers.base import accept_fraction
-
-    _, s, rejected, reject = plan.greedy([2])[2]  # sum min(p, q'), (p - q')_+, (q' - p)_+
-    pa = float(plan.p[plan.top(1)[0]])
-    hub = min(pa, float(reject))
-    return [accept_fraction(float(s) + hub, float(rejected) + (pa - hub)) for _ in ns]
-
-
-def _v_rsd2(plan: _Plan, ns):
-    tables = plan.tables(rsd2=2 in ns)
-    # n = 2: RSD's closed form on the order; n = 1: one speculative-sampling step, sum (p - q)_+
-    return [1.0 - float(tables[9] if n == 2 else tables[6][0]) for n in ns]
-
-
-def _v_optimal(plan: _Plan, ns):
-    """The full-vocabulary optimal verifier for i.i.d. drafts (docs/math.md#optimal-verifier-full-v):
-    ``sum min(p, r)`` for the law ``r`` its interval-class rule induces, from its public ``prepare``,
-    cross-checked against the plan's with-replacement bound ``alpha*`` (the verifier attains it): a
-    disagreement by more than ``VALUE_TOL`` is returned as an error, not as a value."""
-    from .verifiers import VERIFIERS
-
-    verifier = VERIFIERS["optimal"]
-    bounds = plan.scans(ns) if not plan.same else {}
-    out = []
-    for n in ns:
-        try:
-            value = float(verifier.prepare(plan.p, plan.q, n, sampling="with_replacement").acceptance())
-        except ValueError as exc:
-            out.append(exc)
-            continue
-        bound = 1.0 if plan.same else max(1.0 - float(bounds[n][0]), 0.0)
-        if not abs(value - bound) <= VALUE_TOL:
-            value = RuntimeError(
-                f"internal error: the optimal verifier accepts {value!r} but alpha* (with replacement, "
-                f"n={n}) is {bound!r}; please report this input"
-            )
-        out.append(value)
-    return out
-
-
-def _optimal_in_plan(n) -> bool:
-    from .verifiers import VERIFIERS
-
-    verifier = VERIFIERS["optimal"]  # its default scheme must be the plan's with-replacement scan
-    return get_scheme(verifier.scheme).kernel_code == 0 and verifier.covers(verifier.scheme)
-
-
-class PlanVerifier(NamedTuple):
-    """How the plan evaluates one registry verifier (under the verifier's own default scheme).
-
-    ``covers(n)`` says which n ``evaluate`` handles (other n go through
-    :func:`mdsd_ot.verifier_acceptance`); ``evaluate(plan, ns)`` returns one acceptance per n and may
-    read ``plan.p``, ``plan.q``, ``plan.sorted`` (``ps, qs, P, Q, R`` along the q/p order),
-    ``plan.order`` and ``plan.scans(ns)``, but must not keep them (work arrays are reused by the next
-    position); a value it cannot vouch for is returned as an exception instance (recorded in
-    ``errors``). ``needs(n)`` names the passes to prepare so that each runs once:
-    ``{"greedy": n}`` (the top of q for n drafts), ``{"naive": n}``, ``{"rsd2": True}``."""
-
-    covers: Callable
-    evaluate: Callable
-    needs: Callable = lambda n: {}
-
-
-#: ``registry name -> PlanVerifier``: verifiers evaluated from the plan's tables. The full-vocabulary
-#: optimal verifier (i.i.d. drafts) is registered here.
-PLAN_VERIFIERS: dict[str, PlanVerifier] = {
-    "naive": PlanVerifier(lambda n: True, _v_naive, lambda n: {"naive": n}),
-    "rrs": PlanVerifier(lambda n: True, _v_rrs),
-    "spectr": PlanVerifier(lambda n: True, _v_spectr),
-    "greedy": PlanVerifier(lambda n: True, _v_greedy, lambda n: {"greedy": n}),
-    "spechub": PlanVerifier(lambda n: n == 2, _v_spechub, lambda n: {"greedy": 2}),
-    "rrs_without_replacement": PlanVerifier(lambda n: n <= 2, _v_rsd2, lambda n: {"rsd2": n == 2}),
-    "optimal": PlanVerifier(_optimal_in_plan, _v_optimal),
-}
-
-
 # --------------------------------------------------------------------------------- entry points
 def _check_scheme(scheme, q, n, support):
     """``scheme.check(q, n)`` from the support size counted once (the scheme's own message on failure)."""
@@ -569,10 +484,10 @@ def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEv
         kind = _bound_kind(scheme, n, same=False)
         if kind == "greedy":
             asks.append({"greedy": n})
-        elif kind == "prefix" and scheme.kernel_code == 1 and n == 2:
+        elif kind == "prefix" and scheme.kernel_code == KERNEL_WITHOUT and n == 2:
             asks.append({"wor2": True})
     for v, n in named:
-        entry = PLAN_VERIFIERS.get(v.name)
+        entry = v.plan
         if entry is not None and entry.covers(n):
             asks.append(entry.needs(n))
     need = {"greedy": set(), "naive": set(), "wor2": False, "rsd2": False}
@@ -685,7 +600,7 @@ def _run(plan, p, q, bounds, verifiers, named, *, seed, mc_samples) -> PositionE
             result.verifiers[(name, n)] = None
             result.errors[verifier_key(name, n)] = str(exc)
             continue
-        entry = PLAN_VERIFIERS.get(v.name)
+        entry = v.plan
         if entry is not None and entry.covers(n):
             fused.setdefault(v.name, []).append(n)
             continue
@@ -698,7 +613,7 @@ def _run(plan, p, q, bounds, verifiers, named, *, seed, mc_samples) -> PositionE
             result.verifiers[(name, n)] = None
             result.errors[verifier_key(name, n)] = str(exc)
     for name, ns in fused.items():
-        values = PLAN_VERIFIERS[name].evaluate(plan, ns)
+        values = get_verifier(name).plan.evaluate(plan, ns)
         scheme = get_verifier(name).scheme
         for n, value in zip(ns, values):
             if isinstance(value, Exception):  # a value the plan could not vouch for
@@ -799,3 +714,19 @@ def evaluate_positions(P, Q, ns, **kwargs) -> list:
     if P.ndim != 2 or P.shape != Q.shape:
         raise ValueError(f"P and Q must have the same shape (B, V); got {P.shape} and {Q.shape}")
     return [evaluate_position(p, q, ns, **kwargs) for p, q in zip(P, Q)]
+
+
+def __getattr__(name):
+    if name == "PLAN_VERIFIERS":  # deprecated: each verifier module holds its plan formula
+        import warnings
+
+        from .verifiers import VERIFIERS
+
+        warnings.warn(
+            "mdsd_ot.plan.PLAN_VERIFIERS is deprecated: each verifier holds its plan formula as "
+            "`Verifier.plan` (mdsd_ot.VERIFIERS[name].plan); this is a read-only copy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return {n: v.plan for n, v in VERIFIERS.items() if v.plan is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

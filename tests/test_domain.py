@@ -573,7 +573,7 @@ def test_study_stores_only_checked_values(monkeypatch):
     monkeypatch.undo()
 
     always_one = plan.PlanVerifier(lambda n: True, lambda pl, ns: [1.0 for _ in ns])
-    monkeypatch.setitem(plan.PLAN_VERIFIERS, "rrs", always_one)
+    monkeypatch.setattr(mdsd_ot.VERIFIERS["rrs"], "plan", always_one)
     rows = study.evaluate_rows(P, Q, ns=[2], schemes=["with_replacement"], verifiers=["rrs"])
     for r in rows:
         assert r["verifier:rrs@2"] is None

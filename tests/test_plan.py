@@ -14,8 +14,9 @@ import mdsd_ot
 from mdsd_ot import _kernels, optimal_acceptance, plan, verifier_acceptance
 from mdsd_ot._kernels import plan as kplan
 from mdsd_ot.drafts import top_tokens
-from mdsd_ot.plan import PLAN_VERIFIERS, PlanVerifier, evaluate_position
+from mdsd_ot.plan import PlanVerifier, evaluate_position
 from mdsd_ot.verifiers import DEFAULT_VERIFIERS
+from mdsd_ot.verifiers import optimal as optimal_module
 
 TOL = 1e-12
 SCHEMES = tuple(mdsd_ot.SCHEMES)  # every registered scheme and default verifier, by construction
@@ -277,14 +278,14 @@ def test_rrs_chain_many_n_equals_one_at_a_time():
 
 
 def test_hook_for_plan_verifiers(monkeypatch):
-    """A verifier registered in PLAN_VERIFIERS is evaluated from the plan's tables."""
+    """A verifier's ``plan`` formula (``Verifier.plan``) is evaluated from the plan's tables."""
     seen = []
 
     def optimal_from_plan(pl, ns):
         seen.append((pl.sorted[0].size, tuple(ns)))
         return [0.5 for _ in ns]
 
-    monkeypatch.setitem(PLAN_VERIFIERS, "optimal", PlanVerifier(lambda n: True, optimal_from_plan))
+    monkeypatch.setattr(mdsd_ot.VERIFIERS["optimal"], "plan", PlanVerifier(lambda n: True, optimal_from_plan))
     res = evaluate_position([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [2], schemes=[], verifiers=["optimal"])
     assert res.verifiers[("optimal", 2)].value == 0.5 and seen == [(3, (2,))]
 
@@ -361,7 +362,7 @@ def test_optimal_verifier_in_the_plan(monkeypatch):
     """The full-vocabulary optimal verifier (i.i.d. drafts) through the plan's hook: equal to
     ``verifier_acceptance("optimal")`` to 1e-12 and to the with-replacement bound alpha* (LP-tested
     elsewhere) to 1e-9, across the domain; a disagreement with alpha* is an error, not a value."""
-    assert "optimal" in PLAN_VERIFIERS and PLAN_VERIFIERS["optimal"].covers(2)
+    assert mdsd_ot.VERIFIERS["optimal"].plan is not None and mdsd_ot.VERIFIERS["optimal"].plan.covers(2)
     for label, p, q in CASES:
         if p.size > 60:
             continue
@@ -381,7 +382,7 @@ def test_optimal_verifier_in_the_plan(monkeypatch):
         assert abs(res.verifiers[("optimal", n)].value - verifier_acceptance("optimal", p, q, n).value) <= TOL
         assert abs(res.verifiers[("optimal", n)].value - optimal_acceptance(p, q, n).value) <= 1e-9
     # the plan's own cross-check: a construction off alpha* is reported, not stored
-    monkeypatch.setattr(plan, "VALUE_TOL", -1.0)
+    monkeypatch.setattr(optimal_module, "VALUE_TOL", -1.0)
     res = evaluate_position(p, q, [2], schemes=[], verifiers=["optimal"])
     assert res.verifiers[("optimal", 2)] is None
     assert "internal error" in res.errors["verifier:optimal@2"]
@@ -447,8 +448,9 @@ def test_every_plan_verifier_is_checked_against_its_bound(monkeypatch):
     rng = np.random.default_rng(3)
     p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
     for name in ("greedy", "rrs", "spectr", "naive"):
-        entry = PLAN_VERIFIERS[name]
-        monkeypatch.setitem(PLAN_VERIFIERS, name, entry._replace(evaluate=lambda plan, ns: [1.0 for _ in ns]))
+        entry = mdsd_ot.VERIFIERS[name].plan
+        always_one = entry._replace(evaluate=lambda plan, ns: [1.0 for _ in ns])
+        monkeypatch.setattr(mdsd_ot.VERIFIERS[name], "plan", always_one)
         for schemes in ((), plan.DEFAULT_SCHEMES):
             r = evaluate_position(p, q, [2], schemes=schemes, verifiers=(name,))
             assert r.verifiers[(name, 2)] is None
@@ -458,6 +460,6 @@ def test_every_plan_verifier_is_checked_against_its_bound(monkeypatch):
                 and "fingerprint" in message
             )
             assert set(r.bounds) == {(s, 2) for s in schemes}
-        monkeypatch.setitem(PLAN_VERIFIERS, name, entry)
+        monkeypatch.setattr(mdsd_ot.VERIFIERS[name], "plan", entry)
         r = evaluate_position(p, q, [2], schemes=(), verifiers=(name,))
         assert not r.errors and r.verifiers[(name, 2)] is not None

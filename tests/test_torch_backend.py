@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from mdsd_ot import SCHEMES, optimal_acceptance
+from mdsd_ot import SCHEMES, VERIFIERS, optimal_acceptance
 from mdsd_ot._config import VALUE_TOL
 
 # ---------------------------------------------------------------- oracles (plain numpy, no sorting)
@@ -475,20 +475,29 @@ def test_torch_twins_equal_enumeration(sampling):
 
 
 def test_samplings_and_batch_verifiers_come_from_the_registries():
-    """``SAMPLINGS`` lists the schemes with a torch twin; ``BATCH_VERIFIERS`` the registry."""
+    """``SAMPLINGS`` lists the schemes with a torch twin, ``BATCH_VERIFIERS`` the verifiers with one; the
+    deprecated ``TORCH_VERIFIERS`` still reads them, with a warning."""
     assert tb.SAMPLINGS == tuple(s for s, sc in SCHEMES.items() if sc.torch_prefix is not None)
     assert set(tb.SAMPLINGS) == {"with_replacement", "without_replacement"}
-    assert tb.BATCH_VERIFIERS == tuple(tb.TORCH_VERIFIERS)
+    assert tb.BATCH_VERIFIERS == tuple(n for n, v in VERIFIERS.items() if v.batch is not None)
+    expected = {"naive", "rrs", "spectr", "greedy", "spechub", "rrs_without_replacement"}
+    assert set(tb.BATCH_VERIFIERS) == expected
+    with pytest.warns(DeprecationWarning, match="Verifier.batch"):
+        assert tuple(tb.TORCH_VERIFIERS) == tb.BATCH_VERIFIERS
+    from mdsd_ot import plan
+
+    with pytest.warns(DeprecationWarning, match="Verifier.plan"):
+        assert set(plan.PLAN_VERIFIERS) == {n for n, v in VERIFIERS.items() if v.plan is not None}
 
 
 def test_a_batch_verifier_is_a_registry_entry(monkeypatch):
-    """A verifier added to ``TORCH_VERIFIERS`` is evaluated by ``evaluate_batch`` with no other edit, for
-    the n it covers; names outside the registries are skipped, unknown names rejected."""
+    """A verifier with a torch formula (``Verifier.batch``) is evaluated by ``evaluate_batch`` with no other
+    edit, for the n it covers; names outside the registries are skipped, unknown names rejected."""
     rng = np.random.default_rng(2)
     P = torch.tensor(rng.dirichlet(np.ones(9), size=2))
     Q = torch.tensor(rng.dirichlet(np.ones(9), size=2))
     entry = tb.BatchVerifier(lambda n: n == 3, lambda b, ns: {n: b.pt[:, 0] * 0 + n / 100 for n in ns})
-    monkeypatch.setitem(tb.TORCH_VERIFIERS, "spectr", entry)
+    monkeypatch.setattr(VERIFIERS["spectr"], "batch", entry)
     out = tb.evaluate_batch(
         P, Q, [2, 3], schemes=["conditional_poisson", "top_n"], verifiers=["spectr", "optimal"]
     )
@@ -496,7 +505,7 @@ def test_a_batch_verifier_is_a_registry_entry(monkeypatch):
     assert out["verifier:spectr@3"].tolist() == [0.03, 0.03]
     # a value above the optimal acceptance of its scheme (here not requested) is an internal error
     entry = tb.BatchVerifier(lambda n: n == 3, lambda b, ns: {n: b.pt[:, 0] * 0 + 1.0 for n in ns})
-    monkeypatch.setitem(tb.TORCH_VERIFIERS, "spectr", entry)
+    monkeypatch.setattr(VERIFIERS["spectr"], "batch", entry)
     with pytest.raises(RuntimeError, match="above the optimal acceptance"):
         tb.evaluate_batch(P, Q, [3], schemes=[], verifiers=["spectr"])
     with pytest.raises(ValueError, match="unknown"):

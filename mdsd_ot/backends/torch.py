@@ -34,13 +34,14 @@ Tie and boundary conventions
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import NamedTuple
 
-from .._config import NAIVE_POLY_MAX_N, RECHECK_TOL, SUM_TOL
+from .._config import RECHECK_TOL, SUM_TOL
 from .._validate import check_bool, check_n
 from ..drafts import SCHEMES, get_scheme
 from ..keys import bound_key, verifier_key
+from ..verifiers import VERIFIERS
+from ..verifiers.base import BatchVerifier
 from ._tensor import prefix_sums as _prefix_sums
 from ._tensor import require_torch
 
@@ -53,6 +54,9 @@ __all__ = [
     "sorted_prefix_bounds",
     "greedy_bounds",
     "SAMPLINGS",
+    "evaluate_batch",
+    "BATCH_VERIFIERS",
+    "BatchVerifier",
 ]
 
 
@@ -505,32 +509,6 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
 
 
 # ------------------------------------------------------------------ the evaluation plan, batched
-def _complement(qt):
-    """``1 - q_i`` per token as ``total - q_i``, the largest token's as the direct sum of the others."""
-    torch = require_torch()
-    total = qt.sum(-1, keepdim=True)
-    rest = total - qt
-    top = torch.argmax(qt, -1, keepdim=True)
-    others = torch.where(torch.arange(qt.shape[-1], device=qt.device).unsqueeze(0) == top, 0.0, qt).sum(-1)
-    return rest.scatter_(-1, top, others.unsqueeze(-1))
-
-
-def _fraction(accept, reject):
-    """``accept / (accept + reject)`` (``verifiers.base.accept_fraction``), elementwise."""
-    torch = require_torch()
-    total = accept + reject
-    return torch.where(total > 0, accept / torch.where(total > 0, total, 1.0), 0.0)
-
-
-def _accept_any(beta, reject, n):
-    """``1 - (1 - beta)^n`` with ``reject = 1 - beta`` summed directly (``spectr.accept_any``)."""
-    torch = require_torch()
-    log_reject = torch.where(
-        beta < 0.5, torch.log1p(-beta.clamp(max=0.5)), torch.log(reject.clamp(min=1e-300))
-    )
-    return torch.where(reject <= 0, 1.0, -torch.expm1(n * log_reject))
-
-
 def _top_of_q(qt, k):
     """The ``k`` most likely tokens of each row in rank order, ties by lower index (``drafts.top_tokens``),
     without a full sort: ``torch.topk`` gives the k-th largest mass, the tokens above it and the first
@@ -582,113 +560,6 @@ def _plan_tables(ps, qs):
     torch = require_torch()
     t = torch.where(qs > 0, ps / torch.where(qs > 0, qs, 1.0), math.inf)
     return torch.cummax(t, -1).values
-
-
-def _rrs_batch(t, P, Q, ns):
-    """RRS rejection for every n (docs/math.md#rrs): ``theta += E(theta)`` step by step, with
-    ``E(theta) = p(t > theta) - theta q(t > theta)`` from suffix sums (a batched search per step)."""
-    torch = require_torch()
-    total_p, total_q = P[:, -1:], Q[:, -1:]
-    theta = torch.zeros_like(total_p)
-    E = total_p.clone()
-    out = {}
-    for k in range(1, max(ns) + 1):
-        theta = theta + E
-        j = torch.searchsorted(t, theta, right=True)  # tokens with t <= theta
-        pj = total_p - torch.gather(P, -1, j)
-        qj = total_q - torch.gather(Q, -1, j)
-        E = torch.where(E > 0, (pj - theta * qj).clamp(min=0.0), E)
-        if k in ns:
-            out[k] = (E / total_p).clamp(max=1.0).squeeze(-1)
-    return out
-
-
-def _spectr_batch(ps, qs, t, P, Q, n):
-    """SpecTr acceptance ``1 - (1 - beta(rho*))^n`` with ``rho*`` bisected on the ratio tables."""
-    torch = require_torch()
-    total_q = Q[:, -1:]
-    finite = torch.where(torch.isfinite(t), t, 0.0).max(-1, keepdim=True).values
-    never = ((qs == 0) & (ps > 0)).any(-1, keepdim=True)
-    t_max = torch.where(never, math.inf, finite)
-
-    def parts(rho):
-        k = torch.searchsorted(t, rho, right=False)  # t < rho: min(q, p/rho) = p/rho
-        pk, qk = torch.gather(P, -1, k), torch.gather(Q, -1, k)
-        beta = (total_q - qk) + pk / rho
-        return beta, (qk - pk / rho).clamp(min=0.0)
-
-    def gap(rho):
-        beta, rej = parts(rho)
-        return rho * beta - _accept_any(beta, rej, n)
-
-    lo = torch.ones_like(total_q)
-    hi = torch.minimum(torch.full_like(lo, float(n)), t_max)
-    done = (hi <= 1.0) | (gap(lo) >= 0.0) if n > 1 else torch.ones_like(lo, dtype=torch.bool)
-    hi = torch.where(done, lo, hi)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        live = ~done & (mid > lo) & (mid < hi)
-        if not bool(live.any()):
-            break
-        up = gap(mid) >= 0.0
-        hi = torch.where(live & up, mid, hi)
-        lo = torch.where(live & ~up, mid, lo)
-        done = done | ~live
-    beta, rej = parts(hi)
-    return _accept_any(beta / total_q, rej / total_q, n).squeeze(-1)
-
-
-def _rsd2_batch(pt, qt, ps, qs, t, rest):
-    """RSD acceptance with two sequential drafts (docs/math.md#rsd): ``1 - sum_x (q_x - p_x)_+ G_x``,
-    ``G_x = R'_k - Q_k / (1 - q_x)`` over the tokens ``y`` with ``r'_y (1 - q_x) > q_y``, i.e.
-    ``q_y / p_y < (1 - q_x) / (1 - q_x + tv)``: the tail of the order beyond a batched search on the
-    ratios ``q/p`` (descending along the order; no logarithm, and no overflow where ``1 - q_x`` or a
-    ``q_y`` is subnormal, as the threshold ``1 + tv / (1 - q_x)`` on ``p/q`` had: it was ``inf`` and
-    dropped every token; a token at the boundary contributes about nothing either way). ``t`` is
-    unused (kept for the callers)."""
-    torch = require_torch()
-    diff = (ps - qs).clamp_(min=0.0)
-    tv = diff.sum(-1, keepdim=True)
-    safe_tv = torch.where(tv > 0, tv, 1.0)
-    Rr = _prefix_sums(diff.div_(safe_tv))  # r' along the order (zero where p <= q)
-    Qr = _prefix_sums(torch.where(ps > qs, qs, 0.0))
-    w = (qt - pt).clamp_(min=0.0)
-    ok = (w > 0) & (rest > 0)
-    safe_rest = torch.where(ok, rest, 1.0)
-    u = torch.where(ps > 0, qs / torch.where(ps > 0, ps, 1.0), math.inf)
-    neg_u = torch.cummax(-u, -1).values.contiguous()  # -q/p, ascending (monotone against rounding)
-    c = safe_rest / (safe_rest + tv)
-    j = torch.searchsorted(neg_u, -c, right=True)  # q/p >= c before j
-    g = (Rr[:, -1:] - torch.gather(Rr, -1, j)) - (Qr[:, -1:] - torch.gather(Qr, -1, j)) / safe_rest
-    rej = torch.where(ok, w * g.clamp_(min=0.0), 0.0).sum(-1, keepdim=True)
-    return torch.where(tv > 0, 1.0 - rej, 1.0).squeeze(-1)
-
-
-def _naive_batch(pt, qt, ns):
-    """Naive (i.i.d.) acceptance ``sum p (1 - m^n) / sum p`` for every n, ``m = 1 - q`` summed directly:
-    ``sum p (1 - m^n) = sum_{j < n} M_j`` with the positive moments ``M_j = sum p q m^j`` (no
-    logarithm, as :func:`mdsd_ot._kernels.plan.naive_moments`); ``-expm1(n log m)`` above
-    ``NAIVE_POLY_MAX_N``."""
-    torch = require_torch()
-    miss = _complement(qt)
-    total_p = pt.sum(-1)
-    out = {}
-    poly = [n for n in ns if n <= NAIVE_POLY_MAX_N]
-    if poly:
-        w = pt * qt
-        run = torch.zeros_like(total_p)
-        for j in range(max(poly)):
-            run = run + w.sum(-1)
-            if j + 1 in poly:
-                accept = torch.minimum(run, total_p)
-                out[j + 1] = _fraction(accept, total_p - accept)
-            w.mul_(miss)
-    for n in ns:
-        if n > NAIVE_POLY_MAX_N:
-            log_miss = torch.where(qt < 0.5, torch.log1p(-qt.clamp(max=0.5)), torch.log(miss))
-            pi = (-torch.expm1(n * log_miss)).clamp_(0.0, 1.0)
-            out[n] = _fraction((pt * pi).sum(-1), (pt * (1.0 - pi)).sum(-1))
-    return out
 
 
 class _Batch:
@@ -753,62 +624,9 @@ def _batch_bound_kind(scheme, n: int):
     return None
 
 
-def _bv_naive(b: _Batch, ns):
-    return _naive_batch(b.pt, b.qt, ns)
-
-
-def _bv_rrs(b: _Batch, ns):
-    return {n: 1.0 - rej for n, rej in _rrs_batch(b.t, b.rows.P, b.rows.Q, ns).items()}
-
-
-def _bv_spectr(b: _Batch, ns):
-    r = b.rows
-    return {n: _spectr_batch(r.ps, r.qs, b.t, r.P, r.Q, n) for n in ns}
-
-
-def _bv_greedy(b: _Batch, ns):
-    sums = b.greedy()
-    return {n: _fraction(sums[n][0] + sums[n][1], sums[n][2]) for n in ns}
-
-
-def _bv_spechub(b: _Batch, ns):
-    torch = require_torch()
-    _, s_min, s_p, s_q, p_a = b.greedy()[2]
-    hub = torch.minimum(p_a, s_q)
-    return {n: _fraction(s_min + hub, s_p + (p_a - hub)) for n in ns}
-
-
-def _bv_rsd2(b: _Batch, ns):
-    r = b.rows
-    return {n: _rsd2_batch(b.pt, b.qt, r.ps, r.qs, b.t, _complement(b.qt)) for n in ns}
-
-
-class BatchVerifier(NamedTuple):
-    """How :func:`evaluate_batch` evaluates one registry verifier on the tensors' device (under the
-    verifier's own default scheme; the torch mirror of :class:`mdsd_ot.plan.PlanVerifier`).
-
-    ``covers(n)`` says which n ``evaluate`` handles (other n: the numpy plan); ``evaluate(batch, ns)``
-    returns ``{n: float64 tensor (B,)}`` and may read ``batch.pt``, ``batch.qt``, ``batch.rows`` (the
-    sorted rows and their prefix sums), ``batch.t`` and ``batch.greedy()``; ``needs(n)`` names what to
-    prepare up front: ``{"greedy": n}`` (the greedy-family sums for n drafts)."""
-
-    covers: Callable
-    evaluate: Callable
-    needs: Callable = lambda n: {}
-
-
-#: ``registry name -> BatchVerifier``: the verifiers :func:`evaluate_batch` evaluates on the device.
-TORCH_VERIFIERS: dict[str, BatchVerifier] = {
-    "naive": BatchVerifier(lambda n: True, _bv_naive),
-    "rrs": BatchVerifier(lambda n: True, _bv_rrs),
-    "spectr": BatchVerifier(lambda n: True, _bv_spectr),
-    "greedy": BatchVerifier(lambda n: True, _bv_greedy, lambda n: {"greedy": n}),
-    "spechub": BatchVerifier(lambda n: n == 2, _bv_spechub, lambda n: {"greedy": 2}),
-    "rrs_without_replacement": BatchVerifier(lambda n: n == 2, _bv_rsd2),
-}
-
-#: Verifiers :func:`evaluate_batch` evaluates on the tensors' device (each under its own scheme).
-BATCH_VERIFIERS = tuple(TORCH_VERIFIERS)
+#: Verifiers :func:`evaluate_batch` evaluates on the tensors' device (each under its own scheme): those
+#: whose module gives a ``Verifier.batch`` (a :class:`mdsd_ot.verifiers.base.BatchVerifier`).
+BATCH_VERIFIERS = tuple(name for name, v in VERIFIERS.items() if v.batch is not None)
 
 
 def evaluate_batch(
@@ -825,9 +643,8 @@ def evaluate_batch(
     rows otherwise).
 
     Which quantities are evaluated here is asked of the scheme (its torch twin ``torch_prefix``,
-    ``top_family``, ``fixed_n``, the support it needs) and of
-    :data:`TORCH_VERIFIERS`; a quantity needing more tokens with ``q > 0`` than some row has is left to
-    the caller.
+    ``top_family``, ``fixed_n``, the support it needs) and of each verifier (its ``Verifier.batch``);
+    a quantity needing more tokens with ``q > 0`` than some row has is left to the caller.
 
     Parameters
     ----------
@@ -864,7 +681,7 @@ def evaluate_batch(
     verifier_tasks = []  # (name, BatchVerifier, ns)
     for name in verifiers:
         v = get_verifier(name)
-        entry = TORCH_VERIFIERS.get(v.name)
+        entry = v.batch
         if entry is None:
             continue
         scheme = get_scheme(v.scheme)
@@ -965,3 +782,17 @@ def _recheck_greedy(pt, qt, top, n, value):
             f"certificate re-evaluates to {float(check[i])!r} (top of q verified: {bool(ok[i])}); "
             "please report this input"
         )
+
+
+def __getattr__(name):
+    if name == "TORCH_VERIFIERS":  # deprecated: each verifier module holds its torch formula
+        import warnings
+
+        warnings.warn(
+            "mdsd_ot.backends.torch.TORCH_VERIFIERS is deprecated: each verifier holds its torch formula "
+            "as `Verifier.batch` (mdsd_ot.VERIFIERS[name].batch); this is a read-only copy",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return {n: v.batch for n, v in VERIFIERS.items() if v.batch is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

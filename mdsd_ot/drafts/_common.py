@@ -24,6 +24,19 @@ def complement_masses(q: np.ndarray) -> np.ndarray:
     return rest
 
 
+def torch_complement_masses(qt):
+    """:func:`complement_masses` of ``(B, V)`` tensors: ``total - q_i``, the largest token's as the direct
+    sum of the others."""
+    from ..backends._tensor import require_torch
+
+    torch = require_torch()
+    total = qt.sum(-1, keepdim=True)
+    rest = total - qt
+    top = torch.argmax(qt, -1, keepdim=True)
+    others = torch.where(torch.arange(qt.shape[-1], device=qt.device).unsqueeze(0) == top, 0.0, qt).sum(-1)
+    return rest.scatter_(-1, top, others.unsqueeze(-1))
+
+
 def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` most likely tokens of ``q`` in decreasing order, ties broken by token index.
 

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from .._config import UNIT_ROUNDING_TOL
 from .._validate import check_n, check_pair
+from ..backends._tensor import require_torch
 from ..drafts import SCHEMES, DraftScheme, get_scheme, top_tokens
 
 #: Every draft scheme, the default (with replacement) first: for verifiers valid under any scheme.
@@ -109,6 +111,45 @@ def accept_fraction(accept: float, reject: float) -> float:
     """
     total = accept + reject
     return accept / total if total > 0.0 else 0.0
+
+
+def torch_accept_fraction(accept, reject):
+    """:func:`accept_fraction` of tensors, elementwise (the batched torch plan)."""
+    torch = require_torch()
+    total = accept + reject
+    return torch.where(total > 0, accept / torch.where(total > 0, total, 1.0), 0.0)
+
+
+class PlanVerifier(NamedTuple):
+    """How the evaluation plan (:mod:`mdsd_ot.plan`) evaluates a verifier under its own default scheme
+    (``Verifier.plan``).
+
+    ``covers(n)`` says which n ``evaluate`` handles (other n go through
+    :func:`mdsd_ot.verifier_acceptance`); ``evaluate(plan, ns)`` returns one acceptance per n and may
+    read ``plan.p``, ``plan.q``, ``plan.tables()`` (:class:`mdsd_ot.plan.PlanTables` along the q/p order),
+    ``plan.order`` and ``plan.scans(ns)``, but must not keep them (work arrays are reused by the next
+    position); a value it cannot vouch for is returned as an exception instance (recorded in
+    ``errors``). ``needs(n)`` names the passes to prepare so that each runs once:
+    ``{"greedy": n}`` (the top of q for n drafts), ``{"naive": n}``, ``{"rsd2": True}``."""
+
+    covers: Callable
+    evaluate: Callable
+    needs: Callable = lambda n: {}
+
+
+class BatchVerifier(NamedTuple):
+    """How the batched torch plan (:func:`mdsd_ot.backends.torch.evaluate_batch`) evaluates a verifier
+    on the tensors' device, under its own default scheme (``Verifier.batch``; the torch twin of
+    :class:`PlanVerifier`).
+
+    ``covers(n)`` says which n ``evaluate`` handles (other n: the numpy plan); ``evaluate(batch, ns)``
+    returns ``{n: float64 tensor (B,)}`` and may read ``batch.pt``, ``batch.qt``, ``batch.rows`` (the
+    sorted rows and their prefix sums), ``batch.t`` and ``batch.greedy()``; ``needs(n)`` names what to
+    prepare up front: ``{"greedy": n}`` (the greedy-family sums for n drafts)."""
+
+    covers: Callable
+    evaluate: Callable
+    needs: Callable = lambda n: {}
 
 
 def unit_interval(x, what: str = "acceptance"):
@@ -290,12 +331,19 @@ class Verifier(ABC):
         The only number of drafts the method is defined for, if any.
     reference : str
         The paper.
+    plan : PlanVerifier or None
+        Its acceptance from the evaluation plan's shared tables (None: the plan calls
+        :func:`mdsd_ot.verifier_acceptance`).
+    batch : BatchVerifier or None
+        Its acceptance in the batched torch plan (None: not on the device).
     """
 
     name: ClassVar[str]
     schemes: ClassVar[tuple[str, ...]]
     fixed_n: ClassVar[int | None] = None
     reference: ClassVar[str] = ""
+    plan: ClassVar[PlanVerifier | None] = None
+    batch: ClassVar[BatchVerifier | None] = None
 
     @property
     def scheme(self) -> str:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from .base import (
+    BatchVerifier,
+    PlanVerifier,
     PreparedVerifier,
     Verifier,
     accept_fraction,
@@ -27,6 +29,7 @@ from .base import (
     sample_drafts_batch,
     sample_index,
     top_k,
+    torch_accept_fraction,
 )
 
 __all__ = ["GreedyVerifier", "hub_or_greedy_parts"]
@@ -100,6 +103,18 @@ class _PreparedGreedy(PreparedVerifier):
         return self._accept
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    sums = plan.greedy(ns)
+    return [accept_fraction(float(sums[n][0] + sums[n][1]), float(sums[n][2])) for n in ns]
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch.evaluate_batch), on the tensors' device
+def _batch_acceptance(b, ns):
+    sums = b.greedy()
+    return {n: torch_accept_fraction(sums[n][0] + sums[n][1], sums[n][2]) for n in ns}
+
+
 class GreedyVerifier(Verifier):
     """Hu et al.'s verifier for greedy drafts (optimal for that draft law).
 
@@ -111,6 +126,8 @@ class GreedyVerifier(Verifier):
     """
 
     name = "greedy"
+    plan = PlanVerifier(lambda n: True, _plan_acceptance, lambda n: {"greedy": n})
+    batch = BatchVerifier(lambda n: True, _batch_acceptance, lambda n: {"greedy": n})
     schemes = ("greedy",)
     reference = "Hu et al., Towards Optimal Multi-draft Speculative Decoding, ICLR 2025, arXiv:2502.18779"
 

@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._config import NAIVE_POLY_MAX_N
+from ..backends._tensor import require_torch
 from ..drafts import get_scheme
+from ..drafts._common import torch_complement_masses
 from .base import (
     ANY_SCHEME,
+    BatchVerifier,
+    PlanVerifier,
     PreparedVerifier,
     Verifier,
     accept_fraction,
     power_exceeds,
     sample_index,
+    torch_accept_fraction,
     unit_interval,
 )
 
@@ -93,6 +99,44 @@ class _PreparedNaive(PreparedVerifier):
         return self.scheme.drafted_mass_samples(self.p, self.q, self.n, samples, rng)
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    sums = plan.naive(ns)
+    return [accept_fraction(float(sums[n][0]), float(sums[n][1])) for n in ns]
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch.evaluate_batch), on the tensors' device
+def _batch_acceptance(b, ns):
+    return _torch_naive(b.pt, b.qt, ns)
+
+
+def _torch_naive(pt, qt, ns):
+    """Naive (i.i.d.) acceptance ``sum p (1 - m^n) / sum p`` for every n, ``m = 1 - q`` summed directly:
+    ``sum p (1 - m^n) = sum_{j < n} M_j`` with the positive moments ``M_j = sum p q m^j`` (no
+    logarithm, as :func:`mdsd_ot._kernels.plan.naive_moments`); ``-expm1(n log m)`` above
+    ``NAIVE_POLY_MAX_N``."""
+    torch = require_torch()
+    miss = torch_complement_masses(qt)
+    total_p = pt.sum(-1)
+    out = {}
+    poly = [n for n in ns if n <= NAIVE_POLY_MAX_N]
+    if poly:
+        w = pt * qt
+        run = torch.zeros_like(total_p)
+        for j in range(max(poly)):
+            run = run + w.sum(-1)
+            if j + 1 in poly:
+                accept = torch.minimum(run, total_p)
+                out[j + 1] = torch_accept_fraction(accept, total_p - accept)
+            w.mul_(miss)
+    for n in ns:
+        if n > NAIVE_POLY_MAX_N:
+            log_miss = torch.where(qt < 0.5, torch.log1p(-qt.clamp(max=0.5)), torch.log(miss))
+            pi = (-torch.expm1(n * log_miss)).clamp_(0.0, 1.0)
+            out[n] = torch_accept_fraction((pt * pi).sum(-1), (pt * (1.0 - pi)).sum(-1))
+    return out
+
+
 class NaiveVerifier(Verifier):
     """Independent target sample, accepted iff drafted (valid for any draft scheme).
 
@@ -106,6 +150,8 @@ class NaiveVerifier(Verifier):
     """
 
     name = "naive"
+    plan = PlanVerifier(lambda n: True, _plan_acceptance, lambda n: {"naive": n})
+    batch = BatchVerifier(lambda n: True, _batch_acceptance)
     schemes = ANY_SCHEME
     reference = "membership baseline (Sun et al., SpecTr, NeurIPS 2023, arXiv:2310.15141)"
 

@@ -33,9 +33,12 @@ import threading
 
 import numpy as np
 
-from ..drafts import SCHEMES
+from .._config import VALUE_TOL
+from ..drafts import SCHEMES, get_scheme
+from ..drafts.scheme import KERNEL_WITH
 from .base import (
     ANY_SCHEME,
+    PlanVerifier,
     PreparedVerifier,
     Verdict,
     Verifier,
@@ -285,6 +288,40 @@ class _PreparedChain(PreparedVerifier):
         return self._accept
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    """The full-vocabulary optimal verifier for i.i.d. drafts (docs/math.md#optimal-verifier-full-v):
+    ``sum min(p, r)`` for the law ``r`` its interval-class rule induces, from its public ``prepare``,
+    cross-checked against the plan's with-replacement bound ``alpha*`` (the verifier attains it): a
+    disagreement by more than ``VALUE_TOL`` is returned as an error, not as a value."""
+    from . import VERIFIERS
+
+    verifier = VERIFIERS["optimal"]
+    bounds = plan.scans(ns) if not plan.same else {}
+    out = []
+    for n in ns:
+        try:
+            value = float(verifier.prepare(plan.p, plan.q, n, sampling="with_replacement").acceptance())
+        except ValueError as exc:
+            out.append(exc)
+            continue
+        bound = 1.0 if plan.same else max(1.0 - float(bounds[n][0]), 0.0)
+        if not abs(value - bound) <= VALUE_TOL:
+            value = RuntimeError(
+                f"internal error: the optimal verifier accepts {value!r} but alpha* (with replacement, "
+                f"n={n}) is {bound!r}; please report this input"
+            )
+        out.append(value)
+    return out
+
+
+def _optimal_in_plan(n) -> bool:
+    from . import VERIFIERS
+
+    verifier = VERIFIERS["optimal"]  # its default scheme must be the plan's with-replacement scan
+    return get_scheme(verifier.scheme).kernel_code == KERNEL_WITH and verifier.covers(verifier.scheme)
+
+
 class OptimalVerifier(Verifier):
     """The optimal verifier: attains ``alpha*`` of its draft scheme.
 
@@ -300,6 +337,7 @@ class OptimalVerifier(Verifier):
     """
 
     name = "optimal"
+    plan = PlanVerifier(_optimal_in_plan, _plan_acceptance)
     schemes = ANY_SCHEME
     reference = "optimal transport plan (SpecTr, arXiv:2310.15141; Hu et al., arXiv:2502.18779)"
 

@@ -30,13 +30,26 @@ and ``P(all n steps reject) = E[E(theta_{n+1})]`` over the law of the rejected t
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _compile
 from .._kernels import small_or_jit
 from .._kernels import verifiers as _kernels
+from ..backends._tensor import prefix_sums, require_torch
 from ..drafts import complement_masses
-from .base import PreparedVerifier, Verifier, accept_ratio, power_exceeds, residual, sample_index
+from ..drafts._common import torch_complement_masses
+from .base import (
+    BatchVerifier,
+    PlanVerifier,
+    PreparedVerifier,
+    Verifier,
+    accept_ratio,
+    power_exceeds,
+    residual,
+    sample_index,
+)
 
 __all__ = ["RSDVerifier", "rsd_rejection", "EXACT_MAX_WORK", "MC_MAX_WORK"]
 
@@ -163,6 +176,45 @@ class _PreparedRSD(PreparedVerifier):
         return _kernels.rsd_path_mc(*tables, self.n, samples, seed)
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    t = plan.tables(rsd2=2 in ns)
+    # n = 2: RSD's closed form on the order; n = 1: one speculative-sampling step, sum (p - q)_+
+    return [1.0 - float(t.rsd_rejection if n == 2 else t.D[0]) for n in ns]
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch.evaluate_batch), on the tensors' device
+def _batch_acceptance(b, ns):
+    r = b.rows
+    return {n: _torch_rsd2(b.pt, b.qt, r.ps, r.qs, b.t, torch_complement_masses(b.qt)) for n in ns}
+
+
+def _torch_rsd2(pt, qt, ps, qs, t, rest):
+    """RSD acceptance with two sequential drafts (docs/math.md#rsd): ``1 - sum_x (q_x - p_x)_+ G_x``,
+    ``G_x = R'_k - Q_k / (1 - q_x)`` over the tokens ``y`` with ``r'_y (1 - q_x) > q_y``, i.e.
+    ``q_y / p_y < (1 - q_x) / (1 - q_x + tv)``: the tail of the order beyond a batched search on the
+    ratios ``q/p`` (descending along the order; no logarithm, and no overflow where ``1 - q_x`` or a
+    ``q_y`` is subnormal, as the threshold ``1 + tv / (1 - q_x)`` on ``p/q`` had: it was ``inf`` and
+    dropped every token; a token at the boundary contributes about nothing either way). ``t`` is
+    unused (kept for the callers)."""
+    torch = require_torch()
+    diff = (ps - qs).clamp_(min=0.0)
+    tv = diff.sum(-1, keepdim=True)
+    safe_tv = torch.where(tv > 0, tv, 1.0)
+    Rr = prefix_sums(diff.div_(safe_tv))  # r' along the order (zero where p <= q)
+    Qr = prefix_sums(torch.where(ps > qs, qs, 0.0))
+    w = (qt - pt).clamp_(min=0.0)
+    ok = (w > 0) & (rest > 0)
+    safe_rest = torch.where(ok, rest, 1.0)
+    u = torch.where(ps > 0, qs / torch.where(ps > 0, ps, 1.0), math.inf)
+    neg_u = torch.cummax(-u, -1).values.contiguous()  # -q/p, ascending (monotone against rounding)
+    c = safe_rest / (safe_rest + tv)
+    j = torch.searchsorted(neg_u, -c, right=True)  # q/p >= c before j
+    g = (Rr[:, -1:] - torch.gather(Rr, -1, j)) - (Qr[:, -1:] - torch.gather(Qr, -1, j)) / safe_rest
+    rej = torch.where(ok, w * g.clamp_(min=0.0), 0.0).sum(-1, keepdim=True)
+    return torch.where(tv > 0, 1.0 - rej, 1.0).squeeze(-1)
+
+
 class RSDVerifier(Verifier):
     """Recursive speculative decoding for sequential drafts without replacement.
 
@@ -175,6 +227,8 @@ class RSDVerifier(Verifier):
     """
 
     name = "rrs_without_replacement"
+    plan = PlanVerifier(lambda n: n <= 2, _plan_acceptance, lambda n: {"rsd2": n == 2})
+    batch = BatchVerifier(lambda n: n == 2, _batch_acceptance)
     schemes = ("without_replacement",)
     reference = "Jeon et al., Recursive Speculative Decoding, arXiv:2402.14160"
 

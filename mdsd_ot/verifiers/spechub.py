@@ -20,7 +20,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, accept_fraction, accept_ratio, sample_drafts_batch, sample_index
+from ..backends._tensor import require_torch
+from .base import (
+    BatchVerifier,
+    PlanVerifier,
+    PreparedVerifier,
+    Verifier,
+    accept_fraction,
+    accept_ratio,
+    sample_drafts_batch,
+    sample_index,
+    torch_accept_fraction,
+)
 from .greedy import hub_or_greedy_parts
 
 __all__ = ["SpecHubVerifier"]
@@ -100,6 +111,22 @@ class _PreparedHub(PreparedVerifier):
         return accept_fraction(float(self.S + hub), rejected)
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    _, s, rejected, reject = plan.greedy([2])[2]  # sum min(p, q'), (p - q')_+, (q' - p)_+
+    pa = float(plan.p[plan.top(1)[0]])
+    hub = min(pa, float(reject))
+    return [accept_fraction(float(s) + hub, float(rejected) + (pa - hub)) for _ in ns]
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch.evaluate_batch), on the tensors' device
+def _batch_acceptance(b, ns):
+    torch = require_torch()
+    _, s_min, s_p, s_q, p_a = b.greedy()[2]
+    hub = torch.minimum(p_a, s_q)
+    return {n: torch_accept_fraction(s_min + hub, s_p + (p_a - hub)) for n in ns}
+
+
 class SpecHubVerifier(Verifier):
     """SpecHub (n = 2, hub drafts); optimal for its draft law.
 
@@ -111,6 +138,8 @@ class SpecHubVerifier(Verifier):
     """
 
     name = "spechub"
+    plan = PlanVerifier(lambda n: n == 2, _plan_acceptance, lambda n: {"greedy": 2})
+    batch = BatchVerifier(lambda n: n == 2, _batch_acceptance, lambda n: {"greedy": 2})
     schemes = ("hub",)
     fixed_n = 2
     reference = "Sun et al., SpecHub, EMNLP 2024, arXiv:2411.05289"

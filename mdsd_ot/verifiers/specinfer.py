@@ -28,7 +28,17 @@ from __future__ import annotations
 import numpy as np
 
 from .._config import RRS_MAX_CHAIN_ENTRIES
-from .base import PreparedVerifier, Verifier, accept_ratio, residual, sample_drafts_batch, sample_index
+from ..backends._tensor import require_torch
+from .base import (
+    BatchVerifier,
+    PlanVerifier,
+    PreparedVerifier,
+    Verifier,
+    accept_ratio,
+    residual,
+    sample_drafts_batch,
+    sample_index,
+)
 
 __all__ = ["SpecInferVerifier", "rrs_rejection", "rrs_chain"]
 
@@ -181,6 +191,40 @@ class _PreparedRRS(PreparedVerifier):
         return float(1.0 - rrs_rejection(self.p, self.q, self.n))
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    from .._kernels import plan as plan_kernels
+
+    t = plan.tables()
+    targets = np.array(sorted(set(ns)), dtype=np.int64)
+    rej = dict(zip(targets.tolist(), plan_kernels.rrs_chain_order(plan.rs, t.ps, t.qs, t.Ps, t.R, targets)))
+    return [1.0 - float(rej[n]) for n in ns]
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch.evaluate_batch), on the tensors' device
+def _batch_acceptance(b, ns):
+    return {n: 1.0 - rej for n, rej in _torch_rrs(b.t, b.rows.P, b.rows.Q, ns).items()}
+
+
+def _torch_rrs(t, P, Q, ns):
+    """RRS rejection for every n (docs/math.md#rrs): ``theta += E(theta)`` step by step, with
+    ``E(theta) = p(t > theta) - theta q(t > theta)`` from suffix sums (a batched search per step)."""
+    torch = require_torch()
+    total_p, total_q = P[:, -1:], Q[:, -1:]
+    theta = torch.zeros_like(total_p)
+    E = total_p.clone()
+    out = {}
+    for k in range(1, max(ns) + 1):
+        theta = theta + E
+        j = torch.searchsorted(t, theta, right=True)  # tokens with t <= theta
+        pj = total_p - torch.gather(P, -1, j)
+        qj = total_q - torch.gather(Q, -1, j)
+        E = torch.where(E > 0, (pj - theta * qj).clamp(min=0.0), E)
+        if k in ns:
+            out[k] = (E / total_p).clamp(max=1.0).squeeze(-1)
+    return out
+
+
 class SpecInferVerifier(Verifier):
     """SpecInfer's recursive rejection sampling for i.i.d. drafts (registry name ``"rrs"``).
 
@@ -192,6 +236,8 @@ class SpecInferVerifier(Verifier):
     """
 
     name = "rrs"
+    plan = PlanVerifier(lambda n: True, _plan_acceptance)
+    batch = BatchVerifier(lambda n: True, _batch_acceptance)
     schemes = ("with_replacement",)
     reference = "Miao et al., SpecInfer, ASPLOS 2024, arXiv:2305.09781"
 

@@ -26,7 +26,17 @@ import math
 
 import numpy as np
 
-from .base import PreparedVerifier, Verifier, accept_ratio, residual, sample_drafts_batch, sample_index
+from ..backends._tensor import require_torch
+from .base import (
+    BatchVerifier,
+    PlanVerifier,
+    PreparedVerifier,
+    Verifier,
+    accept_ratio,
+    residual,
+    sample_drafts_batch,
+    sample_index,
+)
 
 __all__ = ["SpecTrVerifier", "kseq_rho", "kseq_rho_sorted", "accept_any"]
 
@@ -39,6 +49,15 @@ def accept_any(beta: float, reject: float, n: int) -> float:
         return 1.0
     log_reject = math.log1p(-beta) if beta < 0.5 else math.log(reject)
     return float(-math.expm1(n * log_reject))
+
+
+def _torch_accept_any(beta, reject, n):
+    """``1 - (1 - beta)^n`` with ``reject = 1 - beta`` summed directly (:func:`accept_any` of tensors)."""
+    torch = require_torch()
+    log_reject = torch.where(
+        beta < 0.5, torch.log1p(-beta.clamp(max=0.5)), torch.log(reject.clamp(min=1e-300))
+    )
+    return torch.where(reject <= 0, 1.0, -torch.expm1(n * log_reject))
 
 
 def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
@@ -173,6 +192,56 @@ class _PreparedSpecTr(PreparedVerifier):
         return self.p_acc
 
 
+# -- the same acceptance in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def _plan_acceptance(plan, ns):
+    from .._kernels import plan as plan_kernels
+
+    t = plan.tables()
+    t_max = plan_kernels.largest_ratio(plan.rs, t.ps, t.qs)
+    return [float(plan_kernels.spectr_order(plan.rs, t.P, t.Q, t.R, t_max, n)) for n in ns]
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch.evaluate_batch), on the tensors' device
+def _batch_acceptance(b, ns):
+    r = b.rows
+    return {n: _torch_spectr(r.ps, r.qs, b.t, r.P, r.Q, n) for n in ns}
+
+
+def _torch_spectr(ps, qs, t, P, Q, n):
+    """SpecTr acceptance ``1 - (1 - beta(rho*))^n`` with ``rho*`` bisected on the ratio tables."""
+    torch = require_torch()
+    total_q = Q[:, -1:]
+    finite = torch.where(torch.isfinite(t), t, 0.0).max(-1, keepdim=True).values
+    never = ((qs == 0) & (ps > 0)).any(-1, keepdim=True)
+    t_max = torch.where(never, math.inf, finite)
+
+    def parts(rho):
+        k = torch.searchsorted(t, rho, right=False)  # t < rho: min(q, p/rho) = p/rho
+        pk, qk = torch.gather(P, -1, k), torch.gather(Q, -1, k)
+        beta = (total_q - qk) + pk / rho
+        return beta, (qk - pk / rho).clamp(min=0.0)
+
+    def gap(rho):
+        beta, rej = parts(rho)
+        return rho * beta - _torch_accept_any(beta, rej, n)
+
+    lo = torch.ones_like(total_q)
+    hi = torch.minimum(torch.full_like(lo, float(n)), t_max)
+    done = (hi <= 1.0) | (gap(lo) >= 0.0) if n > 1 else torch.ones_like(lo, dtype=torch.bool)
+    hi = torch.where(done, lo, hi)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        live = ~done & (mid > lo) & (mid < hi)
+        if not bool(live.any()):
+            break
+        up = gap(mid) >= 0.0
+        hi = torch.where(live & up, mid, hi)
+        lo = torch.where(live & ~up, mid, lo)
+        done = done | ~live
+    beta, rej = parts(hi)
+    return _torch_accept_any(beta / total_q, rej / total_q, n).squeeze(-1)
+
+
 class SpecTrVerifier(Verifier):
     """SpecTr K-SEQ at the smallest valid ``rho`` (i.i.d. drafts).
 
@@ -184,6 +253,8 @@ class SpecTrVerifier(Verifier):
     """
 
     name = "spectr"
+    plan = PlanVerifier(lambda n: True, _plan_acceptance)
+    batch = BatchVerifier(lambda n: True, _batch_acceptance)
     schemes = ("with_replacement",)
     reference = "Sun et al., SpecTr (K-SEQ), NeurIPS 2023, arXiv:2310.15141"
 
