@@ -152,6 +152,16 @@ def check_pair(p, q, *, ndim: int = 1, normalize: bool = False) -> tuple[np.ndar
     return _totals_checked(p, "p", normalize), _totals_checked(q, "q", normalize)
 
 
+def normalized_pair(p, q, *, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The validation of one (p, q) problem at the library's boundary: :func:`check_pair`, then each
+    rescaled to sum to one exactly (by at most ``SUM_TOL`` relative; with ``normalize=True``, the
+    user's positive weights normalised). Fresh float64 copies."""
+    p, q = check_pair(p, q, normalize=normalize)
+    p /= p.sum()  # check_pair returned fresh copies
+    q /= q.sum()
+    return p, q
+
+
 def check_n(n) -> int:
     """Validate the number of drafts: a positive integer (bools rejected)."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):

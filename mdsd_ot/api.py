@@ -6,7 +6,15 @@ import numpy as np
 
 from . import _compile, _kernels, dual, primal
 from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL
-from ._validate import check_bool, check_choice, check_n, check_pair, check_totals, fingerprint
+from ._validate import (
+    check_bool,
+    check_choice,
+    check_n,
+    check_pair,
+    check_totals,
+    fingerprint,
+    normalized_pair,
+)
 from .drafts import get_scheme
 from .result import AcceptanceResult
 
@@ -152,9 +160,7 @@ def optimal_acceptance(
     >>> round(r.value, 6), r.subset.tolist()
     (0.69, [1, 2, 3])
     """
-    p, q = check_pair(p, q, normalize=normalize)
-    p /= p.sum()  # check_pair returned fresh copies
-    q /= q.sum()
+    p, q = normalized_pair(p, q, normalize=normalize)
     n = check_n(n)
     scheme = get_scheme(sampling)
     method = check_choice(method, "method", METHODS, METHOD_ALIASES)

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import check_n, check_pair
+from ._validate import check_n, normalized_pair
 from .drafts import SCHEMES, get_scheme
 
 __all__ = [
@@ -426,9 +426,7 @@ def audit(
     """
     from scipy.stats import chi2
 
-    p, q = check_pair(p, q, normalize=normalize)
-    p = p / p.sum()
-    q = q / q.sum()
+    p, q = normalized_pair(p, q, normalize=normalize)
     n = check_n(n)
     scheme = get_scheme(sampling)
     scheme.check(q, n)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._config import ENUMERATION_MAX_TUPLES, RECHECK_TOL
-from ._validate import check_choice, check_n, check_pair, fingerprint
+from ._validate import check_choice, check_n, fingerprint, normalized_pair
 from .drafts import DraftScheme, get_scheme
 from .verifiers import (
     ACCEPTANCE_METHODS,
@@ -226,9 +226,7 @@ def compare(
     """
     from .api import optimal_acceptance
 
-    p, q = check_pair(p, q, normalize=normalize)
-    p /= p.sum()  # check_pair returned fresh copies
-    q /= q.sum()
+    p, q = normalized_pair(p, q, normalize=normalize)
     n = check_n(n)
     # option names first: inside the loop a bad name would be one more "cannot run" reason, and every
     # verifier would be skipped silently (an empty table)

@@ -51,13 +51,14 @@ from ._config import (
     RECHECK_TOL,
 )
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
-from ._validate import check_n, check_pair
+from ._validate import check_n, check_pair, normalized_pair
 from .drafts import get_scheme
 from .drafts.scheme import KERNEL_CP, KERNEL_WITH, KERNEL_WITHOUT
 from .drafts.with_replacement import with_mass_from_sums
 from .drafts.without_replacement import pair_mass_of_prefix
 from .dual import is_sequential_scan, sequential_objective
 from .keys import bound_key, se_key, verifier_key
+from .verifiers import DEFAULT_VERIFIERS as _REGISTRY_DEFAULT_VERIFIERS
 from .verifiers.base import PlanVerifier
 
 __all__ = [
@@ -77,8 +78,8 @@ WOR2_SCAN = 0
 #: Draft schemes evaluated by default (hub is n = 2 only; it is skipped for other n).
 DEFAULT_SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
 
-#: Verifiers evaluated by default (each under its own draft scheme).
-DEFAULT_VERIFIERS = ("naive", "rrs", "rrs_without_replacement", "spectr", "spechub", "greedy")
+#: Verifiers evaluated by default (each under its own draft scheme): the registry's default list.
+DEFAULT_VERIFIERS = _REGISTRY_DEFAULT_VERIFIERS
 
 
 @dataclass(frozen=True)
@@ -680,9 +681,7 @@ def evaluate_position(
     """
     from .verifiers import get_verifier
 
-    p, q = check_pair(p, q, normalize=normalize)
-    p /= p.sum()  # check_pair returned fresh copies
-    q /= q.sum()
+    p, q = normalized_pair(p, q, normalize=normalize)
     ns = sorted({check_n(n) for n in ns})
     schemes = [get_scheme(s).name for s in schemes]
     names = [get_verifier(v).name for v in verifiers]

@@ -31,7 +31,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from .._config import UNIT_ROUNDING_TOL
-from .._validate import check_n, check_pair
+from .._validate import check_n, normalized_pair
 from ..backends._tensor import require_torch
 from ..drafts import SCHEMES, DraftScheme, get_scheme, top_tokens
 
@@ -376,9 +376,7 @@ class Verifier(ABC):
         of one, or anything positive with ``normalize=True``) and rescaled to sum to one exactly, as
         :func:`mdsd_ot.optimal_acceptance` does.
         """
-        p, q = check_pair(p, q, normalize=normalize)
-        p /= p.sum()  # check_pair returned fresh copies
-        q /= q.sum()
+        p, q = normalized_pair(p, q, normalize=normalize)
         n = check_n(n)
         scheme = self.resolve_scheme(sampling)
         self.check_n(n)
