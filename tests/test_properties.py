@@ -1,11 +1,12 @@
-"""Property-based tests of the public API against independent oracles (issue #5, item 1).
+"""Property-based tests of the public API against independent oracles.
 
 Every property of docs/math.md#test-facts is checked on random inputs drawn by hypothesis, with the awkward
 cases generated on purpose: zeros, ties, tiny masses (1e-300), near-one-hot drafts
 (``q_max = 1 - 1e-12``), ``p == q``, disjoint supports.
 
-The main oracle, :func:`exact_alpha`, is written here from docs/math.md alone and shares no code with the
-package: it enumerates the draft law of each scheme (section 1) in exact rational arithmetic
+The main oracle, :func:`exact_alpha`, is written from docs/math.md alone and shares no code with the
+package: it enumerates the draft law of each scheme (``tests/oracles.py::exact_set_law``, the one exact
+oracle of the suite) in exact rational arithmetic
 (:class:`fractions.Fraction`, so ``1 - 1e-12`` costs no digits), then minimises the dual objective
 ``p(H) + 1 - Q(H)`` over all ``2^V`` subsets (section 3). The LP (``method="lp"``) is a second,
 in-package oracle for the fast dual.
@@ -15,7 +16,6 @@ Runs with ``derandomize=True`` so CI sees the same examples every time.
 
 from __future__ import annotations
 
-import itertools
 import math
 from fractions import Fraction
 
@@ -23,13 +23,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from oracles import exact_set_law
 
 import mdsd_ot
 from mdsd_ot import get_scheme, optimal_acceptance, optimal_acceptance_batch
 from mdsd_ot._config import VALUE_TOL
 from mdsd_ot.verifiers import VERIFIERS, verifier_acceptance
 
-#: every registered scheme: a new one joins every sweep below (and needs its case in exact_set_law)
+#: every registered scheme: a new one joins every sweep below (and needs its case in oracles.exact_set_law)
 SCHEMES = tuple(mdsd_ot.SCHEMES)
 #: schemes defined for every n (hub is n = 2 only)
 ANY_N = tuple(s for s in SCHEMES if get_scheme(s).fixed_n is None)
@@ -56,61 +57,7 @@ SLOW = settings(
 )
 
 
-# ------------------------------------------------------------------------ independent exact oracle
-def _top(q, k):
-    """The k most likely tokens, ties by index (docs/math.md#draft-schemes)."""
-    return sorted(range(len(q)), key=lambda i: (-q[i], i))[:k]
-
-
-def exact_set_law(q, n, scheme):
-    """{frozenset of drafted tokens: probability} in exact rationals, by enumeration.
-
-    docs/math.md#draft-schemes."""
-    V = len(q)
-    support = [i for i in range(V) if q[i] > 0]
-    law: dict[frozenset, Fraction] = {}
-
-    def add(tokens, pr):
-        key = frozenset(tokens)
-        law[key] = law.get(key, Fraction(0)) + pr
-
-    if scheme == "with_replacement":
-        for t in itertools.product(support, repeat=n):
-            add(t, math.prod((q[i] for i in t), start=Fraction(1)))
-    elif scheme == "without_replacement":
-        for t in itertools.permutations(support, n):
-            pr, drawn = Fraction(1), set()
-            for i in t:
-                left = sum((q[j] for j in range(V) if j not in drawn), Fraction(0))
-                pr *= q[i] / left
-                drawn.add(i)
-            add(t, pr)
-    elif scheme == "conditional_poisson":
-        sets = list(itertools.combinations(support, n))
-        w = [math.prod((q[i] for i in s), start=Fraction(1)) for s in sets]
-        tot = sum(w)
-        for s, wi in zip(sets, w):
-            add(s, wi / tot)
-    elif scheme == "greedy":
-        top = _top(q, n - 1)
-        rest = [i for i in support if i not in top]
-        mass = sum(q[i] for i in rest)
-        for i in rest:
-            add(top + [i], q[i] / mass)
-    elif scheme == "hub":
-        a = _top(q, 1)[0]
-        others = [i for i in support if i != a]
-        rest = sum(q[i] for i in range(V) if i != a)
-        for i in others:
-            add((i, a), q[i])  # x1 = i != a, then x2 = a
-            add((a, i), q[a] * q[i] / rest)  # x1 = a, then x2 ~ q on the rest
-    elif scheme == "top_n":
-        add(_top(q, n), Fraction(1))  # the n most likely tokens, deterministically
-    else:  # pragma: no cover
-        raise AssertionError(scheme)
-    return law
-
-
+# ------------------------------------------------------------------------ exact rationals (tests/oracles.py)
 def as_fractions(x):
     """Exact rationals of float64 entries, renormalised exactly (the code renormalises in floats)."""
     f = [Fraction(float(v)) for v in x]
