@@ -9,7 +9,7 @@ arrays are reused. ``verify`` (one draft set, the full public call with its inpu
 microseconds of CPU time. The last column checks the value: the verifier's exact acceptance against the dual's
 ``alpha*``.
 
-Targets from the issue: prepare <= 3x argsort (with replacement), verify <= 50 us at n <= 8.
+Targets: prepare <= 3x argsort (with replacement), verify <= 50 us at n <= 8.
 """
 
 from __future__ import annotations

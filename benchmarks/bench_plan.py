@@ -76,7 +76,7 @@ def main():
         t_api = best_cpu_time(lambda: _api(p, q, bounds, pairs), repeat=2)
         t_cp = best_cpu_time(lambda: _evaluate(p, q, cp, []), repeat=args.repeat)
         t_wor = best_cpu_time(lambda: _evaluate(p, q, wor, []), repeat=args.repeat)
-        # what n = 3, 4 add to the plan of the closed forms (the "<= 5x more")
+        # what n = 3, 4 add to the plan of the closed forms (target: "<= 5x more")
         t_with = best_cpu_time(lambda: _evaluate(p, q, bounds + wor, pairs), repeat=args.repeat)
         t_add = t_with - t_plan
         t_wor_api = best_cpu_time(lambda: _api(p, q, wor, []), repeat=2)

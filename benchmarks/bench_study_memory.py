@@ -1,4 +1,4 @@
-"""Peak memory and time of a long study: 10,000 positions at V = 151,936 (issue: bounded memory).
+"""Peak memory and time of a long study: 10,000 positions at V = 151,936 (memory must stay bounded).
 
 Two tiny randomly initialised causal LMs with the Qwen2.5 vocabulary size stand in for real models
 (their weights are ~5 MB, so the resident memory is the pipeline's own). Positions are streamed to

@@ -58,12 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"mdsd_ot.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"mdsd_ot.commands.{module_name}":
-                continue  # command not built yet
-            raise
+        module = importlib.import_module(f"mdsd_ot.commands.{module_name}")
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=_HelpFormatter)
         module.add_arguments(cmd)
         for action in cmd._actions:  # options without any help text still show their default

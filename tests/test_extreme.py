@@ -1,4 +1,4 @@
-"""Extreme numerics, each against an oracle that does not run the code under test (issue #5, item 3).
+"""Extreme numerics, each against an oracle that does not run the code under test.
 
 Oracles used here:
 

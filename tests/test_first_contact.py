@@ -1,4 +1,4 @@
-"""A newcomer's first hour (issue #12, part 1): what the README and the CLI promise, run as written."""
+"""A newcomer's first hour: what the README and the CLI promise, run as written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile inputs: only ValueError / TypeError, in bounded time, never a NaN (issue #5, item 2).
+"""Hostile inputs: only ValueError / TypeError, in bounded time, never a NaN.
 
 A seeded fuzzer throws more than 10,000 malformed calls at every public entry point
 (:func:`optimal_acceptance`, :func:`optimal_acceptance_batch`, :func:`verifier_acceptance`,

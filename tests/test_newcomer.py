@@ -1,4 +1,4 @@
-"""A newcomer's first hour, round 2 (issue #24): what a new user runs into, run as a new user would.
+"""A newcomer's first hour, round 2: what a new user runs into, run as a new user would.
 
 Every CLI case checks the exit status, that the message is one line, and that no traceback is shown.
 """

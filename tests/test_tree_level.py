@@ -186,7 +186,7 @@ def _rational_tree(tree):
 
 
 def block_brute_force(tree):
-    """Block verification by every outcome of its L + 1 coins (rationals): the issue's formulas
+    """Block verification by every outcome of its L + 1 coins (rationals): the published formulas
     h_i = Z_i / (Z_i + 1 - p_i), h_L = p_L; tau = the last coin that succeeds (0 if none)."""
     P, Q, kids, toks = _rational_tree(tree)
     L = len(toks) - 1
