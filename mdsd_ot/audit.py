@@ -326,6 +326,19 @@ def registry_verify(name, *, sampling=None):
     :meth:`mdsd_ot.verifiers.PreparedVerifier.verify`, so that :func:`audit` can check the library's
     own verifiers (and aliases such as ``"specinfer"``) exactly like third-party ones.
 
+    Parameters
+    ----------
+    name : str or Verifier
+        Registry verifier name or alias (``ValueError`` when unknown), or a :class:`Verifier`.
+    sampling : str or None
+        Draft scheme the verifier is prepared for; ``None``: the verifier's own scheme.
+
+    Returns
+    -------
+    callable
+        ``verify(p, q, drafts, rng) -> int``, named after the verifier, with attribute
+        ``default_sampling`` (``sampling`` or the verifier's scheme).
+
     >>> import numpy as np
     >>> verify = registry_verify("specinfer")
     >>> verify.__name__, verify(np.array([0.5, 0.5]), np.array([0.5, 0.5]), np.array([1, 0]),

@@ -118,6 +118,19 @@ def cluster_mean_ci(values, groups, *, level: float = LEVEL) -> tuple[float, flo
 def interval_note(clusters: int, unit: str = "prompt", level: float = LEVEL) -> str:
     """The sentence a summary's header states about its intervals, naming the number of clusters.
 
+    Parameters
+    ----------
+    clusters : int
+        Number of clusters G (fewer than 2: the sentence says there are no intervals).
+    unit : str
+        What a cluster is (singular noun, e.g. ``"prompt"``, ``"problem"``).
+    level : float
+        Confidence level in (0, 1) (``ValueError`` outside).
+
+    Returns
+    -------
+    str
+
     >>> interval_note(6, "problem")
     '95% intervals clustered by problem: mean ± t(G-1) · se over G = 6 problems (t(5) = 2.571).'
     >>> interval_note(1)

@@ -218,13 +218,36 @@ _READERS = {".npy": _from_npy, ".npz": _from_npz, ".json": _from_json}
 
 
 def load_arrays(path) -> list[np.ndarray]:
-    """The one or two distributions stored in ``path`` (see the module docstring for formats)."""
+    """The one or two distributions stored in ``path`` (see the module docstring for formats).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An existing file (``FileNotFoundError`` if missing, ``IsADirectoryError`` for a folder); its
+        extension chooses the format. ``ValueError`` for content that is not one or two distributions.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One or two 1-D arrays (``p``, then ``q``).
+    """
     path = _path(path)
     return _READERS.get(path.suffix.lower(), _from_text)(path)
 
 
 def load_distribution(path) -> np.ndarray:
-    """Exactly one distribution from ``path`` (``ValueError`` if the file holds two)."""
+    """Exactly one distribution from ``path`` (``ValueError`` if the file holds two).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        As for :func:`load_arrays`.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(V,)``.
+    """
     arrays = load_arrays(path)
     if len(arrays) != 1:
         raise ValueError(f"{path} holds both p and q; pass it alone, not together with another file")

@@ -56,49 +56,147 @@ SE_SUFFIX = ":se"
 
 
 def method_key(kind: str, name: str) -> str:
-    """``"<kind>:<name>"``, e.g. ``method_key("gap", "rrs") == "gap:rrs"``."""
+    """``"<kind>:<name>"``, e.g. ``method_key("gap", "rrs") == "gap:rrs"``.
+
+    Parameters
+    ----------
+    kind : str
+        ``"bound"``, ``"verifier"``, ``"gap"`` or ``"exact"``.
+    name : str
+        Scheme or verifier name.
+
+    Returns
+    -------
+    str
+    """
     return f"{kind}:{name}"
 
 
 def key_of(method: str, n) -> str:
-    """The value key of ``method`` (``"bound:<scheme>"`` or ``"verifier:<name>"``) at ``n`` drafts."""
+    """The value key of ``method`` (``"bound:<scheme>"`` or ``"verifier:<name>"``) at ``n`` drafts.
+
+    Parameters
+    ----------
+    method : str
+        A method (a key without its ``@<n>``).
+    n : int or str
+        Number of drafts.
+
+    Returns
+    -------
+    str
+    """
     return f"{method}@{n}"
 
 
 def bound_key(scheme: str, n) -> str:
-    """``"bound:<scheme>@<n>"``."""
+    """``"bound:<scheme>@<n>"``.
+
+    Parameters
+    ----------
+    scheme : str
+        Draft scheme name.
+    n : int or str
+        Number of drafts.
+
+    Returns
+    -------
+    str
+    """
     return f"bound:{scheme}@{n}"
 
 
 def verifier_key(name: str, n) -> str:
-    """``"verifier:<name>@<n>"``."""
+    """``"verifier:<name>@<n>"``.
+
+    Parameters
+    ----------
+    name : str
+        Registry verifier name.
+    n : int or str
+        Number of drafts.
+
+    Returns
+    -------
+    str
+    """
     return f"verifier:{name}@{n}"
 
 
 def exact_key(name: str) -> str:
-    """``"exact:<name>"``: a decode row's exact expected tokens per call of tree verifier ``name``."""
+    """``"exact:<name>"``: a decode row's exact expected tokens per call of tree verifier ``name``.
+
+    Parameters
+    ----------
+    name : str
+        Tree verifier name.
+
+    Returns
+    -------
+    str
+    """
     return f"exact:{name}"
 
 
 def is_exact(key: str) -> bool:
-    """Whether a decode key or method is an exact tree value (``"exact:..."``)."""
+    """Whether a decode key or method is an exact tree value (``"exact:..."``).
+
+    Parameters
+    ----------
+    key : str
+        A key or method.
+
+    Returns
+    -------
+    bool
+    """
     return key.startswith("exact:")
 
 
 def se_key(key: str) -> str:
-    """The standard-error key of value key ``key``: ``key + ":se"``."""
+    """The standard-error key of value key ``key``: ``key + ":se"``.
+
+    Parameters
+    ----------
+    key : str
+        A value key.
+
+    Returns
+    -------
+    str
+    """
     return key + SE_SUFFIX
 
 
 def split_key(key: str) -> tuple[str, str]:
     """``(method, n)`` of a value key, ``n`` as the text after the last ``@``
-    (``"verifier:rrs@2"`` -> ``("verifier:rrs", "2")``)."""
+    (``"verifier:rrs@2"`` -> ``("verifier:rrs", "2")``).
+
+    Parameters
+    ----------
+    key : str
+        A value key; ``ValueError`` if it has no ``@``.
+
+    Returns
+    -------
+    tuple of (str, str)
+    """
     method, n = key.rsplit("@", 1)
     return method, n
 
 
 def parse_key(key: str) -> tuple[str, str, int]:
-    """``(kind, name, n)`` of a value key ``"<kind>:<name>@<n>"`` (``ValueError`` for another key)."""
+    """``(kind, name, n)`` of a value key ``"<kind>:<name>@<n>"`` (``ValueError`` for another key).
+
+    Parameters
+    ----------
+    key : str
+        A value key.
+
+    Returns
+    -------
+    tuple of (str, str, int)
+    """
     method, sep, n = key.rpartition("@")
     kind, colon, name = method.partition(":")
     if not (sep and colon and n.isdigit()):
@@ -107,29 +205,79 @@ def parse_key(key: str) -> tuple[str, str, int]:
 
 
 def split_method(method: str) -> tuple[str, str]:
-    """``(kind, name)`` of a method ``"<kind>:<name>"``."""
+    """``(kind, name)`` of a method ``"<kind>:<name>"``.
+
+    Parameters
+    ----------
+    method : str
+        A method; ``ValueError`` if it has no ``:``.
+
+    Returns
+    -------
+    tuple of (str, str)
+    """
     kind, name = method.split(":", 1)
     return kind, name
 
 
 def is_bound(key: str) -> bool:
-    """Whether a key or method is a bound (``"bound:..."``)."""
+    """Whether a key or method is a bound (``"bound:..."``).
+
+    Parameters
+    ----------
+    key : str
+        A key or method.
+
+    Returns
+    -------
+    bool
+    """
     return key.startswith("bound:")
 
 
 def is_verifier(key: str) -> bool:
-    """Whether a key or method is a verifier value (``"verifier:..."``)."""
+    """Whether a key or method is a verifier value (``"verifier:..."``).
+
+    Parameters
+    ----------
+    key : str
+        A key or method.
+
+    Returns
+    -------
+    bool
+    """
     return key.startswith("verifier:")
 
 
 def is_gap(key: str) -> bool:
-    """Whether a method is a gap (``"gap:..."``)."""
+    """Whether a method is a gap (``"gap:..."``).
+
+    Parameters
+    ----------
+    key : str
+        A method.
+
+    Returns
+    -------
+    bool
+    """
     return key.startswith("gap:")
 
 
 def is_value_key(key: str) -> bool:
     """Whether ``key`` of a row holds a bound or a verifier value (not a standard error, not a
-    field such as ``record``, ``pos``, ``T`` or ``errors``)."""
+    field such as ``record``, ``pos``, ``T`` or ``errors``).
+
+    Parameters
+    ----------
+    key : str
+        A row key.
+
+    Returns
+    -------
+    bool
+    """
     return (is_bound(key) or is_verifier(key)) and not key.endswith(SE_SUFFIX)
 
 
@@ -137,7 +285,18 @@ def verifier_scheme(name: str) -> str:
     """The bound (a registered draft scheme) that verifier ``name`` should be compared with: the
     scheme it is built for (``mdsd_ot.VERIFIERS[name].scheme``), or the scheme with the same draft-set
     law (``DraftScheme.same_sets_as``: SpecHub's hub drafts are greedy drafts for n = 2).
-    ``KeyError`` for a name outside the registry."""
+    ``KeyError`` for a name outside the registry.
+
+    Parameters
+    ----------
+    name : str
+        Registry verifier name.
+
+    Returns
+    -------
+    str
+        The draft scheme name.
+    """
     from .drafts import get_scheme
     from .verifiers import VERIFIERS
 
@@ -146,12 +305,36 @@ def verifier_scheme(name: str) -> str:
 
 
 def bound_key_of_verifier(name: str, n) -> str:
-    """The bound key a verifier value is compared with: ``bound_key(verifier_scheme(name), n)``."""
+    """The bound key a verifier value is compared with: ``bound_key(verifier_scheme(name), n)``.
+
+    Parameters
+    ----------
+    name : str
+        Registry verifier name (``KeyError`` outside the registry).
+    n : int or str
+        Number of drafts.
+
+    Returns
+    -------
+    str
+    """
     return bound_key(verifier_scheme(name), n)
 
 
 def verifier_applies(name: str, n: int) -> bool:
-    """Whether registry verifier ``name`` is defined for ``n`` drafts (its ``fixed_n``, if any)."""
+    """Whether registry verifier ``name`` is defined for ``n`` drafts (its ``fixed_n``, if any).
+
+    Parameters
+    ----------
+    name : str
+        Registry verifier name (``KeyError`` outside the registry).
+    n : int
+        Number of drafts.
+
+    Returns
+    -------
+    bool
+    """
     from .verifiers import VERIFIERS
 
     fixed = VERIFIERS[name].fixed_n

@@ -692,7 +692,27 @@ def evaluate_position(
 
 def evaluate_checked(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> dict:
     """The study's row (:meth:`PositionEvaluation.row`) for explicit lists of ``(scheme, n)`` and
-    ``(verifier, n)``; input the one-at-a-time API would reject gives ``None`` values with its message."""
+    ``(verifier, n)``; input the one-at-a-time API would reject gives ``None`` values with its message.
+
+    Parameters
+    ----------
+    p, q : array_like, shape (V,)
+        Target and draft distributions (checked by :func:`mdsd_ot._validate.check_pair`, then rescaled
+        to sum to one).
+    bounds : iterable of tuple
+        ``(scheme, n)`` pairs whose alpha* to evaluate.
+    verifiers : iterable of tuple
+        ``(verifier, n)`` pairs whose acceptance to evaluate.
+    seed : int
+        Seed of the Monte Carlo fallbacks.
+    mc_samples : int or None
+        Monte Carlo samples of those fallbacks (default: ``verifier_acceptance``'s).
+
+    Returns
+    -------
+    dict
+        The row: value keys (``None`` where not computed) and ``errors`` for the failures.
+    """
     try:
         p, q = check_pair(p, q)
     except ValueError as exc:
@@ -707,7 +727,22 @@ def evaluate_checked(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> dic
 
 
 def evaluate_positions(P, Q, ns, **kwargs) -> list:
-    """:func:`evaluate_position` for each row of ``(B, V)`` arrays (a loop over rows)."""
+    """:func:`evaluate_position` for each row of ``(B, V)`` arrays (a loop over rows).
+
+    Parameters
+    ----------
+    P, Q : array_like, shape (B, V)
+        Target and draft distributions, one position per row (``ValueError`` for other shapes).
+    ns : iterable of int
+        Numbers of drafts.
+    **kwargs
+        Keyword arguments of :func:`evaluate_position` (``schemes``, ``verifiers``, ``seed``, ...).
+
+    Returns
+    -------
+    list of PositionEvaluation
+        One per row.
+    """
     P = np.asarray(P, dtype=np.float64)
     Q = np.asarray(Q, dtype=np.float64)
     if P.ndim != 2 or P.shape != Q.shape:

@@ -67,6 +67,15 @@ def family(method: str) -> str:
 
     ``method`` is ``"bound:<scheme>"``, ``"verifier:<name>"``, ``"gap:<name>"`` or ``"exact:<name>"``.
 
+    Parameters
+    ----------
+    method : str
+
+    Returns
+    -------
+    str
+        A draft scheme name, or ``"other"`` for a verifier outside the registry.
+
     >>> family("bound:greedy"), family("verifier:spechub"), family("gap:spectr")
     ('greedy', 'greedy', 'with_replacement')
     """
@@ -83,6 +92,16 @@ def style(method: str) -> tuple:
     """``(color, linestyle, marker, is_bound)`` of a method, the same in every figure.
 
     A verifier, its gap and its exact tree value (``exact:<name>``) share one style.
+
+    Parameters
+    ----------
+    method : str
+        ``"<kind>:<name>"`` (see :func:`family`).
+
+    Returns
+    -------
+    tuple
+        ``(color, linestyle, marker, is_bound)``: ``str, str, str, bool``.
 
     >>> style("verifier:rrs") == style("gap:rrs") == style("exact:rrs")
     True
@@ -198,7 +217,21 @@ def _shared_legend(fig, handles, texts, width, title):
 
 def figure_families(table, kind: str = "acceptance", *, title: str | None = None):
     """The acceptance (``kind="acceptance"``) or gap (``"gap"``) figure of a study summary, or None
-    when the table has no such rows: one panel per n, x = temperature, one shared legend."""
+    when the table has no such rows: one panel per n, x = temperature, one shared legend.
+
+    Parameters
+    ----------
+    table : iterable of dict
+        Study summary rows (``method``, ``n``, ``T``, ``mean``, ``ci95``).
+    kind : str
+        ``"acceptance"`` (bound and verifier rows) or ``"gap"`` (gap rows).
+    title : str or None
+        Figure title (suptitle); None: none.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+    """
     plt = _pyplot()
     rows = [t for t in table if is_gap(t["method"]) == (kind == "gap")]
     if not rows:
@@ -316,7 +349,21 @@ def figure_decode(table, which: int = 0, *, title: str | None = None):
     """Decode figure ``which`` of :data:`DECODE_FIGURES` (0: vs temperature, one panel per tree and
     scheme; 1: vs tree size, one panel per temperature and scheme), or None without exact rows.
     Lines: ``exact:<verifier>`` (the verifier's style) and the node-alpha* heuristic (the bound style
-    of the cell's scheme); one shared legend."""
+    of the cell's scheme); one shared legend.
+
+    Parameters
+    ----------
+    table : list of dict
+        Decode summary rows (:func:`mdsd_ot.decode.summarize`).
+    which : int
+        Index into :data:`DECODE_FIGURES` (0 or 1).
+    title : str or None
+        Figure title (suptitle); None: none.
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+    """
     plt = _pyplot()
     rows = [t for t in table if is_exact(t["method"]) or t["method"] in ("bound", "heuristic")]
     if not rows:
@@ -352,7 +399,22 @@ def figure_decode(table, which: int = 0, *, title: str | None = None):
 
 def plot_decode(table, out, *, title: str | None = None) -> dict:
     """Write the two decode figures (:data:`DECODE_FIGURES`) into ``out``; ``{file name: path}``
-    ({} when the table has no exact rows). ``ImportError`` without matplotlib."""
+    ({} when the table has no exact rows). ``ImportError`` without matplotlib.
+
+    Parameters
+    ----------
+    table : iterable of dict
+        Decode summary rows (:func:`mdsd_ot.decode.summarize`).
+    out : str or os.PathLike
+        Existing folder to write the PNG files into.
+    title : str or None
+        Figure title (suptitle); None: none.
+
+    Returns
+    -------
+    dict
+        ``{file name: pathlib.Path}``.
+    """
     _pyplot()
     out = Path(out)
     files = {}

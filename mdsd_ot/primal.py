@@ -100,7 +100,22 @@ class PrimalSolution:
 
 
 def build_lp(p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme) -> TransportLP:
-    """Aggregate the scheme's draft tuples into sets and lay out the flow LP's columns."""
+    """Aggregate the scheme's draft tuples into sets and lay out the flow LP's columns.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Validated, normalised target and draft distributions.
+    n : int
+        Number of drafts.
+    scheme : DraftScheme
+        Gives the law of the draft sets (:meth:`DraftScheme.set_law`).
+
+    Returns
+    -------
+    TransportLP
+        ``ValueError`` if it would have more than ``LP_MAX_COLUMNS`` columns.
+    """
     sets, masses = scheme.set_law(q, n)
     sizes = np.array([len(s) for s in sets], dtype=np.int64)
     if sizes.sum() > LP_MAX_COLUMNS:
@@ -134,7 +149,19 @@ def _quiet_highs():
 
 
 def solve_highs(lp: TransportLP, *, solver: str | None = None) -> PrimalSolution:
-    """Solve the flow LP with HiGHS through ``highspy`` (output silenced)."""
+    """Solve the flow LP with HiGHS through ``highspy`` (output silenced).
+
+    Parameters
+    ----------
+    lp : TransportLP
+    solver : str or None
+        HiGHS ``solver`` option; None: ``"ipm"`` above ``IPM_COLUMNS`` columns, else ``"simplex"``.
+
+    Returns
+    -------
+    PrimalSolution
+        ``value`` is NaN and ``flow`` zero unless HiGHS reports an optimum.
+    """
     import highspy
 
     N = lp.num_columns
@@ -171,7 +198,17 @@ def solve_highs(lp: TransportLP, *, solver: str | None = None) -> PrimalSolution
 
 
 def solve_cvxpy(lp: TransportLP) -> PrimalSolution:
-    """The same LP as a cvxpy model, solved by HiGHS through cvxpy."""
+    """The same LP as a cvxpy model, solved by HiGHS through cvxpy.
+
+    Parameters
+    ----------
+    lp : TransportLP
+
+    Returns
+    -------
+    PrimalSolution
+        ``value`` is NaN and ``flow`` zero unless cvxpy reports an optimum.
+    """
     import cvxpy as cp
 
     _quiet_highs()  # the banner, if any, is printed (to /dev/null) here rather than inside cvxpy

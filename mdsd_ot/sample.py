@@ -112,6 +112,18 @@ def _sha256(path: Path) -> str:
 def verify_sample(path=None, checksum=None) -> str:
     """Check the data file's sha256 against the checksum file; return the digest.
 
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        The data file; None: the bundled one (:func:`sample_path`).
+    checksum : str, os.PathLike or None
+        The checksum file (its first word is the hex digest); None: ``path`` with suffix ``.sha256``.
+
+    Returns
+    -------
+    str
+        The hex sha256 digest of the data file.
+
     Raises
     ------
     FileNotFoundError
@@ -136,7 +148,17 @@ def verify_sample(path=None, checksum=None) -> str:
 
 
 def sample_metadata(path=None) -> dict:
-    """Capture metadata (models, sha256 of the GGUF files, K, versions, problems)."""
+    """Capture metadata (models, sha256 of the GGUF files, K, versions, problems).
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        The ``.npz`` data file; None: the bundled one (:func:`sample_path`).
+
+    Returns
+    -------
+    dict
+    """
     path = Path(path) if path is not None else sample_path()
     with np.load(path, allow_pickle=False) as z:
         return json.loads(str(z["metadata"]))

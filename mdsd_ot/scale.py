@@ -122,7 +122,18 @@ JOB_KINDS: dict[str, JobKind] = {}
 
 
 def register(kind: JobKind) -> JobKind:
-    """Add (or replace) a job kind; returns it."""
+    """Add (or replace) a job kind; returns it.
+
+    Parameters
+    ----------
+    kind : JobKind
+        ``TypeError`` for anything else; ``ValueError`` unless ``run_shard``, ``merge`` (and ``count``
+        if set) are ``"module:function"``.
+
+    Returns
+    -------
+    JobKind
+    """
     if not isinstance(kind, JobKind):
         raise TypeError(f"register takes a JobKind, got {type(kind).__name__}")
     for which in ("run_shard", "merge") + (("count",) if kind.count else ()):
@@ -195,13 +206,37 @@ class ShardsFailed(RuntimeError):
 
 
 def shard_folder(out, i: int, n: int) -> Path:
-    """``OUT/shards/shard-i-of-N`` (``i`` zero-padded to the width of ``N - 1``)."""
+    """``OUT/shards/shard-i-of-N`` (``i`` zero-padded to the width of ``N - 1``).
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The run's folder.
+    i, n : int
+        Shard ``i`` of ``n``.
+
+    Returns
+    -------
+    pathlib.Path
+    """
     width = len(str(max(n - 1, 0)))
     return Path(out) / SHARDS / f"shard-{i:0{width}d}-of-{n}"
 
 
 def parse_memory(text) -> int:
-    """Bytes from ``"512M"``, ``"8G"``, ``"1.5T"`` (powers of 1024) or a plain number of bytes."""
+    """Bytes from ``"512M"``, ``"8G"``, ``"1.5T"`` (powers of 1024) or a plain number of bytes.
+
+    Parameters
+    ----------
+    text : str, int or float
+        A size such as ``"512M"``, ``"8GiB"`` (case-insensitive) or a number of bytes (``ValueError`` for
+        another text or less than one byte).
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:

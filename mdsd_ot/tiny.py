@@ -80,7 +80,14 @@ def tiny_lm(
 
 
 def save_tiny_lm(model, folder) -> None:
-    """``model.save_pretrained(folder)`` without transformers' messages on stderr."""
+    """``model.save_pretrained(folder)`` without transformers' messages on stderr.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+    folder : str or os.PathLike
+        Where to save it.
+    """
     with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
         model.save_pretrained(folder)
 

@@ -12,6 +12,15 @@ def install_hint(extra: str) -> str:
     The package is not published on PyPI (installing the name ``mdsd_ot`` from PyPI would get whatever
     owns that name there), so every message names the editable install of the clone.
 
+    Parameters
+    ----------
+    extra : str
+        Name of the optional extra (e.g. ``"torch"``).
+
+    Returns
+    -------
+    str
+
     >>> install_hint("torch")
     'install it from your clone of the repository (in its folder): pip install -e ".[torch]"'
     """

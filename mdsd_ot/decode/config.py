@@ -34,7 +34,23 @@ DEFAULT_DRIVER = {name: s.reference_verifier or FALLBACK_DRIVER for name, s in S
 
 def driver_for(scheme: str, driver: str | None, shape=None) -> str:
     """The driving verifier for ``scheme`` (``driver`` when given, which must be valid for it; with
-    ``shape``, a tree-level verifier of that shape may drive too, e.g. ``traversal``)."""
+    ``shape``, a tree-level verifier of that shape may drive too, e.g. ``traversal``).
+
+    Parameters
+    ----------
+    scheme : str
+        Canonical draft scheme name (a key of :data:`DEFAULT_DRIVER`; ``KeyError`` otherwise when
+        ``driver`` is None).
+    driver : str or None
+        Verifier name or alias; None: :data:`DEFAULT_DRIVER` of ``scheme``.
+    shape : TreeShape, str or None
+        Tree shape; None: only node-wise verifiers may drive.
+
+    Returns
+    -------
+    str
+        Canonical verifier name (``ValueError`` if it is not valid for ``scheme``).
+    """
     from ..trees import canonical_verifier
 
     name = DEFAULT_DRIVER[scheme] if driver is None else canonical_verifier(driver)

@@ -44,6 +44,15 @@ def cached_models(config: DecodeConfig):
     The cache is the runs wing's (:func:`mdsd_ot.runs.inputs.cached_models`, keyed by model folders,
     tokenizer, dtype, device and threads), shared with the study's tasks: a worker that ran a study
     shard of the same pair reuses it.
+
+    Parameters
+    ----------
+    config : DecodeConfig
+
+    Returns
+    -------
+    tuple
+        ``(target_model, draft_model, tokenizer_or_None)``.
     """
     return _inputs.cached_models(config)
 
@@ -54,6 +63,16 @@ def shard_task(job, shard: str, out) -> None:
 
     With ``threads=None`` torch uses the CPUs the scheduler gave the task (``OMP_NUM_THREADS``,
     which Ray sets to the task's ``num_cpus``); ``threads`` is not part of the run's identity.
+
+    Parameters
+    ----------
+    job : DecodeConfig or dict
+        The run (or a dict of its fields); ``TypeError`` for anything else, ``ValueError`` without
+        ``target`` and ``draft``.
+    shard : str
+        ``"i/N"``.
+    out : str or os.PathLike
+        The shard's results folder.
     """
     config = _config(job)
     if config.target is None or config.draft is None:
@@ -72,14 +91,37 @@ def shard_task(job, shard: str, out) -> None:
 
 
 def count_records(job) -> int:
-    """Number of prompts the whole run decodes (``max_records`` applied)."""
+    """Number of prompts the whole run decodes (``max_records`` applied).
+
+    Parameters
+    ----------
+    job : DecodeConfig or dict
+        The run (or a dict of its fields).
+
+    Returns
+    -------
+    int
+    """
     config = _config(job)
     records = _inputs.load_prompts(config.prompts)
     return len(records[: config.max_records] if config.max_records else records)
 
 
 def merge_shards(sources, dest) -> Path:
-    """Merge the shard folders of one decoding run into ``dest``, titled as an unsharded run."""
+    """Merge the shard folders of one decoding run into ``dest``, titled as an unsharded run.
+
+    Parameters
+    ----------
+    sources : iterable of path
+        Shard folders of one run.
+    dest : str or os.PathLike
+        New folder to write.
+
+    Returns
+    -------
+    pathlib.Path
+        ``dest``.
+    """
     from .runner import merge
 
     return merge(sources, dest, title=TITLE)

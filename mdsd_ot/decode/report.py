@@ -79,7 +79,18 @@ def _proven_note(table) -> str:
 def measured_cost_ratio(rows) -> float | None:
     """Cost of one draft forward relative to one target forward, from the rows' timings:
     ``sum(t_draft) / sum(draft_forwards)`` over ``sum(t_target) / calls`` (drafting includes the
-    scheme's sampling; the target time includes converting logits to float64 laws)."""
+    scheme's sampling; the target time includes converting logits to float64 laws).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Decode rows.
+
+    Returns
+    -------
+    float or None
+        None when no row has timings (or the target time is zero).
+    """
     rows = [r for r in rows if "t_draft" in r and r.get("draft_forwards")]
     if not rows:
         return None
@@ -110,6 +121,19 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     node-alpha* heuristic, shown as ``heuristic``) and ``sampled`` (tokens the driving verifier
     actually emitted). ``speedup`` is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio``
     (default: :func:`measured_cost_ratio`).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Decode rows (one per target call and cell).
+    cost_ratio : float or None
+        Draft/target forward cost ratio ``c``; None: :func:`measured_cost_ratio` of ``rows``.
+
+    Returns
+    -------
+    list of dict
+        One per (T, tree, scheme, method), sorted by T and tree size: ``mean``, ``ci95``, ``calls``,
+        ``records``, ``failed``, ``cost_ratio`` (and its source) and ``speedup`` (None without a ratio).
     """
     c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
     cells: dict = {}
@@ -178,7 +202,24 @@ def format_table(table) -> str:
 
 
 def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, plots: bool = True) -> dict:
-    """Write ``summary.md/.csv/.json`` and the plots of a decode folder; return the paths written."""
+    """Write ``summary.md/.csv/.json`` and the plots of a decode folder; return the paths written.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        A decode folder (``ValueError`` if it holds no finished prompts).
+    title : str
+        Heading of ``summary.md``.
+    cost_ratio : float or None
+        As in :func:`summarize`.
+    plots : bool
+        Also write the plots (skipped without matplotlib).
+
+    Returns
+    -------
+    dict
+        ``{"md", "csv", "json", <plot names>...}`` -> path written.
+    """
     out = Path(out)
     rows = _store.read_rows(out)
     if not rows:

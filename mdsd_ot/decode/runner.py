@@ -83,6 +83,19 @@ def runs_at(verifier, scheme, vocab: int) -> bool:
     verifier, and ``optimal`` where its scheme has a full-vocabulary construction
     (``DraftScheme.optimal_at_full_v``; docs/math.md#optimal-verifier-full-v), runs at any size.
 
+    Parameters
+    ----------
+    verifier : str or Verifier
+        Verifier name or alias (node-wise or tree-level), or a :class:`Verifier`.
+    scheme : str
+        Draft scheme name.
+    vocab : int
+        Vocabulary size V.
+
+    Returns
+    -------
+    bool
+
     >>> runs_at("optimal", "with_replacement", 151_936), runs_at("optimal", "without_replacement", 151_936)
     (True, False)
     """
@@ -106,6 +119,29 @@ def decode_prompt(
 
     ``target_lm`` / ``draft_lm`` are :class:`.models.TreeLM`; ``rng`` a numpy Generator (all the
     randomness: drafts and verification).
+
+    Parameters
+    ----------
+    target_lm, draft_lm : TreeLM
+        Target and draft models sharing a vocabulary (``ValueError`` otherwise).
+    prompt_ids : list of int
+        The prompt's token ids.
+    config : DecodeConfig
+        Validated configuration (``max_new_tokens``, ``top_k``, ``top_p``, ``driver``, ``bound``, ...).
+    cell : tuple
+        ``(T, tree, scheme)``: temperature, tree shape label and draft scheme name.
+    rng : numpy.random.Generator
+    eos : int or None
+        End-of-sequence token id: decoding stops after emitting it.
+    record : str
+        Prompt id written into every row.
+    on_call : callable or None
+        ``on_call(row)`` after each target call.
+
+    Returns
+    -------
+    list of dict
+        One row per target call.
     """
     from ..backends.torch import require_torch, to_distribution
 
@@ -238,6 +274,29 @@ def decode_prompt_union(
     the first-children sub-tree of its union tree, docs/math.md#union-trees) and continues along the
     ``drive`` cell's ``driver`` sample. One row per (call, cell); the driving cell's row carries the
     sample (``emitted``, ``tokens``) and the call's timings; ``union`` names the tree a value came from.
+
+    Parameters
+    ----------
+    target_lm, draft_lm : TreeLM
+        Target and draft models sharing a vocabulary (``ValueError`` otherwise).
+    prompt_ids : list of int
+        The prompt's token ids.
+    config : DecodeConfig
+        Validated union configuration (``config.union``).
+    T : float
+        Temperature.
+    rng : numpy.random.Generator
+    eos : int or None
+        End-of-sequence token id: decoding stops after emitting it.
+    record : str
+        Prompt id written into every row.
+    on_call : callable or None
+        ``on_call(row)`` with the driving cell's row after each target call.
+
+    Returns
+    -------
+    list of dict
+        One row per (target call, cell).
     """
     from ..backends.torch import require_torch, to_distribution
 
@@ -333,7 +392,25 @@ def decode_prompt_union(
 # ------------------------------------------------------------------------------ folders, identity
 def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=None, previous=None) -> dict:
     """Everything that determines a row: models (file contents, or in-memory weights), tokenizer,
-    prompts (sha256 of the records) and :meth:`DecodeConfig.key`."""
+    prompts (sha256 of the records) and :meth:`DecodeConfig.key`.
+
+    Parameters
+    ----------
+    config : DecodeConfig
+    records : iterable of dict
+        Prompt records.
+    target, draft : str, os.PathLike or model
+        Model folders or hub names, or in-memory models.
+    tokenizer : str, os.PathLike, tokenizer or None
+        None (or the target's own path): the target's tokenizer.
+    previous : dict or None
+        An identity recorded earlier, to skip re-hashing unchanged files.
+
+    Returns
+    -------
+    dict
+        ``target``, ``draft``, ``tokenizer``, ``prompts`` and the entries of :meth:`DecodeConfig.key`.
+    """
     prev = previous or {}
     if tokenizer is not None and isinstance(tokenizer, str) and tokenizer == target:
         tokenizer = None  # the target's own tokenizer spelled out: the same run
@@ -356,7 +433,27 @@ def _mine(records, config, i, n):
 
 
 def open_decode(out, config: DecodeConfig, records, *, identity: dict, shard=None, meta=None):
-    """Open (create or resume) a decode folder for writing: lock, identity check, verified rows."""
+    """Open (create or resume) a decode folder for writing: lock, identity check, verified rows.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        The results folder.
+    config : DecodeConfig
+    records : list of dict
+        All prompt records (the shard's count is what the folder expects).
+    identity : dict
+        :func:`decode_identity` of the run.
+    shard : str, pair of int or None
+        ``"i/N"``; None: everything.
+    meta : dict or None
+        Provenance recorded in ``config.json``.
+
+    Returns
+    -------
+    mdsd_ot._store.ResultsFolder
+        Open for writing; close it (or use it as a context manager).
+    """
     i, n = _shard(shard)
     info = {
         "config": {k: v for k, v in asdict(config).items() if k != "prompts"},
@@ -468,7 +565,23 @@ def run_shard(
 
     ``models(config) -> (target, draft, tokenizer)`` replaces the loading (a per-process cache,
     :mod:`mdsd_ot.decode.job`); ``previous``, an identity recorded earlier for the same model files,
-    skips re-hashing those unchanged (the folder's own recorded identity comes first)."""
+    skips re-hashing those unchanged (the folder's own recorded identity comes first).
+
+    Parameters
+    ----------
+    config : DecodeConfig or dict
+        The run (or a dict of its fields); ``ValueError`` without ``target`` and ``draft``.
+    shard : str, pair of int or None
+        ``"i/N"``; None: everything.
+    out_dir : str or os.PathLike
+        The shard's results folder.
+    progress : bool
+        Show a progress bar.
+    models : callable or None
+        ``models(config) -> (target, draft, tokenizer)``; None: load them with :func:`models_of`.
+    previous : dict or None
+        An identity recorded earlier for the same model files.
+    """
     import sys
 
     config = (
@@ -512,6 +625,22 @@ def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)", cost_
     (:data:`TIMING_FIELDS`) are the same rows. ``cost_ratio`` as in :func:`.report.write_report`;
     without it, a ratio every source's summary was written with (``--cost-ratio`` on every shard)
     is kept, else the merged rows' measured one.
+
+    Parameters
+    ----------
+    sources : iterable of path
+        Decode folders of one identity.
+    dest : str or os.PathLike
+        Folder to write.
+    title : str
+        Heading of the merged ``summary.md``.
+    cost_ratio : float or None
+        Draft/target forward cost ratio of the report.
+
+    Returns
+    -------
+    pathlib.Path
+        ``dest``.
     """
     from .report import given_cost_ratio, write_report
 

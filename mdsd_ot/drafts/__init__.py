@@ -59,6 +59,16 @@ SCHEME_ALIASES: dict[str, str] = {
 def get_scheme(name) -> DraftScheme:
     """Look up a scheme by name or alias (``ValueError`` listing the choices and aliases when unknown).
 
+    Parameters
+    ----------
+    name : str or DraftScheme
+        Scheme name or alias, matched case-insensitively with ``-`` and ``_`` alike; a
+        :class:`DraftScheme` is returned as is (``TypeError`` for another non-string).
+
+    Returns
+    -------
+    DraftScheme
+
     >>> get_scheme("With-Replacement").name, get_scheme("iid").name, get_scheme("CP").name
     ('with_replacement', 'with_replacement', 'conditional_poisson')
     """

@@ -26,6 +26,16 @@ def model_identity(model) -> dict:
     models rather than files (the command line
     identifies the model files instead, before loading them:
     :func:`mdsd_ot._store.fingerprint_path`).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        With ``parameters()`` (and optionally ``config.to_dict()``).
+
+    Returns
+    -------
+    dict
+        ``{"digest", "describe"}``.
     """
     torch = torch_module()
     h = hashlib.sha256()
@@ -57,7 +67,17 @@ def model_identity(model) -> dict:
 
 
 def tokenizer_identity(tokenizer) -> dict | None:
-    """Identity of an in-memory tokenizer (its serialisation, else its vocabulary)."""
+    """Identity of an in-memory tokenizer (its serialisation, else its vocabulary).
+
+    Parameters
+    ----------
+    tokenizer : tokenizer or None
+
+    Returns
+    -------
+    dict or None
+        ``{"digest", "describe"}``; None for None.
+    """
     if tokenizer is None:
         return None
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -75,7 +95,20 @@ def tokenizer_identity(tokenizer) -> dict | None:
 def identify(thing, role, previous=None):
     """Identity of a model or tokenizer: a path or hub name (:func:`mdsd_ot._store.fingerprint_path`),
     an in-memory model (:func:`model_identity`) or tokenizer (:func:`tokenizer_identity`); None for
-    None. ``previous``: the entry recorded earlier, to skip re-hashing unchanged files."""
+    None. ``previous``: the entry recorded earlier, to skip re-hashing unchanged files.
+
+    Parameters
+    ----------
+    thing : str, os.PathLike, model, tokenizer or None
+    role : str
+        ``"target"``, ``"draft"`` or ``"tokenizer"``, for messages.
+    previous : dict or None
+
+    Returns
+    -------
+    dict or None
+        ``{"digest", "describe", ...}``; only ``digest`` is compared.
+    """
     if thing is None:
         return None
     if isinstance(thing, (str, os.PathLike)):
@@ -87,7 +120,18 @@ def identify(thing, role, previous=None):
 
 def prompts_identity(records, source: str | None = None) -> dict:
     """``{"digest", "count", "describe"}`` of the prompt records (sha256 of their content and ids);
-    ``source`` (where they came from) appears in ``describe`` only."""
+    ``source`` (where they came from) appears in ``describe`` only.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Prompt records.
+    source : str or None
+
+    Returns
+    -------
+    dict
+    """
     records = list(records)
     digest = _store.digest_of(records)
     where = "" if source is None else f" from {source}"

@@ -93,7 +93,13 @@ def load_prompts(source) -> list[dict]:
 
 
 def check_record_ids(records) -> None:
-    """Ids up front: present, non-empty, one line, unique (``ValueError`` naming the record)."""
+    """Ids up front: present, non-empty, one line, unique (``ValueError`` naming the record).
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Prompt records (``TypeError`` for a non-dict).
+    """
     ids = []
     for i, r in enumerate(records):
         if not isinstance(r, dict):
@@ -105,6 +111,17 @@ def check_record_ids(records) -> None:
 
 
 def device_of(device: str):
+    """The torch device named by ``device`` (``"auto"``: CUDA when available, else CPU).
+
+    Parameters
+    ----------
+    device : str
+        ``"auto"`` or anything ``torch.device`` accepts.
+
+    Returns
+    -------
+    torch.device
+    """
     torch = torch_module()
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -119,7 +136,13 @@ def torch_module():
 
 def check_model_dependencies(what: str = "the study") -> None:
     """Raise ``ImportError`` with the install hint if torch or transformers is missing, without
-    importing either (run before a results folder is created, so that no half-made folder is left)."""
+    importing either (run before a results folder is created, so that no half-made folder is left).
+
+    Parameters
+    ----------
+    what : str
+        What needs the models, for the message.
+    """
     import importlib.util
 
     for name in ("torch", "transformers"):
@@ -225,11 +248,35 @@ def _from_pretrained(cls, name, role: str, **kw):
 
 
 def vocab_size(model) -> int:
+    """The number of logits of ``model`` (rows of its output embedding).
+
+    Parameters
+    ----------
+    model : transformers causal LM
+
+    Returns
+    -------
+    int
+    """
     return int(model.get_output_embeddings().weight.shape[0])
 
 
 def record_ids(record, tokenizer):
-    """(prompt ids, continuation ids or None) of one record."""
+    """(prompt ids, continuation ids or None) of one record.
+
+    Parameters
+    ----------
+    record : dict
+        A prompt record: ``prompt_ids`` (and optional ``completion_ids``), or text ``prompt`` (and
+        optional ``completion``).
+    tokenizer : tokenizer or None
+        Encodes a text record (``ValueError`` if it is None).
+
+    Returns
+    -------
+    tuple
+        ``(list of int, list of int or None)``; an empty tokenized prompt becomes one BOS (or EOS, or 0).
+    """
     if "prompt_ids" in record:
         a = [int(x) for x in record["prompt_ids"]]
         b = record.get("completion_ids")
@@ -254,7 +301,18 @@ _MODELS: dict = {}
 def cached_models(job):
     """``(target, draft, tokenizer)`` of ``job`` (anything with ``target``, ``draft``, ``tokenizer``,
     ``dtype``, ``device`` and ``threads``: a study job, a decode config), loaded once per process (the
-    last pair kept): a worker running several shards of one run, study or decode, loads them once."""
+    last pair kept): a worker running several shards of one run, study or decode, loads them once.
+
+    Parameters
+    ----------
+    job : object
+        With attributes ``target``, ``draft``, ``tokenizer``, ``dtype``, ``device`` and ``threads``.
+
+    Returns
+    -------
+    tuple
+        ``(target_model, draft_model, tokenizer_or_None)``, as :func:`load_models`.
+    """
     key = (job.target, job.draft, job.tokenizer, job.dtype, job.device, job.threads)
     if key not in _MODELS:
         _MODELS.clear()  # one pair of models at a time: a worker never holds two pairs

@@ -19,7 +19,26 @@ __all__ = ["open_folder", "folder_for", "remaining", "run_records"]
 
 def open_folder(out, *, kind: str, identity: dict, shard, expected: int, info: dict) -> _store.ResultsFolder:
     """Open (create or resume) the results folder ``out`` of a run for writing (lock, identity check,
-    verified rows); ``shard`` is ``(i, N)``."""
+    verified rows); ``shard`` is ``(i, N)``.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+    kind : str
+        Run kind recorded in the folder (study or decode).
+    identity : dict
+        What determines the rows (refused if it differs from the folder's).
+    shard : tuple of (int, int)
+    expected : int
+        Number of records the shard holds.
+    info : dict
+        Extra entries recorded in ``config.json``.
+
+    Returns
+    -------
+    mdsd_ot._store.ResultsFolder
+        Open for writing.
+    """
     i, n = shard
     folder = _store.ResultsFolder(
         out, kind=kind, identity=identity, shard=f"{i}/{n}", expected=expected, info=info
@@ -30,7 +49,19 @@ def open_folder(out, *, kind: str, identity: dict, shard, expected: int, info: d
 @contextlib.contextmanager
 def folder_for(out, open_new):
     """The folder to write: ``out`` itself when it is an open :class:`mdsd_ot._store.ResultsFolder`
-    (left open), else ``open_new()``, closed when the block ends."""
+    (left open), else ``open_new()``, closed when the block ends.
+
+    Parameters
+    ----------
+    out : str, os.PathLike or ResultsFolder
+    open_new : callable
+        ``open_new() -> ResultsFolder``, called when ``out`` is not an open folder.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Yields the folder.
+    """
     own = not isinstance(out, _store.ResultsFolder)
     folder = open_new() if own else out
     try:
@@ -41,7 +72,20 @@ def folder_for(out, open_new):
 
 
 def remaining(folder: _store.ResultsFolder, records, max_records) -> tuple[list, list]:
-    """``(mine, todo)``: ``[(index, record)]`` of the folder's shard, and those not finished yet."""
+    """``(mine, todo)``: ``[(index, record)]`` of the folder's shard, and those not finished yet.
+
+    Parameters
+    ----------
+    folder : ResultsFolder
+    records : iterable of dict
+        All prompt records.
+    max_records : int or None
+        Keep only the first ``max_records`` (None or 0: all).
+
+    Returns
+    -------
+    tuple of (list, list)
+    """
     i, n = parse_shard(folder.shard)
     mine = shard_records(list(records), max_records, i, n)
     return mine, [(k, r) for k, r in mine if r["id"] not in folder.done]
@@ -50,7 +94,20 @@ def remaining(folder: _store.ResultsFolder, records, max_records) -> tuple[list,
 def run_records(folder: _store.ResultsFolder, todo, compute, *, bar=None, postfix=None) -> None:
     """For each item of ``todo``, ``compute(item) -> (record id, lines)`` and append the lines to
     ``folder`` as one finished record; ``bar`` (a progress bar, closed at the end) advances by one
-    record each time, with ``postfix()`` (a dict) as its postfix."""
+    record each time, with ``postfix()`` (a dict) as its postfix.
+
+    Parameters
+    ----------
+    folder : ResultsFolder
+        Open for writing.
+    todo : iterable
+        Items to compute.
+    compute : callable
+        ``compute(item) -> (record id, lines)``.
+    bar : progress bar or None
+    postfix : callable or None
+        ``postfix() -> dict``.
+    """
     try:
         for item in todo:
             record, lines = compute(item)

@@ -20,6 +20,20 @@ def progress(total, desc, initial: int = 0):
 
     The bar starts at ``initial`` instead of counting those prompts as work done now, so that its
     rate and ETA measure this run only.
+
+    Parameters
+    ----------
+    total : int
+        Number of prompts of the run.
+    desc : str
+        The bar's label.
+    initial : int
+        Prompts already finished.
+
+    Returns
+    -------
+    tqdm or a plain printer
+        With ``update(k)``, ``set_postfix(**kw)`` and ``close()``.
     """
     try:
         from tqdm.auto import tqdm
@@ -48,7 +62,17 @@ def progress(total, desc, initial: int = 0):
 
 
 def parse_shard(shard) -> tuple[int, int]:
-    """``(i, N)`` of a shard given as ``"i/N"``, a pair of integers, or None (``(0, 1)``: everything)."""
+    """``(i, N)`` of a shard given as ``"i/N"``, a pair of integers, or None (``(0, 1)``: everything).
+
+    Parameters
+    ----------
+    shard : str, pair of int or None
+        ``ValueError`` unless ``0 <= i < N``.
+
+    Returns
+    -------
+    tuple of (int, int)
+    """
     if shard is None:
         return 0, 1
     if isinstance(shard, str):
@@ -75,7 +99,20 @@ def parse_shard(shard) -> tuple[int, int]:
 
 
 def shard_records(records, max_records, i_shard: int, n_shard: int) -> list:
-    """``[(index, record)]`` of one shard: index ``i`` mod ``N`` among the first ``max_records``."""
+    """``[(index, record)]`` of one shard: index ``i`` mod ``N`` among the first ``max_records``.
+
+    Parameters
+    ----------
+    records : list
+    max_records : int or None
+        Keep only the first ``max_records`` (None or 0: all).
+    i_shard, n_shard : int
+        ``i`` and ``N``.
+
+    Returns
+    -------
+    list of tuple
+    """
     records = records[:max_records] if max_records else records
     return [(k, r) for k, r in enumerate(records) if k % n_shard == i_shard]
 
@@ -90,7 +127,16 @@ def worker_setup() -> None:
 
 def worker_threads(threads):
     """``threads``, or with None the CPUs the scheduler gave the task (``OMP_NUM_THREADS``, which Ray
-    sets to the task's ``num_cpus``), so that shards sharing a node do not oversubscribe it."""
+    sets to the task's ``num_cpus``), so that shards sharing a node do not oversubscribe it.
+
+    Parameters
+    ----------
+    threads : int or None
+
+    Returns
+    -------
+    int or None
+    """
     if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     return threads

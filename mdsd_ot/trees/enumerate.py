@@ -103,6 +103,20 @@ def model_law(model, temperature: float = 1.0, *, name: str = "model") -> NextTo
     batch row, no cache) and returns :func:`mdsd_ot.backends.torch.to_distribution` of the last
     position's logits at ``temperature`` as float64 numpy (cached by context). For tiny models (tests,
     :func:`mdsd_ot.trees.tree_optimum` at small scale): one full forward per context.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A causal LM whose output has ``logits`` (or is the logits), shape ``(1, L, V)``; ``TypeError``
+        for anything else.
+    temperature : float
+        Softmax temperature (validated by ``to_distribution``).
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    NextTokenLaw
     """
     from ..backends.torch import require_torch, to_distribution
 
@@ -130,7 +144,19 @@ def model_law(model, temperature: float = 1.0, *, name: str = "model") -> NextTo
 
 def as_next_token_law(model, name: str) -> NextTokenLaw:
     """``model`` as a :class:`NextTokenLaw`: kept if it is one, a torch LM through :func:`model_law` at
-    temperature 1, any other callable wrapped as ``context -> law``."""
+    temperature 1, any other callable wrapped as ``context -> law``.
+
+    Parameters
+    ----------
+    model : NextTokenLaw, torch.nn.Module or callable
+        ``context -> array_like (V,)`` for a plain callable.
+    name : str
+        Used in error messages (``"target"``, ``"draft"``).
+
+    Returns
+    -------
+    NextTokenLaw
+    """
     if isinstance(model, NextTokenLaw):
         return model
     if _is_torch_module(model):
@@ -144,6 +170,17 @@ def toy_models(vocab: int = 3, seed: int = 0, temperature: float = 1.0, noise: f
     At context ``c`` the target is ``softmax(z_c)`` and the draft ``softmax((z_c + noise e_c) /
     temperature)``, with ``z_c`` and ``e_c`` standard normal vectors of ``vocab`` entries drawn from
     ``numpy.random.default_rng([seed, len(c), *c])``: every call at the same context gives the same law.
+
+    Parameters
+    ----------
+    vocab : int
+        Vocabulary size V (>= 2).
+    seed : int
+        Seed (>= 0).
+    temperature : float
+        Temperature of the draft (> 0).
+    noise : float
+        Scale of the draft's perturbation ``e_c`` (>= 0; 0 with temperature 1: draft = target).
 
     Returns
     -------
@@ -196,6 +233,17 @@ def laws_from_json(payload):
     by commas (``""`` for the empty context, ``"0,2"`` for tokens 0 then 2) and the value a list of
     ``V`` probabilities; the key ``"*"`` gives the law at every context not listed. A context that
     is needed but neither listed nor covered by ``"*"`` is a ``ValueError`` naming it.
+
+    Parameters
+    ----------
+    payload : dict
+        ``{"target": {context: law}, "draft": {context: law}}`` (a ``"vocab"`` entry is allowed);
+        ``ValueError`` for another layout or an unreadable context.
+
+    Returns
+    -------
+    tuple of (NextTokenLaw, NextTokenLaw)
+        ``(target, draft)``.
 
     >>> t, d = laws_from_json({"target": {"*": [0.5, 0.5]}, "draft": {"": [1, 0], "*": [0, 1]}})
     >>> t((1, 0)).tolist(), d(()).tolist(), d((0,)).tolist()
@@ -259,7 +307,17 @@ class TreeClass:
 
 
 def path_set(tree) -> tuple:
-    """The sorted set of root-to-node paths of a :class:`~mdsd_ot.trees.DraftTree` (its class key)."""
+    """The sorted set of root-to-node paths of a :class:`~mdsd_ot.trees.DraftTree` (its class key).
+
+    Parameters
+    ----------
+    tree : DraftTree
+
+    Returns
+    -------
+    tuple of tuple of int
+        The paths sorted by length then tokens; ``()`` (the root) first.
+    """
     return _sorted_paths({tree.path(v) for v in range(tree.tokens.size)})
 
 

@@ -105,6 +105,15 @@ def build_causal_lp(e: TreeEnumeration) -> CausalLP:
     Size: ``sum over classes of sum over their paths w of |supp P(. | w)|`` emission columns with
     ``|w| + 2`` nonzeros each, plus one column per path with ``|supp P(. | u)|`` nonzeros; one row per
     class and per (path, token of positive target probability).
+
+    Parameters
+    ----------
+    e : TreeEnumeration
+        The drafted-tree law.
+
+    Returns
+    -------
+    CausalLP
     """
     K = len(e.classes)
     all_paths = e.paths
@@ -309,6 +318,18 @@ def emitted_law_error(e: TreeEnumeration, plans) -> tuple[float, float]:
     path of a class and ``y`` any token (beyond those ``s`` nothing is emitted, so both sides factor
     alike), together with any emission ``E`` whose ``E[:-1]`` is not a path of its class or whose
     class's plan does not sum to one. ``value = sum_c P(c) sum_E P(E | c) |E|``.
+
+    Parameters
+    ----------
+    e : TreeEnumeration
+        The drafted-tree law.
+    plans : sequence of dict
+        One per class of ``e.classes``: ``{tuple of int: probability}``.
+
+    Returns
+    -------
+    tuple of (float, float)
+        ``(law error, value)``; the error is ``inf`` for an emission outside its class's paths.
     """
     mix: dict = {}
     err = 0.0
@@ -529,7 +550,21 @@ def solve_tree_lp(e: TreeEnumeration, *, solver: str | None = None) -> TreeOptim
     every re-check (:func:`_solve_highs` says why), with ``solver`` (or the one chosen by size), then
     the other solver, then the first with presolve (interior point without presolve reported some
     scaled inputs infeasible; the LP is always feasible: emitting one target token at the root is
-    valid). The first attempt that passes is returned, else the last one with its failed checks."""
+    valid). The first attempt that passes is returned, else the last one with its failed checks.
+
+    Parameters
+    ----------
+    e : TreeEnumeration
+        The drafted-tree law.
+    solver : {"simplex", "ipm"} or None
+        HiGHS solver of the first attempt; None: chosen by size (``ipm`` above
+        ``TREE_LP_IPM_COLUMNS`` columns). ``ValueError`` for another value.
+
+    Returns
+    -------
+    TreeOptimum
+        ``success`` False when no attempt passed the re-checks.
+    """
     if solver not in (None, "simplex", "ipm"):
         raise ValueError(f"unknown solver {solver!r}; choose 'simplex', 'ipm' or None (by size)")
     lp = build_causal_lp(e)

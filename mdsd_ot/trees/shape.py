@@ -101,6 +101,17 @@ class TreeShape:
 def parse_shape(spec) -> TreeShape:
     """A :class:`TreeShape` from ``"KxL"`` (chains), ``"b1,b2,..."``, a sequence of ints or a shape.
 
+    Parameters
+    ----------
+    spec : str, int, sequence of int or TreeShape
+        ``"KxL"`` (or ``"K*L"``), ``"b1,b2,..."`` (branching per depth), one int (a single level), a
+        sequence of ints, or a :class:`TreeShape` (returned as is). ``ValueError`` for an unreadable
+        string, ``TypeError`` for another type.
+
+    Returns
+    -------
+    TreeShape
+
     >>> parse_shape("2x4").branching
     (2, 1, 1, 1)
     >>> parse_shape([4, 2, 2, 1]).label

@@ -65,6 +65,15 @@ def canonical_verifier(name) -> str:
     """The registry name of a node-wise or tree-level verifier (aliases such as ``"specinfer"``
     resolved); ``ValueError`` listing every name when unknown, ``TypeError`` when not a string.
 
+    Parameters
+    ----------
+    name : str
+        Verifier name or alias.
+
+    Returns
+    -------
+    str
+
     >>> canonical_verifier("specinfer"), canonical_verifier("block")
     ('rrs', 'block')
     """
@@ -96,6 +105,21 @@ def valid_verifiers(scheme, names=None, *, shape=None) -> list[str]:
     Without ``shape``: the node-wise verifiers only (:data:`mdsd_ot.verifiers.VERIFIERS`). With
     ``shape`` (a tree shape): those, then the tree-level verifiers (:data:`TREE_VERIFIERS`) that can
     verify trees of that shape drafted by ``scheme``.
+
+    Parameters
+    ----------
+    scheme : str or DraftScheme
+        Draft scheme (name or alias).
+    names : iterable of str or Verifier, or None
+        Candidates (aliases accepted); None: every registered verifier. Tree-level names need
+        ``shape`` (``ValueError`` otherwise).
+    shape : TreeShape, str, sequence of int or None
+        Tree shape; None: node-wise verifiers only.
+
+    Returns
+    -------
+    list of str
+        Registry names, node-wise first, in registry (or ``names``) order.
 
     >>> valid_verifiers("top_n")
     ['naive', 'optimal']
@@ -342,6 +366,17 @@ def expected_tokens(tree: DraftTree, verifier) -> float:
     one ``prepare`` and one ``output_law`` per internal node; a tree-level name
     (:data:`TREE_VERIFIERS`, e.g. ``"block"``, ``"traversal"``) or any :class:`TreeVerifier`: its
     own exact value (``ValueError`` with its reason when it cannot verify this tree).
+
+    Parameters
+    ----------
+    tree : DraftTree
+        With its target laws set.
+    verifier : str, Verifier or TreeVerifier
+        Node-wise or tree-level verifier (name or alias, or an instance).
+
+    Returns
+    -------
+    float
     """
     tl = _tree_level(verifier)
     if tl is not None:
@@ -356,7 +391,20 @@ def expected_tokens(tree: DraftTree, verifier) -> float:
 
 def node_bound(tree: DraftTree, v: int) -> float:
     """``alpha*`` of node ``v``'s draft scheme at its ``(p_v, q_v, b)`` (:func:`mdsd_ot.optimal_acceptance`),
-    cached on the tree."""
+    cached on the tree.
+
+    Parameters
+    ----------
+    tree : DraftTree
+        With its target laws set.
+    v : int
+        Index of an internal node.
+
+    Returns
+    -------
+    float
+        ``RuntimeError`` if the value fails its re-check.
+    """
     from ..api import optimal_acceptance
 
     cache, key = tree._cache_key("alpha*", v)
@@ -436,6 +484,19 @@ def node_alpha_heuristic(tree: DraftTree, *, backend: str = "numpy", device=None
     instead: block verification is optimal on chains (``"block"``), the membership verifier on
     ``top_n`` trees (``"naive"``; docs/math.md#top-n-trees). For a one-level tree its
     mean over draws is exactly ``1 + alpha*`` (what the ``optimal`` verifier attains).
+
+    Parameters
+    ----------
+    tree : DraftTree
+        With its target laws set (``ValueError`` otherwise).
+    backend : {"numpy", "torch", "auto"}
+        How the ``alpha*_v`` are computed (see :func:`node_bounds`).
+    device : str, torch.device or None
+        Device of the torch backend.
+
+    Returns
+    -------
+    float
     """
     alpha = node_bounds(tree, backend=backend, device=device)
     B = np.ones(tree.tokens.size)
@@ -446,7 +507,19 @@ def node_alpha_heuristic(tree: DraftTree, *, backend: str = "numpy", device=None
 
 def bound_estimate(tree: DraftTree, *, backend: str = "numpy", device=None) -> float:
     """Deprecated name of :func:`node_alpha_heuristic` (it is neither a bound nor an estimate);
-    emits a ``DeprecationWarning``."""
+    emits a ``DeprecationWarning``.
+
+    Parameters
+    ----------
+    tree : DraftTree
+    backend : {"numpy", "torch", "auto"}
+    device : str, torch.device or None
+        As in :func:`node_alpha_heuristic`.
+
+    Returns
+    -------
+    float
+    """
     import warnings
 
     warnings.warn(
@@ -464,6 +537,18 @@ def outcome_law(tree: DraftTree, verifier) -> dict:
 
     For small vocabularies (tests): the law has up to ``V`` outcomes per node. ``verifier`` as in
     :func:`expected_tokens` (node-wise or tree-level).
+
+    Parameters
+    ----------
+    tree : DraftTree
+        With its target laws set.
+    verifier : str, Verifier or TreeVerifier
+        As in :func:`expected_tokens`.
+
+    Returns
+    -------
+    dict
+        ``{tuple of int: float}``.
     """
     tl = _tree_level(verifier)
     if tl is not None:
@@ -492,6 +577,20 @@ def verify_tree(tree: DraftTree, verifier, rng: np.random.Generator) -> list[int
 
     The accepted draft tokens along one root-to-node path, then one corrected token (or, after a
     leaf, one bonus token from the target). ``verifier`` as in :func:`expected_tokens`.
+
+    Parameters
+    ----------
+    tree : DraftTree
+        With its target laws set.
+    verifier : str, Verifier or TreeVerifier
+        As in :func:`expected_tokens`.
+    rng : numpy.random.Generator
+        ``TypeError`` for anything else.
+
+    Returns
+    -------
+    list of int
+        The emitted tokens (at least one).
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
@@ -521,6 +620,20 @@ def speedup(block_efficiency, depth: int, cost_ratio: float):
     with ``tau`` the tokens per target call, ``D`` the draft forward passes per call (the tree depth:
     one batched draft forward per level) and ``c`` the cost of one draft forward relative to one
     target forward; verifying the whole tree is assumed to cost one target forward.
+
+    Parameters
+    ----------
+    block_efficiency : float or array_like
+        ``tau``, tokens per target call.
+    depth : int
+        ``D``, draft forwards per call (>= 1; ``ValueError`` otherwise).
+    cost_ratio : float
+        ``c``, finite and >= 0 (``ValueError`` otherwise).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        An array (float64) for array input.
 
     >>> round(speedup(3.0, 4, 0.1), 6)
     2.142857

@@ -33,6 +33,15 @@ def union_shape(shapes) -> TreeShape:
     """The smallest shape holding every shape in ``shapes`` as a first-children sub-tree: the largest
     branching at each depth, as deep as the deepest shape.
 
+    Parameters
+    ----------
+    shapes : iterable of shape specs
+        Anything :func:`parse_shape` accepts; at least one (``ValueError`` otherwise).
+
+    Returns
+    -------
+    TreeShape
+
     >>> union_shape(["1x4", "2x4", "4x4", "4x3", "4,2,2,1"]).label
     '4,2,2,1'
     >>> union_shape(["2x2", "3"]).branching
@@ -47,6 +56,15 @@ def union_shape(shapes) -> TreeShape:
 
 def is_subshape(small, big) -> bool:
     """Whether ``small`` is a first-children sub-tree of ``big`` (no deeper, no wider at any depth).
+
+    Parameters
+    ----------
+    small, big : shape spec
+        Anything :func:`parse_shape` accepts.
+
+    Returns
+    -------
+    bool
 
     >>> is_subshape("4x3", "4,2,2,1"), is_subshape("2,2", "4x4")
     (True, False)
@@ -63,6 +81,19 @@ def first_children(tree: DraftTree, shape, *, memo: dict | None = None) -> Draft
     a first-children sub-tree of ``tree.shape``. The target laws are carried over when the tree has
     them. ``memo`` as in :class:`DraftTree` (sub-trees of one drafted tree may share it: equal paths
     carry equal laws).
+
+    Parameters
+    ----------
+    tree : DraftTree
+        A drafted tree (its scheme must have ``nested_draws``).
+    shape : shape spec
+        The sub-tree's shape (anything :func:`parse_shape` accepts).
+    memo : dict or None
+        Cache of laws by path, as in :class:`DraftTree`.
+
+    Returns
+    -------
+    DraftTree
 
     >>> law = lambda paths: np.tile([0.5, 0.3, 0.2], (len(paths), 1))
     >>> big = draft_forest([("4,2", "with_replacement")], law, np.random.default_rng(1), target=law)[0]

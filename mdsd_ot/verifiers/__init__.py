@@ -95,6 +95,16 @@ def check_samples(samples) -> int:
 def get_verifier(name) -> Verifier:
     """Look up a verifier by registry name or alias (``ValueError`` listing the choices when unknown).
 
+    Parameters
+    ----------
+    name : str or Verifier
+        Registry name or alias, matched case-insensitively with ``-`` and ``_`` alike; a
+        :class:`Verifier` is returned as is (``TypeError`` for another non-string).
+
+    Returns
+    -------
+    Verifier
+
     >>> get_verifier("specinfer").name, get_verifier("SpecTr").name, get_verifier("RSD").name
     ('rrs', 'spectr', 'rrs_without_replacement')
     """

@@ -78,6 +78,16 @@ def residual(r: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, float]:
     has probability zero; ``r`` itself is returned as a harmless placeholder law (never NaN).
 
     Complexity O(V).
+
+    Parameters
+    ----------
+    r, s : numpy.ndarray, shape (V,)
+        Current target and draft laws (float64, non-negative).
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, float)
+        ``(res(r, s), sum (r - s)_+)``.
     """
     d = np.maximum(r - s, 0.0)
     mass = float(d.sum())
@@ -91,6 +101,15 @@ def accept_ratio(r, s):
 
     The acceptance probability of one speculative-sampling step; ``r / s`` alone overflows when
     ``s`` is subnormal (and warns), which this never forms. Scalars give a float, arrays an array.
+
+    Parameters
+    ----------
+    r, s : float or array_like
+        Non-negative numbers (arrays are broadcast together).
+
+    Returns
+    -------
+    float or numpy.ndarray
     """
     if np.ndim(r) == 0 and np.ndim(s) == 0:
         return 1.0 if r >= s else float(r) / float(s)
@@ -108,6 +127,16 @@ def accept_fraction(accept: float, reject: float) -> float:
     [0, 1] in floating point too (``fl(a + b) >= a`` and rounding is monotone), and dividing by the
     total removes the rounding of ``sum(p)`` itself (``p / p.sum()`` may sum to ``1 + 2**-52``), which
     is what pushed closed forms such as ``p(Top) + sum min(p, q')`` to ``1 + 2**-52``.
+
+    Parameters
+    ----------
+    accept, reject : float
+        Non-negative accepted and rejected masses.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0 when both are 0.
     """
     total = accept + reject
     return accept / total if total > 0.0 else 0.0
@@ -158,6 +187,17 @@ def unit_interval(x, what: str = "acceptance"):
     The clip only removes pure rounding: every value must lie within ``UNIT_ROUNDING_TOL`` (1e-12) of
     [0, 1]. A larger excursion (or a NaN) means a formula is wrong, so it raises ``RuntimeError``
     instead of being hidden.
+
+    Parameters
+    ----------
+    x : float or array_like
+    what : str
+        What ``x`` is, for the error message.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        A float for scalar input, else a float64 array.
     """
     a = np.asarray(x, dtype=np.float64)
     if a.size and not (a.min() >= -UNIT_ROUNDING_TOL and a.max() <= 1.0 + UNIT_ROUNDING_TOL):
@@ -176,6 +216,17 @@ def power_exceeds(base: int, exponent: int, limit: int) -> bool:
     A float ``base ** exponent`` overflows (``OverflowError``) and a Python-int one takes time and
     memory linear in ``exponent``: compare logarithms, and build the power exactly only when it is
     within a factor ``e`` of the limit (then it is small).
+
+    Parameters
+    ----------
+    base, exponent : int
+        Non-negative integers.
+    limit : int
+        A positive integer.
+
+    Returns
+    -------
+    bool
     """
     if base <= 1:
         return base > limit  # 0 ** e and 1 ** e are at most 1
@@ -191,6 +242,18 @@ def sample_index(w: np.ndarray, u: float) -> int:
     """Inverse-CDF draw from non-negative weights ``w`` (not necessarily normalised), ``u in [0, 1)``.
 
     A zero-weight token is never returned (``side='right'`` and a clamp to the last positive weight).
+
+    Parameters
+    ----------
+    w : numpy.ndarray, shape (V,)
+        Non-negative weights with a positive sum (``ValueError`` for an all-zero law).
+    u : float
+        A uniform draw in ``[0, 1)``.
+
+    Returns
+    -------
+    int
+        A token with ``w > 0``.
     """
     cdf = np.cumsum(w)
     total = cdf[-1]
@@ -204,13 +267,42 @@ def sample_index(w: np.ndarray, u: float) -> int:
 
 
 def top_k(q: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` most likely tokens, ties broken by index, in O(V): :func:`mdsd_ot.drafts.top_tokens`."""
+    """The ``k`` most likely tokens, ties broken by index, in O(V): :func:`mdsd_ot.drafts.top_tokens`.
+
+    Parameters
+    ----------
+    q : numpy.ndarray, shape (V,)
+        Draft law.
+    k : int
+        Number of tokens.
+
+    Returns
+    -------
+    numpy.ndarray of int
+        The tokens in decreasing order of ``q``.
+    """
     return top_tokens(q, k)
 
 
 def sample_drafts_batch(scheme, q: np.ndarray, n: int, samples: int, rng: np.random.Generator):
     """``samples`` draft tuples, shape ``(samples, n)``: the scheme's batch sampler
-    (:meth:`mdsd_ot.drafts.DraftScheme.sample_batch`; vectorised where the scheme has one)."""
+    (:meth:`mdsd_ot.drafts.DraftScheme.sample_batch`; vectorised where the scheme has one).
+
+    Parameters
+    ----------
+    scheme : DraftScheme
+    q : numpy.ndarray, shape (V,)
+        Validated draft law.
+    n : int
+        Drafts per tuple.
+    samples : int
+        Number of tuples.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (samples, n)
+    """
     return scheme.sample_batch(q, n, samples, rng)
 
 

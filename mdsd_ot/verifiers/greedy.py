@@ -42,6 +42,18 @@ def hub_or_greedy_parts(p: np.ndarray, q: np.ndarray, top: np.ndarray):
     unnormalised rejection law (``p`` on ``top``, ``(p - q')_+`` elsewhere); ``accept_mass`` is
     ``p(top) + sum_rest min(p, q')``, returned as a fraction of ``accept_mass + sum_rest (p - q')_+``
     (``= sum(p)``, one up to rounding) so that it lies in [0, 1].
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Validated, normalised target and draft laws (``q`` must have mass outside ``top``).
+    top : numpy.ndarray of int
+        The fixed draft tokens.
+
+    Returns
+    -------
+    tuple of (numpy.ndarray, numpy.ndarray, float)
+        ``(q', R, accept_mass)``.
     """
     rest = np.ones(q.size, dtype=bool)
     rest[top] = False

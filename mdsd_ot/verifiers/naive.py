@@ -49,6 +49,19 @@ def inclusion_probabilities(q: np.ndarray, n: int, scheme: str) -> np.ndarray | 
     The scheme's own formula (:meth:`mdsd_ot.drafts.DraftScheme.inclusion_probabilities`): every
     ``1 - q`` a direct complement sum, nothing subtracted that could cancel. O(V) (conditional
     Poisson: O(n^2 V)).
+
+    Parameters
+    ----------
+    q : numpy.ndarray, shape (V,)
+        Validated draft law.
+    n : int
+        Number of drafts.
+    scheme : str or DraftScheme
+        Draft scheme (name or alias).
+
+    Returns
+    -------
+    numpy.ndarray, shape (V,), or None
     """
     return get_scheme(scheme).inclusion_probabilities(q, n)
 

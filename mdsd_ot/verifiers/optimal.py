@@ -65,6 +65,20 @@ def feasible_flow(flow: np.ndarray, set_mass: np.ndarray, p: np.ndarray) -> np.n
 
     Rows are scaled so that ``sum_y flow[s, y] <= set_mass[s]`` and then columns so that
     ``sum_s flow[s, y] <= p[y]`` (scaling down never breaks the other family of constraints).
+
+    Parameters
+    ----------
+    flow : numpy.ndarray, shape (S, V)
+        Flow from each draft set ``s`` to each token ``y`` (negative entries are set to 0).
+    set_mass : numpy.ndarray, shape (S,)
+        Probability of each draft set.
+    p : numpy.ndarray, shape (V,)
+        Target law.
+
+    Returns
+    -------
+    numpy.ndarray, shape (S, V)
+        A new array; ``flow`` is not modified.
     """
     f = np.maximum(flow, 0.0)
     rows = f.sum(axis=1)

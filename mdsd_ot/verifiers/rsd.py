@@ -73,6 +73,17 @@ def rsd_rejection(r: np.ndarray, s: np.ndarray, m: int) -> float:
 
     ``m = 1``: O(V); ``m = 2``: O(V log V) numba kernel; ``m >= 3``: recursion over the rejected
     first draft, O(V^(m-2) V log V).
+
+    Parameters
+    ----------
+    r, s : numpy.ndarray, shape (V,)
+        Current target and draft laws (float64; ``r = p, s = q`` at the start).
+    m : int
+        Number of steps left (>= 1).
+
+    Returns
+    -------
+    float
     """
     if m == 1:
         return float(np.maximum(r - s, 0.0).sum())

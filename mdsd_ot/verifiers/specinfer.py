@@ -59,6 +59,17 @@ def rrs_rejection(p: np.ndarray, q: np.ndarray, n: int) -> float:
     errors in ``theta`` by ``1 - Q_j`` per step, so the result is exact to a few eps in absolute terms.
 
     Complexity O(V log V) (the sort) plus O(V log V) for the steps, independent of ``n``.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Validated, normalised target and draft laws.
+    n : int
+        Number of drafts (>= 1).
+
+    Returns
+    -------
+    float
     """
     pos = p > 0
     pp, qq = p[pos], q[pos]
@@ -79,6 +90,20 @@ def rrs_chain(t: np.ndarray, P: np.ndarray, Q: np.ndarray, ns) -> list:
     :func:`rrs_rejection` builds them, and an evaluation plan (:mod:`mdsd_ot.plan`) reads them off its
     one sort. The steps and jumps are those described in :func:`rrs_rejection`; a jump never passes
     a requested ``n``, so every one of them is read off the same run.
+
+    Parameters
+    ----------
+    t : numpy.ndarray, shape (K,)
+        Ratios ``p/q`` in decreasing order.
+    P, Q : numpy.ndarray, shape (K + 1,)
+        Prefix sums of ``p`` and ``q`` in that order (starting at 0).
+    ns : iterable of int
+        Numbers of drafts.
+
+    Returns
+    -------
+    list of float
+        One per entry of ``ns``, in that order.
     """
     targets = sorted({int(n) for n in ns})
     found = {}

@@ -44,7 +44,21 @@ __all__ = ["SpecTrVerifier", "kseq_rho", "kseq_rho_sorted", "accept_any"]
 def accept_any(beta: float, reject: float, n: int) -> float:
     """``1 - (1 - beta)^n`` with ``reject = 1 - beta`` summed directly: the logarithm is taken of
     whichever of the two is accurate (``x^n`` multiplies a relative error of x by n, and n may be
-    10^9), so the result is exact to a few ulps for every n."""
+    10^9), so the result is exact to a few ulps for every n.
+
+    Parameters
+    ----------
+    beta : float
+        Acceptance probability of one draft, in [0, 1].
+    reject : float
+        ``1 - beta``, summed directly.
+    n : int
+        Number of drafts.
+
+    Returns
+    -------
+    float
+    """
     if reject <= 0.0:
         return 1.0
     log_reject = math.log1p(-beta) if beta < 0.5 else math.log(reject)
@@ -65,6 +79,17 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
 
     O(V log V): one sort of the ratios ``p/q`` that lie in ``[1, n)`` and prefix sums, then ~60
     bisection steps of O(log V) each.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Validated, normalised target and draft laws.
+    n : int
+        Number of drafts.
+
+    Returns
+    -------
+    float
     """
     pos = q > 0
     qq, pp = q[pos], p[pos]
@@ -97,6 +122,22 @@ def kseq_rho_sorted(t, q_lo, p_lo, q_hi, n: int, t_max: float) -> float:
     ``q_hi[k]`` the q mass of the others, summed directly. ``t_max`` is the largest ratio (``inf``
     when some token has ``q = 0 < p``). :func:`kseq_rho` builds the tables from ``(p, q)``; an
     evaluation plan (:mod:`mdsd_ot.plan`) reads them off its one sort.
+
+    Parameters
+    ----------
+    t : numpy.ndarray, shape (K,)
+        Sorted ratios.
+    q_lo, p_lo, q_hi : numpy.ndarray, shape (K + 1,)
+        The mass tables described above.
+    n : int
+        Number of drafts.
+    t_max : float
+        The largest ratio (``inf`` allowed).
+
+    Returns
+    -------
+    float
+        ``rho`` in ``[1, n]`` (1 when ``n = 1``).
     """
 
     def gap(rho):
