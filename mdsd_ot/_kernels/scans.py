@@ -302,7 +302,8 @@ def break_ties_by_index(keys, order):
 
 @nb.njit(cache=True)
 def _bin_of(p, q):
-    """Bins of q/p, high to low: ``(bins, nbins)``, 4-byte bin numbers.
+    """Bins of q/p, high to low: ``(bins, nbins, total)``, 4-byte bin numbers, and ``total`` the
+    plain sum of q in token order (for :func:`_bin_sums`: its add chain hides behind the divisions).
 
     Bin 0 holds ``p = 0 < q``, the last bin ``q = 0``; in between, the bit pattern of the positive
     float ``q/p`` (monotone in its value) cut to its exponent and the leading mantissa bits, over the
@@ -317,7 +318,9 @@ def _bin_of(p, q):
     bits = buf.view(np.int64)  # the ratio's bit pattern (monotone for positive floats)
     r_lo = np.inf
     r_hi = -1.0
+    total = 0.0
     for i in range(V):
+        total += q[i]
         r = q[i] / (p[i] if p[i] > 0.0 else 1.0)  # p = 0: never read below
         buf[0] = r
         key[i] = bits[0] >> 44
@@ -340,7 +343,7 @@ def _bin_of(p, q):
         j = np.int32(1) + top32 - (key[i] >> s)
         j = np.int32(0) if p[i] == 0.0 else j
         key[i] = last if q[i] == 0.0 else j
-    return key, nbins
+    return key, nbins, total
 
 
 @nb.njit(cache=True)
@@ -356,20 +359,15 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
 
 
 @nb.njit(cache=True)
-def _bin_sums(p, q, b, nbins, code, rest):
+def _bin_sums(p, q, b, nbins, code, rest, half):
     """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token above
-    half the mass, as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
+    half the mass (``q_i > half``), as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
     (:func:`neumaier_add_nonneg`). A pass of its own: folded into :func:`_bin_of`'s second pass it
     runs slower (the bin arithmetic and the random-order adds of one loop get in each other's way)."""
     V = p.size
     acc = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations
     cnt = np.zeros(nbins, dtype=np.int64)
-    half = 0.0
-    if code == 1:  # (the token above half the mass: sequential n = 2 only)
-        for i in range(V):
-            half += q[i]
-        half *= 0.5
-    big_i = -1
+    big_i = -1  # (the token above half the mass: sequential n = 2 only)
     for i in range(V):
         j = b[i]
         cnt[j] += 1
@@ -812,8 +810,8 @@ def bucketed_scan(p, q, n, code, rest):
     :func:`neumaier_add_nonneg`, without branches).
     """
     V = p.size
-    b, nbins = _bin_of(p, q)
-    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest)
+    b, nbins, total = _bin_of(p, q)
+    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest, 0.5 * total)
     P0 = prefix_sums(sums[0])  # sums over the bins before bin j
     Q0 = prefix_sums(sums[1])
     S0 = prefix_sums(sums[2])
