@@ -18,7 +18,6 @@ from .common import (
     neumaier_add,
     neumaier_add_nonneg,
     prefix_sums,
-    sort_run_descending,
     suffix_sums,
 )
 
@@ -399,8 +398,10 @@ def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
     for j in range(nbins):
         inner = 0
         if j < nbins - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
-            # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start
-            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], 0.0, n, code)
+            # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start;
+            # the token above half the mass, when in an earlier bin, costs at least its term at R(end)
+            big = big_q * (R1[j + 1] / big_rest) if big_bin < j else 0.0
+            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], big, n, code)
             if ub >= bound - PRUNE_MARGIN:
                 inner = cnt[j]
         start[j + 1] = start[j] + inner
@@ -481,18 +482,23 @@ def _leaf_scan(
 ):
     """The inner prefixes of ``members[a:e]`` (a run of a candidate bin starting at ``a0``) token by
     token: the run sorted by q/p in place, stably, if ``unsorted`` (then it has at most
-    ``REFINE_MIN`` tokens, sorted in ``work``; otherwise its ratios are all equal and its token order
-    is the sorted one), then running compensated sums from ``P``, ``Q``, ``S`` (the sums before
-    ``a``) and the outside mass ``R`` after ``e`` plus the run's own tail (in ``tail``)."""
+    ``REFINE_MIN`` tokens, sorted by insertion with their ratios in ``work``: at that length faster
+    than :func:`mdsd_ot._kernels.common.sort_run_descending`'s radix sort, which clears 2^11 counters
+    a pass; otherwise its ratios are all equal and its token order is the sorted one), then running
+    compensated sums from ``P``, ``Q``, ``S`` (the sums before ``a``) and the outside mass ``R`` after
+    ``e`` plus the run's own tail (in ``tail``)."""
     m = e - a
-    if unsorted:
-        rs, ps, qs = work[0], work[1], work[2]
+    if unsorted:  # insertion, stably from high to low (the permutation of any stable sort)
+        rs = work
         for t in range(m):
-            i = members[a + t]
-            rs[t] = _ratio(p, q, i)
-            ps[t] = p[i]
-            qs[t] = q[i]
-        sort_run_descending(members[a:e], rs, ps, qs, 0, m)
+            rs[t] = _ratio(p, q, members[a + t])
+        for t in range(1, m):
+            r, i = rs[t], members[a + t]
+            u = t
+            while u > 0 and rs[u - 1] < r:
+                rs[u], members[a + u] = rs[u - 1], members[a + u - 1]
+                u -= 1
+            rs[u], members[a + u] = r, i
     s_, c_ = 0.0, 0.0
     tail[m] = 0.0
     for t in range(m - 1, -1, -1):
@@ -550,7 +556,7 @@ def _refine_bin(
     """The first largest excess over the inner prefixes of one candidate bin ``members[a0:e0]`` (sums
     ``P``, ``Q``, ``S`` before it, outside mass ``R`` after it): ``(bound, best, best_rank)``, with
     ``best_rank`` tokens of the bin inside H (``-1``: none evaluated above 0) and ``bound`` raised by
-    every excess attained. Scratch: ``work`` (3 rows of ``REFINE_MIN``), ``tail`` (``e0 - a0 + 1``),
+    every excess attained. Scratch: ``work`` (``REFINE_MIN``), ``tail`` (``e0 - a0 + 1``),
     ``jb`` and ``iwork`` (``e0 - a0``).
 
     A run of more than ``REFINE_MIN`` tokens is not sorted: it is binned again by the next bits of its
@@ -730,8 +736,9 @@ def _refine_bin(
                 bound = max(bound, d)
                 if _better(d, a + hi - a0, best, best_rank):
                     best, best_rank = d, a + hi - a0
-            if hi - lo >= 2:
-                ub_j = _excess(Qc + cQ, Ps, Rout, Ss, 0.0, n, code)
+            if hi - lo >= 2:  # (the token above half the mass: see _bin_candidates)
+                big = big_q * (Rout / big_rest) if bin_big else 0.0
+                ub_j = _excess(Qc + cQ, Ps, Rout, Ss, big, n, code)
                 if ub_j >= bound - PRUNE_MARGIN:
                     st_a[top_], st_e[top_], st_big[top_] = a + lo, a + hi, bin_big
                     st_f[top_, 0], st_f[top_, 1], st_f[top_, 2], st_f[top_, 3], st_f[top_, 4] = (
@@ -756,7 +763,7 @@ def _bin_scan(
     widest = 0
     for j in range(nbins):
         widest = max(widest, start[j + 1] - start[j])
-    work = np.empty((3, REFINE_MIN))  # scratch shared by the candidate bins (_refine_bin)
+    work = np.empty(REFINE_MIN)  # scratch shared by the candidate bins (_refine_bin)
     tail = np.empty(widest + 1)
     jb = np.empty(widest, dtype=_SUB_DTYPE)
     iwork = np.empty(widest, dtype=members.dtype)
