@@ -488,9 +488,10 @@ def _numpy_prefix_scan(p, q, n, code, rest):
     Q = np.concatenate([[0.0], np.cumsum(q[order])])
     if code == 0:
         excess = np.minimum(Q**n, Q) - P
-    else:
+    else:  # the outside mass summed directly (Q[-1] - Q cancels next to a token of mass near 1)
+        R = np.concatenate([np.cumsum(q[order][::-1])[::-1], [0.0]])
         S = np.concatenate([[0.0], np.cumsum(q[order] / rest[order])])
-        excess = Q - P - (Q[-1] - Q) * S
+        excess = Q - P - R * S
     return max(float(excess.max()), 0.0), order, excess
 
 
@@ -514,24 +515,29 @@ def test_bin_members_both_ways_against_numpy(rng):
 def test_bucketed_scan_deep_refinement_against_numpy(code, rng, monkeypatch):
     """Refinement many levels deep (the Python bodies with 4 sub-bins a level and leaves of 2 tokens:
     its stack of pending runs outgrows its first allocation) on crowded, wide and tied ratios: the value
-    is the plain numpy sort-and-cumsum scan's, the mask attains it and is a prefix of its order."""
+    is the plain numpy sort-and-cumsum scan's, the mask attains it and is a prefix of its order. Near
+    one-hot q puts a token above half the mass (its term bounds the bins after it, code 1)."""
     from mdsd_ot._kernels import dispatch
 
     twin = dispatch.python_twin(K.scans.bucketed_scan)
     monkeypatch.setitem(twin.__globals__, "REFINE_BINS", 4)
     monkeypatch.setitem(twin.__globals__, "REFINE_MIN", 2)
-    for trial in range(6):
+    for trial in range(8):
         V = 1_500
-        if trial % 3 == 0:
+        if trial % 4 == 0:
             p = rng.dirichlet(np.full(V, 0.05))
             q = 0.7 * p + 0.3 * rng.dirichlet(np.full(V, 0.05))
-        elif trial % 3 == 1:
+        elif trial % 4 == 1:
             p, q = np.exp(rng.uniform(-690, 0, V)), np.exp(rng.uniform(-690, 0, V))
-        else:
+        elif trial % 4 == 2:
             p, q = rng.integers(1, 6, V).astype(float), rng.integers(0, 6, V).astype(float)
             p[:20] = 0.0
+        else:
+            p, q = llm_like(V, rng, 1.0)
+            q = q * 1e-9
+            q[int(rng.integers(V))] += 1.0
         p, q = p / p.sum(), q / q.sum()
-        n = 2 if code == 1 else (1, 2, 8)[trial % 3]
+        n = 2 if code == 1 else (1, 2, 8, 2)[trial % 4]
         rest = complement_masses(q)
         got, mask = twin(p, q, n, code, rest)
         want, order, excess = _numpy_prefix_scan(p, q, n, code, rest)
