@@ -429,16 +429,13 @@ def _bin_members(b, start):
                 members[fill[j]] = i
                 fill[j] += 1
         return members[:M]
-    step = np.empty(nbins, dtype=np.int64)
     for j in range(nbins):
-        room = start[j + 1] > start[j]
-        fill[j] = start[j] if room else M
-        step[j] = 1 if room else 0
-    for i in range(b.size):
+        fill[j] = start[j] if start[j + 1] > start[j] else M
+    for i in range(b.size):  # (a candidate bin's slots end at or before M: it stops there, full)
         j = b[i]
         f = fill[j]
         members[f] = i
-        fill[j] = f + step[j]
+        fill[j] = f + (f < M)
     return members[:M]
 
 
