@@ -91,8 +91,8 @@ NAIVE_POLY_MAX_N = 64
 PLAN_BLOCK = 128
 
 #: Runs of at most this many tokens are sorted by insertion, longer ones by a radix sort on the bits of
-#: q/p (the buckets of the plan's order pass, the candidate bins of the binned scan). Speed only: both
-#: sorts are stable, so they give the same order.
+#: q/p (the buckets of the plan's order pass; the binned scan sorts its leaves of at most REFINE_MIN
+#: tokens by insertion). Speed only: both sorts are stable, so they give the same order.
 INSERTION_MAX = 32
 
 #: Bins per token (at most) of the evaluation plan's bucket sort by q/p: more bins leave fewer tokens

@@ -478,6 +478,75 @@ def test_bucketed_scan_refines_crowded_bins(code, rng):
         assert mask[order[: int(mask.sum())]].all()
 
 
+def _numpy_prefix_scan(p, q, n, code, rest):
+    """Independent oracle for the binned scan: tokens sorted by q/p with np.lexsort (p = 0 < q first,
+    q = 0 last, ties by index), every prefix's excess from np.cumsum: ``(D, order, excess)``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(q == 0, -1.0, np.where(p == 0, np.inf, q / np.where(p > 0, p, 1.0)))
+    order = np.lexsort((np.arange(p.size), -r))
+    P = np.concatenate([[0.0], np.cumsum(p[order])])
+    Q = np.concatenate([[0.0], np.cumsum(q[order])])
+    if code == 0:
+        excess = np.minimum(Q**n, Q) - P
+    else:  # the outside mass summed directly (Q[-1] - Q cancels next to a token of mass near 1)
+        R = np.concatenate([np.cumsum(q[order][::-1])[::-1], [0.0]])
+        S = np.concatenate([[0.0], np.cumsum(q[order] / rest[order])])
+        excess = Q - P - R * S
+    return max(float(excess.max()), 0.0), order, excess
+
+
+def test_bin_members_both_ways_against_numpy(rng):
+    """The candidate bins' tokens, collected with a branch (few candidates) or without (many), are
+    those of np.flatnonzero per bin, in token order."""
+    for trial in range(8):
+        V = int(rng.integers(1_000, 20_000))
+        nbins = int(rng.integers(3, 400))
+        b = rng.integers(0, nbins, V).astype(np.int32)
+        cnt = np.bincount(b, minlength=nbins)
+        share = (0.02, 0.9)[trial % 2]  # below and above the 1/8 of the tokens that picks the way
+        take = rng.random(nbins) < share
+        start = np.concatenate([[0], np.cumsum(np.where(take, cnt, 0))]).astype(np.int64)
+        want = np.concatenate([np.flatnonzero(b == j) for j in range(nbins) if take[j]] + [np.zeros(0, int)])
+        assert (8 * start[-1] <= V) == (trial % 2 == 0)
+        np.testing.assert_array_equal(K.scans._bin_members(b, start), want)
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_bucketed_scan_deep_refinement_against_numpy(code, rng, monkeypatch):
+    """Refinement many levels deep (the Python bodies with 4 sub-bins a level and leaves of 2 tokens:
+    its stack of pending runs outgrows its first allocation) on crowded, wide and tied ratios: the value
+    is the plain numpy sort-and-cumsum scan's, the mask attains it and is a prefix of its order. Near
+    one-hot q puts a token above half the mass (its term bounds the bins after it, code 1)."""
+    from mdsd_ot._kernels import dispatch
+
+    twin = dispatch.python_twin(K.scans.bucketed_scan)
+    monkeypatch.setitem(twin.__globals__, "REFINE_BINS", 4)
+    monkeypatch.setitem(twin.__globals__, "REFINE_MIN", 2)
+    for trial in range(8):
+        V = 1_500
+        if trial % 4 == 0:
+            p = rng.dirichlet(np.full(V, 0.05))
+            q = 0.7 * p + 0.3 * rng.dirichlet(np.full(V, 0.05))
+        elif trial % 4 == 1:
+            p, q = np.exp(rng.uniform(-690, 0, V)), np.exp(rng.uniform(-690, 0, V))
+        elif trial % 4 == 2:
+            p, q = rng.integers(1, 6, V).astype(float), rng.integers(0, 6, V).astype(float)
+            p[:20] = 0.0
+        else:
+            p, q = llm_like(V, rng, 1.0)
+            q = q * 1e-9
+            q[int(rng.integers(V))] += 1.0
+        p, q = p / p.sum(), q / q.sum()
+        n = 2 if code == 1 else (1, 2, 8, 2)[trial % 4]
+        rest = complement_masses(q)
+        got, mask = twin(p, q, n, code, rest)
+        want, order, excess = _numpy_prefix_scan(p, q, n, code, rest)
+        assert got == pytest.approx(want, abs=1e-12)  # (np.cumsum: plain sums, ~V ulps)
+        k = int(mask.sum())
+        assert mask[order[:k]].all()
+        assert excess[k] == pytest.approx(got, abs=1e-12)
+
+
 def test_small_v_compiled_and_python_bodies_agree(monkeypatch):
     """At V <= PYTHON_MAX_V the scans run compiled once they are compiled or cached, as Python twins
     before: the two give the same bits (values and subsets), every scheme with a scan."""

@@ -109,8 +109,8 @@ def sort_run_descending(order, rs, ps, qs, a, e):
     """Sort positions ``[a, e)`` by ``rs`` (non-negative, not NaN) from high to low, stably (a run in
     token order keeps its ties in index order), carrying ``order``, ``ps`` and ``qs`` along: insertion up
     to ``INSERTION_MAX`` entries, a radix sort on the bits of ``rs`` above (:func:`radix_run_descending`).
-    The evaluation plan's order pass and the binned scan's candidate bins. Every stable sort by the same
-    keys gives the same permutation, so which one runs changes the cost only."""
+    The evaluation plan's order pass (the binned scan sorts its short leaves by insertion itself). Every
+    stable sort by the same keys gives the same permutation, so which one runs changes the cost only."""
     if e - a > INSERTION_MAX:
         radix_run_descending(order, rs, ps, qs, a, e)
         return

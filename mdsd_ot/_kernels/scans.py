@@ -18,7 +18,6 @@ from .common import (
     neumaier_add,
     neumaier_add_nonneg,
     prefix_sums,
-    sort_run_descending,
     suffix_sums,
 )
 
@@ -290,25 +289,40 @@ def break_ties_by_index(keys, order):
 # every bin boundary is a prefix of the sorted order whose
 # excess is exact from bin sums. Inside a bin, D_k <= Q(H_end) - p(H_start) (Q grows, p grows), so
 # only the few bins whose bound beats the best boundary are sorted and scanned token by token.
+#
+# Cost (docs/performance.md): two passes over the vocabulary for the bins (the ratios' top bits kept
+# in the bins' own 4-byte array, then their sums), one over the bins to collect the candidate bins'
+# tokens (as 4-byte indices), and work on those tokens only, read where they lie (``p[members[t]]``,
+# in increasing index order: sub-bins are scattered stably). A crowded candidate bin (the wide pair's
+# 66,000 ratios just above 0.7) then moves indices, not four arrays of values, and every scratch array
+# is a few bytes per candidate token: the fresh pages of per-call temporaries cost more than the
+# arithmetic (a page fault is ~2.5 us on a virtual machine: the 10 MB of the earlier version, 3 ms).
 
 
 @nb.njit(cache=True)
 def _bin_of(p, q):
-    """Bins of q/p, high to low: ``(bins, nbins)``.
+    """Bins of q/p, high to low: ``(bins, nbins, total)``, 4-byte bin numbers, and ``total`` the
+    plain sum of q in token order (for :func:`_bin_sums`: its add chain hides behind the divisions).
 
     Bin 0 holds ``p = 0 < q``, the last bin ``q = 0``; in between, the bit pattern of the positive
     float ``q/p`` (monotone in its value) cut to its exponent and the leading mantissa bits, over the
     occupied range only, so that LLM-like ratios spread over 2^8 bins per octave (fewer where the
-    ratios span more octaves than the budget allows).
+    ratios span more octaves than the budget allows). Bins never resolve more than the top 20 bits of
+    the pattern (sign, exponent, 8 mantissa bits), so the first pass keeps only those, in the array it
+    returns (half the fresh memory of the ratios themselves, one division per token).
     """
     V = p.size
-    key = np.empty(V, dtype=np.int64)
-    ratio = key.view(np.float64)  # the ratio, then its bit pattern (monotone for positive floats)
+    key = np.empty(V, dtype=np.int32)
+    buf = np.empty(1)
+    bits = buf.view(np.int64)  # the ratio's bit pattern (monotone for positive floats)
     r_lo = np.inf
     r_hi = -1.0
+    total = 0.0
     for i in range(V):
+        total += q[i]
         r = q[i] / (p[i] if p[i] > 0.0 else 1.0)  # p = 0: never read below
-        ratio[i] = r
+        buf[0] = r
+        key[i] = bits[0] >> 44
         if q[i] > 0.0 and p[i] > 0.0:
             r_lo = min(r_lo, r)
             r_hi = max(r_hi, r)
@@ -321,11 +335,14 @@ def _bin_of(p, q):
             shift += 1
     top = hi >> shift if hi >= 0 else 0
     nbins = (top - (lo >> shift) + 1 if hi >= 0 else 0) + 2
+    s = np.int32(shift - 44)  # (bits >> 44) >> s == bits >> shift
+    top32 = np.int32(top)
+    last = np.int32(nbins - 1)
     for i in range(V):  # in place, without branches
-        j = 1 + top - (key[i] >> shift)
-        j = 0 if p[i] == 0.0 else j
-        key[i] = nbins - 1 if q[i] == 0.0 else j
-    return key, nbins
+        j = np.int32(1) + top32 - (key[i] >> s)
+        j = np.int32(0) if p[i] == 0.0 else j
+        key[i] = last if q[i] == 0.0 else j
+    return key, nbins, total
 
 
 @nb.njit(cache=True)
@@ -341,19 +358,15 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
 
 
 @nb.njit(cache=True)
-def _bin_sums(p, q, b, nbins, code, rest):
+def _bin_sums(p, q, b, nbins, code, rest, half):
     """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token above
-    half the mass, as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
-    (:func:`neumaier_add_nonneg`). One cache line per bin while summing."""
+    half the mass (``q_i > half``), as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
+    (:func:`neumaier_add_nonneg`). A pass of its own: folded into :func:`_bin_of`'s second pass it
+    runs slower (the bin arithmetic and the random-order adds of one loop get in each other's way)."""
     V = p.size
-    acc = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations (one cache line)
+    acc = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations
     cnt = np.zeros(nbins, dtype=np.int64)
-    half = 0.0
-    if code == 1:  # (the token above half the mass: sequential n = 2 only)
-        for i in range(V):
-            half += q[i]
-        half *= 0.5
-    big_i = -1
+    big_i = -1  # (the token above half the mass: sequential n = 2 only)
     for i in range(V):
         j = b[i]
         cnt[j] += 1
@@ -385,8 +398,10 @@ def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
     for j in range(nbins):
         inner = 0
         if j < nbins - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
-            # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start
-            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], 0.0, n, code)
+            # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start;
+            # the token above half the mass, when in an earlier bin, costs at least its term at R(end)
+            big = big_q * (R1[j + 1] / big_rest) if big_bin < j else 0.0
+            ub = _excess(Q0[j + 1], P0[j], R1[j + 1], S0[j], big, n, code)
             if ub >= bound - PRUNE_MARGIN:
                 inner = cnt[j]
         start[j + 1] = start[j] + inner
@@ -394,26 +409,34 @@ def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
 
 
 @nb.njit(cache=True)
-def _bin_members(p, q, b, start):
-    """The tokens of the candidate bins, bin by bin in token order, with their ratios q/p (``inf`` for
-    p = 0), p and q along them, in arrays shared by all bins."""
+def _bin_members(b, start):
+    """The tokens of the candidate bins, bin by bin in token order (``members[start[j]:start[j + 1]]``
+    for bin j), as 4-byte token indices.
+
+    When the candidates are few (LLM-like pairs) a branch skips the other tokens, well predicted;
+    when they are many (a crowded bin: the branch would go either way at random) there is none: the
+    other bins' tokens are all written to one extra slot past the end."""
     nbins = start.size - 1
-    members = np.empty(start[nbins], dtype=np.int64)
-    fill = start[:-1].copy()
-    for i in range(b.size):
+    M = start[nbins]
+    members = np.empty(M + 1, dtype=np.int32)
+    fill = np.empty(nbins, dtype=np.int64)
+    if 8 * M <= b.size:
+        for j in range(nbins):
+            fill[j] = start[j]
+        for i in range(b.size):
+            j = b[i]
+            if start[j + 1] > start[j]:
+                members[fill[j]] = i
+                fill[j] += 1
+        return members[:M]
+    for j in range(nbins):
+        fill[j] = start[j] if start[j + 1] > start[j] else M
+    for i in range(b.size):  # (a candidate bin's slots end at or before M: it stops there, full)
         j = b[i]
-        if start[j + 1] > start[j]:
-            members[fill[j]] = i
-            fill[j] += 1
-    rs = np.empty(members.size)
-    ps = np.empty(members.size)
-    qs = np.empty(members.size)
-    for t in range(members.size):
-        i = members[t]
-        rs[t] = q[i] / p[i] if p[i] > 0.0 else np.inf
-        ps[t] = p[i]
-        qs[t] = q[i]
-    return members, rs, ps, qs
+        f = fill[j]
+        members[f] = i
+        fill[j] = f + (f < M)
+    return members[:M]
 
 
 @nb.njit(cache=True, inline="always")
@@ -422,14 +445,21 @@ def _better(d, rank, best, best_rank):
     return d > best or (d == best and rank < best_rank)
 
 
+@nb.njit(cache=True, inline="always")
+def _ratio(p, q, i):
+    """q/p of token i (``inf`` for p = 0)."""
+    return q[i] / p[i] if p[i] > 0.0 else np.inf
+
+
 @nb.njit(cache=True)
 def _leaf_scan(
     members,
-    rs,
-    ps,
-    qs,
+    p,
+    q,
     rest,
+    work,
     tail,
+    unsorted,
     a0,
     a,
     e,
@@ -447,28 +477,43 @@ def _leaf_scan(
     best,
     best_rank,
 ):
-    """The inner prefixes of ``[a, e)`` (a run of a candidate bin starting at ``a0``) token by token:
-    the run sorted by q/p in place (stably), then running compensated sums from ``P``, ``Q``, ``S``
-    (the sums before ``a``) and the outside mass ``R`` after ``e`` plus the run's own tail."""
-    sort_run_descending(members, rs, ps, qs, a, e)
+    """The inner prefixes of ``members[a:e]`` (a run of a candidate bin starting at ``a0``) token by
+    token: the run sorted by q/p in place, stably, if ``unsorted`` (then it has at most
+    ``REFINE_MIN`` tokens, sorted by insertion with their ratios in ``work``: at that length faster
+    than :func:`mdsd_ot._kernels.common.sort_run_descending`'s radix sort, which clears 2^11 counters
+    a pass; otherwise its ratios are all equal and its token order is the sorted one), then running
+    compensated sums from ``P``, ``Q``, ``S`` (the sums before ``a``) and the outside mass ``R`` after
+    ``e`` plus the run's own tail (in ``tail``)."""
+    m = e - a
+    if unsorted:  # insertion, stably from high to low (the permutation of any stable sort)
+        rs = work
+        for t in range(m):
+            rs[t] = _ratio(p, q, members[a + t])
+        for t in range(1, m):
+            r, i = rs[t], members[a + t]
+            u = t
+            while u > 0 and rs[u - 1] < r:
+                rs[u], members[a + u] = rs[u - 1], members[a + u - 1]
+                u -= 1
+            rs[u], members[a + u] = r, i
     s_, c_ = 0.0, 0.0
-    tail[e - a0] = 0.0
-    for t in range(e - 1, a - 1, -1):
-        s_, c_ = neumaier_add_nonneg(s_, c_, qs[t])
-        tail[t - a0] = s_ + c_
+    tail[m] = 0.0
+    for t in range(m - 1, -1, -1):
+        s_, c_ = neumaier_add_nonneg(s_, c_, q[members[a + t]])
+        tail[t] = s_ + c_
     Pc, cP = P, 0.0
     Qc, cQ = Q, 0.0
     Sc, cS = S, 0.0
     for t in range(a, e - 1):
         i = members[t]
-        Pc, cP = neumaier_add_nonneg(Pc, cP, ps[t])
-        Qc, cQ = neumaier_add_nonneg(Qc, cQ, qs[t])
+        Pc, cP = neumaier_add_nonneg(Pc, cP, p[i])
+        Qc, cQ = neumaier_add_nonneg(Qc, cQ, q[i])
         if code == 1:
             if i == big_i:
                 big_in = True
             else:
-                Sc, cS = neumaier_add_nonneg(Sc, cS, qs[t] / rest[i])
-        Rout = R + tail[t + 1 - a0]
+                Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / rest[i])
+        Rout = R + tail[t + 1 - a]
         big = big_q * (Rout / big_rest) if big_in else 0.0
         d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
         bound = max(bound, d)
@@ -477,14 +522,39 @@ def _leaf_scan(
     return bound, best, best_rank
 
 
+#: The sub-bin of a token of a run being refined, as stored (``REFINE_BINS + 1`` sub-bins at most).
+_SUB_DTYPE = np.uint16 if REFINE_BINS + 2 <= 1 << 16 else np.int64
+
+
 @nb.njit(cache=True)
 def _refine_bin(
-    members, rs, ps, qs, rest, a0, e0, P, Q, S, R, big_i, big_in0, big_q, big_rest, n, code, bound
+    members,
+    p,
+    q,
+    rest,
+    work,
+    tail,
+    jb,
+    iwork,
+    a0,
+    e0,
+    P,
+    Q,
+    S,
+    R,
+    big_i,
+    big_in0,
+    big_q,
+    big_rest,
+    n,
+    code,
+    bound,
 ):
     """The first largest excess over the inner prefixes of one candidate bin ``members[a0:e0]`` (sums
     ``P``, ``Q``, ``S`` before it, outside mass ``R`` after it): ``(bound, best, best_rank)``, with
     ``best_rank`` tokens of the bin inside H (``-1``: none evaluated above 0) and ``bound`` raised by
-    every excess attained.
+    every excess attained. Scratch: ``work`` (``REFINE_MIN``), ``tail`` (``e0 - a0 + 1``),
+    ``jb`` and ``iwork`` (``e0 - a0``).
 
     A run of more than ``REFINE_MIN`` tokens is not sorted: it is binned again by the next bits of its
     own occupied range of q/p (at most ``REFINE_BINS`` sub-bins, scattered in place, stably), every
@@ -492,19 +562,23 @@ def _refine_bin(
     bound ``Q(end) - p(start)`` can beat the best attained excess by ``PRUNE_MARGIN`` are looked into,
     recursively; shorter runs (and runs of equal ratios) are sorted and scanned token by token. The
     tokens end up arranged so that the best prefix is ``members[a0:a0 + best_rank]``.
+
+    The run's tokens are read where they lie, ``p[members[t]]`` (in increasing index order: the
+    scatter is stable), their ratios computed in each of the two passes that need them rather than
+    kept: per token the refinement touches 6 bytes of scratch (sub-bin, scatter), not 32.
     """
     m = e0 - a0
     best = 0.0
     best_rank = np.int64(-1)
-    tail = np.empty(m + 1)  # (the q mass of a run after each of its tokens, by position - a0)
     if m <= REFINE_MIN:
         return _leaf_scan(
             members,
-            rs,
-            ps,
-            qs,
+            p,
+            q,
             rest,
+            work,
             tail,
+            True,
             a0,
             a0,
             e0,
@@ -522,7 +596,8 @@ def _refine_bin(
             best,
             best_rank,
         )
-    cap = m // 2 + 2  # pushed runs hold >= 2 tokens each and are disjoint
+    most = min(REFINE_BINS, m)  # sub-bins per refinement (fewer for a short bin: less to clear)
+    cap = min(m // 2 + 2, most + 2)  # grown when needed (pushed runs: >= 2 tokens each, disjoint)
     st_a = np.empty(cap, dtype=np.int64)
     st_e = np.empty(cap, dtype=np.int64)
     st_f = np.empty((cap, 5))  # P, Q, S before the run, R after it, its upper bound
@@ -531,16 +606,11 @@ def _refine_bin(
     st_a[0], st_e[0], st_big[0] = a0, e0, big_in0
     st_f[0, 0], st_f[0, 1], st_f[0, 2], st_f[0, 3], st_f[0, 4] = P, Q, S, R, np.inf
     top_ = 1
-    tm = np.empty(m, dtype=np.int64)
-    tr = np.empty(m)
-    tp = np.empty(m)
-    tq = np.empty(m)
-    kf = np.empty(m)
-    kb = kf.view(np.int64)  # the keys' bit patterns (then their sub-bins)
-    most = min(REFINE_BINS, m)  # sub-bins per refinement (fewer for a short bin: less to clear)
     cnt = np.empty(most + 2, dtype=np.int64)
     acc = np.empty((most + 1, 6))
     Rs = np.empty(most + 2)
+    buf = np.empty(2)
+    bits = buf.view(np.int64)
     while top_ > 0:
         top_ -= 1
         a, e, big_in = st_a[top_], st_e[top_], st_big[top_]
@@ -548,18 +618,26 @@ def _refine_bin(
         if ub < bound - PRUNE_MARGIN:  # the bound rose since the run was pushed
             continue
         r_lo = np.inf
+        r_2 = np.inf  # the smallest ratio above r_lo
         r_hi = 0.0
         for t in range(a, e):
-            r_lo = min(r_lo, rs[t])
-            r_hi = max(r_hi, rs[t])
+            r = _ratio(p, q, members[t])
+            if r < r_2:  # (rarely taken once a few tokens are in)
+                if r < r_lo:
+                    r_2 = r_lo
+                    r_lo = r
+                elif r > r_lo:
+                    r_2 = r
+            r_hi = max(r_hi, r)
         if e - a <= REFINE_MIN or r_lo == r_hi:
             bound, best, best_rank = _leaf_scan(
                 members,
-                rs,
-                ps,
-                qs,
+                p,
+                q,
                 rest,
+                work,
                 tail,
+                r_lo != r_hi,
                 a0,
                 a,
                 e,
@@ -580,16 +658,13 @@ def _refine_bin(
             continue
         # keys: the bits of q/p, or, where the run spans at most one octave, the bits of q/p - min q/p
         # (exact by Sterbenz's lemma, so the same order and the same ties): a run crowded just above
-        # its smallest ratio, as q = 0.7 p + (tiny) makes it, then spreads over the exponents
+        # its smallest ratio, as q = 0.7 p + (tiny) makes it, then spreads over the exponents. x ->
+        # x - r_sub is monotone and positive iff x > r_sub: the smallest positive key is that of r_2
+        # (r_sub = r_lo, or r_lo = 0), else of r_lo; the largest, that of r_hi.
         r_sub = r_lo if r_hi <= 2.0 * r_lo else 0.0
-        for t in range(a, e):
-            kf[t - a] = rs[t] - r_sub
-        k_lo = np.int64(0x7FFFFFFFFFFFFFFF)
-        k_hi = np.int64(0)
-        for t in range(e - a):
-            k = kb[t]
-            k_lo = min(k_lo, k if k > 0 else k_lo)
-            k_hi = max(k_hi, k)
+        buf[0] = (r_2 if r_sub > 0.0 or r_lo == 0.0 else r_lo) - r_sub
+        buf[1] = r_hi - r_sub
+        k_lo, k_hi = bits[0], bits[1]
         shift = 0
         while (k_hi >> shift) - (k_lo >> shift) + 1 > most:
             shift += 1
@@ -598,33 +673,45 @@ def _refine_bin(
         cnt[: nsub + 1] = 0
         acc[:nsub] = 0.0
         big_sub = nsub
-        for t in range(a, e):  # counts and sums per sub-bin (high ratios first)
-            k = kb[t - a]
+        for t in range(e - a):  # counts and sums per sub-bin (high ratios first)
+            i = members[a + t]
+            buf[0] = _ratio(p, q, i) - r_sub
+            k = bits[0]
             j = hi_ - (k >> shift) if k > 0 else nsub - 1
-            kb[t - a] = j
+            jb[t] = j
             cnt[j + 1] += 1
-            acc[j, 0], acc[j, 3] = neumaier_add_nonneg(acc[j, 0], acc[j, 3], ps[t])
-            acc[j, 1], acc[j, 4] = neumaier_add_nonneg(acc[j, 1], acc[j, 4], qs[t])
+            acc[j, 0], acc[j, 3] = neumaier_add_nonneg(acc[j, 0], acc[j, 3], p[i])
+            acc[j, 1], acc[j, 4] = neumaier_add_nonneg(acc[j, 1], acc[j, 4], q[i])
             if code == 1:
-                if members[t] == big_i:
+                if i == big_i:
                     big_sub = j
                 else:
-                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], qs[t] / rest[members[t]])
+                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / rest[i])
         for j in range(nsub):
             cnt[j + 1] += cnt[j]
-        for t in range(a, e):  # stable scatter into sub-bin order, then back in place
-            j = kb[t - a]
+        for t in range(e - a):  # stable scatter into sub-bin order, then back in place
+            j = jb[t]
             f = cnt[j]
-            tm[f], tr[f], tp[f], tq[f] = members[t], rs[t], ps[t], qs[t]
+            iwork[f] = members[a + t]
             cnt[j] = f + 1
-        for t in range(e - a):
-            members[a + t], rs[a + t], ps[a + t], qs[a + t] = tm[t], tr[t], tp[t], tq[t]
+        members[a:e] = iwork[: e - a]
         # cnt[j] is now the end of sub-bin j (relative to a)
         rs_, rc_ = 0.0, 0.0
         Rs[nsub] = Re
         for j in range(nsub - 1, -1, -1):  # outside mass after sub-bin j: Re plus the later sub-bins
             rs_, rc_ = neumaier_add_nonneg(rs_, rc_, acc[j, 1] + acc[j, 4])
             Rs[j] = Re + (rs_ + rc_)
+        if top_ + nsub > cap:  # room for every sub-bin of this run
+            cap = max(2 * cap, top_ + nsub)
+            st_a2 = np.empty(cap, dtype=np.int64)
+            st_e2 = np.empty(cap, dtype=np.int64)
+            st_f2 = np.empty((cap, 5))
+            st_big2 = np.empty(cap, dtype=np.bool_)
+            st_a2[:top_] = st_a[:top_]
+            st_e2[:top_] = st_e[:top_]
+            st_f2[:top_] = st_f[:top_]
+            st_big2[:top_] = st_big[:top_]
+            st_a, st_e, st_f, st_big = st_a2, st_e2, st_f2, st_big2
         Pc, cP = Pa, 0.0
         Qc, cQ = Qa, 0.0
         Sc, cS = Sa, 0.0
@@ -646,8 +733,9 @@ def _refine_bin(
                 bound = max(bound, d)
                 if _better(d, a + hi - a0, best, best_rank):
                     best, best_rank = d, a + hi - a0
-            if hi - lo >= 2:
-                ub_j = _excess(Qc + cQ, Ps, Rout, Ss, 0.0, n, code)
+            if hi - lo >= 2:  # (the token above half the mass: see _bin_candidates)
+                big = big_q * (Rout / big_rest) if bin_big else 0.0
+                ub_j = _excess(Qc + cQ, Ps, Rout, Ss, big, n, code)
                 if ub_j >= bound - PRUNE_MARGIN:
                     st_a[top_], st_e[top_], st_big[top_] = a + lo, a + hi, bin_big
                     st_f[top_, 0], st_f[top_, 1], st_f[top_, 2], st_f[top_, 3], st_f[top_, 4] = (
@@ -664,11 +752,18 @@ def _refine_bin(
 
 @nb.njit(cache=True)
 def _bin_scan(
-    P0, Q0, S0, R1, cnt, start, members, rs, ps, qs, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+    P0, Q0, S0, R1, cnt, start, members, p, q, rest, big_i, big_bin, big_q, big_rest, n, code, bound
 ):
     """The first largest excess over every bin boundary and the candidate bins' inner prefixes:
     ``(best, best_bin, best_len)`` (``best_len`` tokens of ``best_bin`` inside H)."""
     nbins = cnt.size
+    widest = 0
+    for j in range(nbins):
+        widest = max(widest, start[j + 1] - start[j])
+    work = np.empty(REFINE_MIN)  # scratch shared by the candidate bins (_refine_bin)
+    tail = np.empty(widest + 1)
+    jb = np.empty(widest, dtype=_SUB_DTYPE)
+    iwork = np.empty(widest, dtype=members.dtype)
     best = 0.0
     best_bin = -1
     best_len = 0  # tokens of best_bin inside H (cnt = the whole bin)
@@ -679,10 +774,13 @@ def _bin_scan(
         if e > a:
             bound, d, k = _refine_bin(
                 members,
-                rs,
-                ps,
-                qs,
+                p,
+                q,
                 rest,
+                work,
+                tail,
+                jb,
+                iwork,
                 a,
                 e,
                 P0[j],
@@ -716,8 +814,8 @@ def bucketed_scan(p, q, n, code, rest):
     :func:`neumaier_add_nonneg`, without branches).
     """
     V = p.size
-    b, nbins = _bin_of(p, q)
-    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest)
+    b, nbins, total = _bin_of(p, q)
+    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest, 0.5 * total)
     P0 = prefix_sums(sums[0])  # sums over the bins before bin j
     Q0 = prefix_sums(sums[1])
     S0 = prefix_sums(sums[2])
@@ -726,9 +824,9 @@ def bucketed_scan(p, q, n, code, rest):
     big_q = q[big_i] if big_i >= 0 else 0.0
     big_rest = rest[big_i] if big_i >= 0 else 1.0
     bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code)
-    members, rs, ps, qs = _bin_members(p, q, b, start)
+    members = _bin_members(b, start)
     best, best_bin, best_len = _bin_scan(
-        P0, Q0, S0, R1, cnt, start, members, rs, ps, qs, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+        P0, Q0, S0, R1, cnt, start, members, p, q, rest, big_i, big_bin, big_q, big_rest, n, code, bound
     )
     mask = np.zeros(V, dtype=np.bool_)
     if best_bin >= 0:
