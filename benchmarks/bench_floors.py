@@ -1,4 +1,4 @@
-"""The three speed floors of issue #25, each as a ratio to a baseline measured in the same run.
+"""Three speed floors, each as a ratio to a baseline measured in the same run.
 
 Run: ``python benchmarks/bench_floors.py [--repeat 9]`` (prints a Markdown table).
 
@@ -41,7 +41,7 @@ from mdsd_ot.drafts import complement_masses, get_scheme  # noqa: E402
 
 
 def wide_pair(V: int, rng: np.random.Generator):
-    """The issue's wide pair: p ~ Dirichlet(0.05), q = 0.7 p + 0.3 Dirichlet(0.05)."""
+    """The wide pair: p ~ Dirichlet(0.05), q = 0.7 p + 0.3 Dirichlet(0.05)."""
     p = rng.dirichlet(np.full(V, 0.05))
     q = 0.7 * p + 0.3 * rng.dirichlet(np.full(V, 0.05))
     return p / p.sum(), q / q.sum()
@@ -160,7 +160,7 @@ def main():
     ap.add_argument("--only", choices=("wide", "small", "position"), default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    lines = [header("Speed floors (issue #25): ratios to baselines measured in the same run")]
+    lines = [header("Speed floors: ratios to baselines measured in the same run")]
     if args.only in (None, "wide"):
         lines += [
             "",
