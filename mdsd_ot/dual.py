@@ -36,6 +36,16 @@ def sorted_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
     numpy's default (introsort) argsort is about twice as fast as its stable sort; at large V runs of
     equal ratios are then put in index order, which makes the order deterministic.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray
+        Validated float64 target and draft distributions of one shape ``(V,)``, each summing to one.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 permutation of ``range(V)``.
     """
     keys = _kernels.small_or_jit(_kernels.order_keys, p.size)(p, q)
     if p.size <= STABLE_SORT_MAX_V:
@@ -58,6 +68,24 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
     (:func:`mdsd_ot._kernels.scan_without_replacement`); ``refine`` halves its quadrature step that
     many times. When the tokens are sorted and ``seen`` is a dict, it receives ``ps``, ``qs`` (p and q
     in the order) and ``k`` (the optimal prefix's length) for a re-check on the slices.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray
+        Validated float64 target and draft distributions of one shape ``(V,)``, each summing to one.
+    n : int
+        Number of drafts (validated).
+    scheme : DraftScheme
+        A prefix-optimal scheme (``kernel_code`` not None).
+    refine : int
+        Halvings of the quadrature step (sequential n >= 3 only).
+    seen : dict or None
+        Receives ``ps``, ``qs`` and ``k`` when the tokens were sorted.
+
+    Returns
+    -------
+    (float, numpy.ndarray)
+        ``alpha*`` and the optimal subset ``H`` (sorted int64 token indices; empty when alpha* = 1).
     """
     code = scheme.kernel_code
     if scheme.sums_suffice(n) and p.size >= BINNED_MIN_V:  # bins instead of a full sort
@@ -87,7 +115,18 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
 
 def is_sequential_scan(scheme: DraftScheme, n: int) -> bool:
     """True when the dual is the sequential quadrature scan (sampling without replacement, n >= 3),
-    whose certificate :func:`sequential_objective` re-checks."""
+    whose certificate :func:`sequential_objective` re-checks.
+
+    Parameters
+    ----------
+    scheme : DraftScheme
+    n : int
+        Number of drafts.
+
+    Returns
+    -------
+    bool
+    """
     return scheme.kernel_code == KERNEL_WITHOUT and scheme.is_quadrature(n)
 
 
@@ -102,6 +141,22 @@ def sequential_objective(ps, qs, k: int, n: int, refine: int = 0) -> float:
     identities, nodes half-way between the scan's):
     :func:`mdsd_ot.drafts.without_replacement.sequential_mass_inside`, which the scheme's ``mass`` calls
     too.
+
+    Parameters
+    ----------
+    ps, qs : numpy.ndarray
+        p and q along the sorted order.
+    k : int
+        Length of the prefix ``H``.
+    n : int
+        Number of drafts (>= 3).
+    refine : int
+        Halvings of the check's quadrature step.
+
+    Returns
+    -------
+    float
+        The dual objective at ``H``.
     """
     w = sequential_mass_inside(qs[:k], float(np.sum(qs[k:])), n, refine)
     return float(np.sum(ps[:k])) + 1.0 - w
@@ -109,7 +164,25 @@ def sequential_objective(ps, qs, k: int, n: int, refine: int = 0) -> float:
 
 def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen: dict | None = None):
     """The fast exact dual for ``scheme``: its closed form if it has one, sorted prefixes otherwise
-    (``seen``: see :func:`solve_sorted_prefix`)."""
+    (``seen``: see :func:`solve_sorted_prefix`).
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray
+        Validated float64 target and draft distributions of one shape ``(V,)``, each summing to one.
+    n : int
+        Number of drafts (validated).
+    scheme : DraftScheme
+    refine : int
+        Halvings of the quadrature step (sequential n >= 3 only).
+    seen : dict or None
+        See :func:`solve_sorted_prefix`.
+
+    Returns
+    -------
+    (float, numpy.ndarray)
+        ``alpha*`` and an optimal subset (int64 token indices).
+    """
     closed = scheme.closed_form_dual(p, q, n)
     if closed is not None:
         return closed
@@ -117,7 +190,26 @@ def solve_dual(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen: dict | 
 
 
 def solve_bruteforce(p, q, n: int, scheme: DraftScheme):
-    """Exhaustive search over all ``2^V`` subsets using the scheme's enumerated set law."""
+    """Exhaustive search over all ``2^V`` subsets using the scheme's enumerated set law.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray
+        Validated float64 target and draft distributions of one shape ``(V,)``, each summing to one.
+    n : int
+        Number of drafts.
+    scheme : DraftScheme
+
+    Returns
+    -------
+    (float, numpy.ndarray)
+        ``alpha*`` and the first minimising subset (int64 token indices).
+
+    Raises
+    ------
+    ValueError
+        When ``V > BRUTEFORCE_MAX_V``.
+    """
     V = p.size
     if V > BRUTEFORCE_MAX_V:
         raise ValueError(
