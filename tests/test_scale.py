@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from labs import RunLab, no_duplicates
+from labs import RunLab, interrupted_then_resumed, no_duplicates, slurm_array, worker_killed
 
 from mdsd_ot import _store, scale
 from mdsd_ot.cli import main
@@ -70,6 +69,10 @@ class Lab(RunLab):
         self.reference = root / "reference"
         assert main(self.argv(self.reference)) == 0
 
+    @staticmethod
+    def row_key(r):
+        return (r["record"], r["pos"], r["T"])
+
     def job(self):
         from mdsd_ot.study import StudyConfig
         from mdsd_ot.study.job import StudyJob
@@ -101,7 +104,7 @@ class Lab(RunLab):
 
 def _no_duplicates(shard_dir: Path) -> None:
     """Each record's done line and rows appear once in a shard folder's files (no stray copies)."""
-    no_duplicates(shard_dir, lambda r: (r["record"], r["pos"], r["T"]))
+    no_duplicates(shard_dir, Lab.row_key)
 
 
 @pytest.fixture(scope="module")
@@ -238,41 +241,12 @@ def test_ray_run_equals_single_process(lab, cluster, capsys, monkeypatch):
     ids=["exit-torn-rows", "sigkill-torn-done", "sigkill-unclaimed-rows"],
 )
 def test_worker_killed_mid_run_gives_identical_result(lab, cluster, plan):
-    out = lab.fresh()
-    marker = out.parent / f"{out.name}.fault"
-    plan = dict(plan, marker=str(marker))
-    scale.run_sharded("study", lab.job(), out, shards=3, max_retries=2, progress=False, _fault=plan)
-    assert marker.exists()  # the fault fired
-    i = int(plan["shard"].split("/")[0])
-    folders = [scale.shard_folder(out, k, 3) for k in range(3)]
-    assert [scale.attempts(f) for f in folders] == [2 if k == i else 1 for k in range(3)]
-    for f in folders:
-        _no_duplicates(f)
-    lab.assert_same_as_reference(out)
+    worker_killed(lab, plan)
 
 
 @pytest.mark.slow
-def test_interrupted_run_resumes_without_duplicates(lab, cluster, capsys):
-    out = lab.fresh()
-    marker = out.parent / f"{out.name}.fault"
-    plan = dict(shard="0/3", step="done", count=2, torn=0.3, marker=str(marker))
-    # no retries: the run stops with shard 0 half done; the other shards run to the end
-    with pytest.raises(
-        scale.ShardsFailed, match=r"1 of 3 shards did not finish; shard 0/3: its worker died"
-    ) as info:
-        scale.run_sharded("study", lab.job(), out, shards=3, max_retries=0, progress=False, _fault=plan)
-    assert set(info.value.failures) == {"0/3"}
-    assert "rerun the same command to resume" in str(info.value)
-    first = scale.shard_folder(out, 0, 3)
-    assert len(_store.scan_folder(first).valid) == 1  # one prompt finished before the kill
-    assert not (out / "summary.md").exists()
-    # the same command resumes: the torn done line is dropped, the prompt recomputed once
-    assert main(lab.argv(out, "--ray")) == 0
-    assert "resuming" not in capsys.readouterr().out
-    for k in range(3):
-        _no_duplicates(scale.shard_folder(out, k, 3))
-    assert scale.attempts(first) == 2
-    lab.assert_same_as_reference(out)
+def test_interrupted_run_resumes_without_duplicates(lab, cluster):
+    interrupted_then_resumed(lab, main)
 
 
 @pytest.mark.slow
@@ -323,10 +297,7 @@ def test_driver_killed_then_same_command_resumes(lab, cluster, tmp_path):
 
 @pytest.mark.slow
 def test_slurm_array_recipe_as_local_processes(lab):
-    """examples/slurm/*.sh, run as the array's tasks would be (in parallel, one process each,
-    SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT set), then the merge script."""
-    if shutil.which("bash") is None:
-        pytest.skip("needs bash")
+    """examples/slurm/study_array.sh run as the array's tasks would be, then the merge script."""
     out = lab.fresh("slurm")
     bindir = str(Path(sys.executable).parent)  # where the mdsd-ot script of this environment is
     env = dict(
@@ -336,26 +307,8 @@ def test_slurm_array_recipe_as_local_processes(lab):
         DRAFT=str(lab.root / "draft"),
         OUT=str(out),
         STUDY_ARGS=" ".join(["--prompts", str(lab.prompts), *OPTIONS[:-3]]),
-        SLURM_ARRAY_TASK_COUNT="2",
         MDSD_OT_QUIET="1",
     )
-    tasks = [
-        subprocess.Popen(
-            ["bash", str(ROOT / "examples/slurm/study_array.sh")],
-            env=dict(env, SLURM_ARRAY_TASK_ID=str(i)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    for t in tasks:
-        stdout, stderr = t.communicate(timeout=300)
-        assert t.returncode == 0, stderr[-2000:]
-    merged = subprocess.run(
-        ["bash", str(ROOT / "examples/slurm/merge.sh")], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert merged.returncode == 0, merged.stderr[-2000:]
-    assert "warning" not in merged.stderr
+    slurm_array(ROOT / "examples/slurm/study_array.sh", ROOT / "examples/slurm/merge.sh", env)
     lab.assert_same_as_reference(out / "merged")
     assert sorted(_store.read_config(out / "merged")["shards"]) == ["0/2", "1/2"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from labs import RunLab, no_duplicates, save_models
+from labs import RunLab, interrupted_then_resumed, save_models, slurm_array, worker_killed
 
 from mdsd_ot import _store, scale
 from mdsd_ot.cli import main
@@ -110,6 +109,8 @@ class Lab(RunLab):
         assert len({last[c] for c in made if made[c] < MAX_NEW}) <= 1
         assert sum(made.values()) >= len(made) * MAX_NEW // 2
 
+    row_key = staticmethod(_key)
+
     def job(self):
         from mdsd_ot.decode import DecodeConfig
 
@@ -136,11 +137,6 @@ class Lab(RunLab):
             write_report(out, cost_ratio=COST, plots=False)
         for name in SUMMARIES:
             assert (out / name).read_bytes() == (self.reference / name).read_bytes(), name
-
-
-def _no_duplicates(shard_dir: Path) -> None:
-    """Each record's done line and rows appear once in a shard folder's files (no stray copies)."""
-    no_duplicates(shard_dir, _key)
 
 
 @pytest.fixture(scope="module")
@@ -272,36 +268,12 @@ def test_ray_decode_equals_single_process(lab, cluster, capsys, monkeypatch):
     ids=["exit-torn-rows", "sigkill-torn-done"],
 )
 def test_worker_killed_mid_decode_gives_identical_result(lab, cluster, plan):
-    out = lab.fresh()
-    marker = out.parent / f"{out.name}.fault"
-    plan = dict(plan, marker=str(marker))
-    scale.run_sharded("decode", lab.job(), out, shards=3, max_retries=2, progress=False, _fault=plan)
-    assert marker.exists()  # the fault fired
-    i = int(plan["shard"].split("/")[0])
-    folders = [scale.shard_folder(out, k, 3) for k in range(3)]
-    assert [scale.attempts(f) for f in folders] == [2 if k == i else 1 for k in range(3)]
-    for f in folders:
-        _no_duplicates(f)
-    lab.assert_same_as_reference(out, cost_given=False)
+    worker_killed(lab, plan, compare=lambda out: lab.assert_same_as_reference(out, cost_given=False))
 
 
 @pytest.mark.slow
-def test_interrupted_decode_resumes_without_duplicates(lab, cluster, capsys):
-    out = lab.fresh()
-    marker = out.parent / f"{out.name}.fault"
-    plan = dict(shard="0/3", step="done", count=2, torn=0.3, marker=str(marker))
-    # no retries: the run stops with shard 0 half done; the other shards run to the end
-    with pytest.raises(scale.ShardsFailed, match=r"1 of 3 shards did not finish; shard 0/3: its worker died"):
-        scale.run_sharded("decode", lab.job(), out, shards=3, max_retries=0, progress=False, _fault=plan)
-    first = scale.shard_folder(out, 0, 3)
-    assert len(_store.scan_folder(first).valid) == 1  # one prompt finished before the kill
-    assert not (out / "summary.md").exists()
-    # the same command resumes: the torn done line is dropped, the prompt decoded once
-    assert main(lab.argv(out, "--ray")) == 0
-    for k in range(3):
-        _no_duplicates(scale.shard_folder(out, k, 3))
-    assert scale.attempts(first) == 2
-    lab.assert_same_as_reference(out)
+def test_interrupted_decode_resumes_without_duplicates(lab, cluster):
+    interrupted_then_resumed(lab, main)
 
 
 # ------------------------------------------------------------------------- a Slurm job array
@@ -311,8 +283,6 @@ def test_interrupted_decode_resumes_without_duplicates(lab, cluster, capsys):
 def test_slurm_decode_recipe_as_local_processes(lab):
     """examples/slurm/decode_array.sh run as the array's tasks would be (in parallel, one process
     each, SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT set), then examples/slurm/decode_merge.sh."""
-    if shutil.which("bash") is None:
-        pytest.skip("needs bash")
     out = lab.fresh("slurm")
     bindir = str(Path(sys.executable).parent)  # where mdsd-ot and python of this environment are
     options = OPTIONS[2:-3]  # all but --trees (TREES=...), --cost-ratio and --no-progress
@@ -325,30 +295,13 @@ def test_slurm_decode_recipe_as_local_processes(lab):
         OUT=str(out),
         TREES=" ".join(TREES),
         DECODE_ARGS=" ".join(["--prompts", str(lab.prompts), *options]),
-        SLURM_ARRAY_TASK_COUNT="2",
         MDSD_OT_QUIET="1",
     )
-    tasks = [
-        subprocess.Popen(
-            ["bash", str(ROOT / "examples/slurm/decode_array.sh")],
-            env=dict(env, SLURM_ARRAY_TASK_ID=str(i)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    for t in tasks:
-        stdout, stderr = t.communicate(timeout=300)
-        assert t.returncode == 0, stderr[-2000:]
-    merged = subprocess.run(
-        ["bash", str(ROOT / "examples/slurm/decode_merge.sh")],
-        env=dict(env, COST_RATIO=str(COST)),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    slurm_array(
+        ROOT / "examples/slurm/decode_array.sh",
+        ROOT / "examples/slurm/decode_merge.sh",
+        env,
+        merge_env={"COST_RATIO": str(COST)},
     )
-    assert merged.returncode == 0, merged.stderr[-2000:]
-    assert "warning" not in merged.stderr.lower()
     lab.assert_same_as_reference(out / "merged")
     assert sorted(_store.read_config(out / "merged")["shards"]) == ["0/2", "1/2"]
