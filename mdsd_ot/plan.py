@@ -322,20 +322,6 @@ class _Plan:
 
 
 # -------------------------------------------------------------------------------------- bounds
-def _bound_kind(scheme, n: int, same: bool) -> str:
-    """How the plan evaluates a scheme's bound, from what the scheme owns (no names):
-    ``same`` (p == q and Q(H) <= q(H): exactly 1), ``prefix`` (a sorted-prefix kernel from the shared
-    sums), ``sequential`` (the quadrature scan, n >= 3), ``greedy`` (the fused greedy/hub sums) or
-    ``closed_form`` (the scheme's own closed-form dual, re-checked by its ``mass``)."""
-    if same and scheme.q_dominates:
-        return "same"
-    if scheme.kernel_code is not None:
-        return "sequential" if scheme.is_quadrature(n) else "prefix"
-    if scheme.top_family:
-        return "greedy"
-    return "closed_form"
-
-
 def _closed_form_bound(plan: _Plan, s: str, n: int):
     """``(alpha*, |re-check difference|)`` from the scheme's closed-form dual and its ``mass``."""
     scheme = get_scheme(s)
@@ -482,7 +468,7 @@ def _evaluate(p, q, bounds, verifiers, *, seed=0, mc_samples=None) -> PositionEv
     asks = []
     for s, n in bounds:
         scheme = get_scheme(s)
-        kind = _bound_kind(scheme, n, same=False)
+        kind = scheme.plan_route(n)
         if kind == "greedy":
             asks.append({"greedy": n})
         elif kind == "prefix" and scheme.kernel_code == KERNEL_WITHOUT and n == 2:
@@ -522,7 +508,7 @@ def _bound_values(plan, p, q, bounds):
             continue
         runnable.append((s, n))
     found, diffs = {}, {}
-    kinds = {key: _bound_kind(get_scheme(key[0]), key[1], plan.same) for key in runnable}
+    kinds = {key: get_scheme(key[0]).plan_route(key[1], same=plan.same) for key in runnable}
     for key, kind in kinds.items():
         if kind == "same":  # identical distributions: exactly 1 (as optimal_acceptance)
             found[key], diffs[key] = 1.0, 0.0

@@ -613,17 +613,6 @@ class _Batch:
         return self._greedy_bounds[n]
 
 
-def _batch_bound_kind(scheme, n: int):
-    """How :func:`evaluate_batch` evaluates a scheme's bound, from what the scheme owns (no names):
-    ``prefix`` (the scheme's torch twin, ``DraftScheme.torch_prefix``), ``greedy`` (the greedy-family sums,
-    ``DraftScheme.top_family``) or None (not here: the numpy plan)."""
-    if scheme.torch_covers(n):
-        return "prefix"
-    if scheme.top_family:
-        return "greedy"
-    return None
-
-
 #: Verifiers :func:`evaluate_batch` evaluates on the tensors' device (each under its own scheme): those
 #: whose module gives a ``Verifier.batch`` (a :class:`mdsd_ot.verifiers.base.BatchVerifier`).
 BATCH_VERIFIERS = tuple(name for name, v in VERIFIERS.items() if v.batch is not None)
@@ -675,7 +664,7 @@ def evaluate_batch(
         for n in ns:
             if scheme.fixed_n not in (None, n) or not batch.has_support(scheme, n):
                 continue
-            kind = _batch_bound_kind(scheme, n)
+            kind = scheme.torch_route(n)
             if kind is not None:
                 bound_tasks.append((scheme, n, kind))
     verifier_tasks = []  # (name, BatchVerifier, ns)
@@ -720,7 +709,7 @@ def _bound_for(sampling, n, out, extra, batch):
     if key in out:
         return out[key]
     if key not in extra:
-        kind = _batch_bound_kind(scheme, n) if batch.has_support(scheme, n) else None
+        kind = scheme.torch_route(n) if batch.has_support(scheme, n) else None
         if kind == "prefix":
             extra[key] = _scan(batch.pt, batch.qt, None, [n], scheme.name, batch.rows)[n][0]
         elif kind is not None:

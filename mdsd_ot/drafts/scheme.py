@@ -194,6 +194,51 @@ class DraftScheme:
         """True when the sorted-prefix bound for ``n`` drafts needs only sums over H (see ``sums_up_to``)."""
         return self.kernel_code is not None and n <= self.sums_up_to
 
+    def plan_route(self, n: int, *, same: bool = False) -> str:
+        """How the evaluation plans compute this scheme's bound for ``n`` drafts, from the fields above:
+        ``"same"`` (``p == q`` and ``Q(H) <= q(H)``: exactly 1), ``"prefix"`` (a sorted-prefix kernel
+        from the shared sums), ``"sequential"`` (the quadrature scan), ``"greedy"`` (the fused top-of-q
+        sums, ``top_family``) or ``"closed_form"`` (``closed_form_dual``, re-checked by ``mass``).
+
+        Parameters
+        ----------
+        n : int
+            Number of drafts.
+        same : bool
+            Whether the position has ``p == q``.
+
+        Returns
+        -------
+        str
+        """
+        if same and self.q_dominates:
+            return "same"
+        if self.kernel_code is not None:
+            return "sequential" if self.is_quadrature(n) else "prefix"
+        if self.top_family:
+            return "greedy"
+        return "closed_form"
+
+    def torch_route(self, n: int) -> str | None:
+        """How the batched torch plan computes this scheme's bound for ``n`` drafts: ``"prefix"`` (its
+        torch twin, ``torch_prefix``), ``"greedy"`` (the greedy-family sums, ``top_family``) or None (not
+        on the device: the numpy plan).
+
+        Parameters
+        ----------
+        n : int
+            Number of drafts.
+
+        Returns
+        -------
+        str or None
+        """
+        if self.torch_covers(n):
+            return "prefix"
+        if self.top_family:
+            return "greedy"
+        return None
+
     def torch_covers(self, n: int) -> bool:
         """True when the torch backend evaluates the sorted-prefix bound for ``n`` drafts."""
         t = self.torch_prefix
