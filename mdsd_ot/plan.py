@@ -53,6 +53,7 @@ from ._config import (
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
 from ._validate import check_n, check_pair, normalized_pair
 from .drafts import get_scheme
+from .drafts.greedy import plan_bounds as greedy_plan_bounds
 from .drafts.scheme import KERNEL_CP, KERNEL_WITH, KERNEL_WITHOUT
 from .drafts.with_replacement import with_mass_from_sums
 from .drafts.without_replacement import pair_mass_of_prefix
@@ -418,31 +419,6 @@ def _sequential_bound(plan: _Plan, s: str, n: int):
         refine += 1
 
 
-def _greedy_bounds(plan: _Plan, ns):
-    """Greedy (and hub) closed forms for every n, each re-checked: the top of q verified and the mass
-    outside it summed again (:func:`_kernels.plan.top_check`), then the objective of the certificate
-    ``Top + {q' > p}`` by masked sums (:func:`_kernels.plan.greedy_certificates`)."""
-    sums = plan.greedy(ns)
-    out = {}
-    check_ns = []
-    for n in ns:
-        p_top, gain = sums[n][0], sums[n][3]
-        excess = gain - p_top  # Q(H) - p(H) for H = Top + {q' > p} (docs/math.md#greedy-and-hub)
-        if excess <= 0.0:
-            out[n] = (1.0, 0.0)  # the empty set certifies 1
-        else:
-            out[n] = (max(1.0 - float(excess), 0.0), np.inf)
-            check_ns.append(n)
-    if check_ns:
-        ok, tail = _kernels.plan.top_check(plan.q, plan._top)
-        if ok:
-            rest = np.array([plan._rest(n, tail) for n in check_ns])
-            checks = _kernels.plan.greedy_certificates(plan.p, plan.q, plan._top, _ints(check_ns), rest)
-            for n, check in zip(check_ns, checks):
-                out[n] = (out[n][0], abs(float(check) - out[n][0]) if np.isfinite(check) else np.inf)
-    return out
-
-
 # ----------------------------------------------------------------------------------- verifiers
 def _unit(x):
     from .verifiers.base import unit_interval
@@ -522,7 +498,7 @@ def _bound_values(plan, p, q, bounds):
             found[(s, n)], diffs[(s, n)] = _sequential_bound(plan, s, n)
     family = sorted({n for (s, n), kind in kinds.items() if kind == "greedy"})
     if family:
-        greedy = _greedy_bounds(plan, family)
+        greedy = greedy_plan_bounds(plan, family)
         for (s, n), kind in kinds.items():
             if kind == "greedy":
                 found[(s, n)], diffs[(s, n)] = greedy[n]

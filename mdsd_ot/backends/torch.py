@@ -39,6 +39,8 @@ from typing import NamedTuple
 from .._config import RECHECK_TOL, SUM_TOL
 from .._validate import check_bool, check_n
 from ..drafts import SCHEMES, get_scheme
+from ..drafts.greedy import torch_bound as greedy_torch_bound
+from ..drafts.greedy import torch_sums as greedy_torch_sums
 from ..keys import bound_key, verifier_key
 from ..verifiers import VERIFIERS
 from ..verifiers.base import BatchVerifier
@@ -509,51 +511,6 @@ def greedy_bounds(p, q, ns, *, normalize: bool = False):
 
 
 # ------------------------------------------------------------------ the evaluation plan, batched
-def _top_of_q(qt, k):
-    """The ``k`` most likely tokens of each row in rank order, ties by lower index (``drafts.top_tokens``),
-    without a full sort: ``torch.topk`` gives the k-th largest mass, the tokens above it and the first
-    tied ones (in index order) make the set, and a sort of those k tokens ranks them. ``(B, k)`` int64."""
-    torch = require_torch()
-    B = qt.shape[0]
-    thr = torch.topk(qt, k, dim=-1).values[:, -1:]
-    above = qt > thr
-    tie = qt == thr
-    room = k - above.sum(-1, keepdim=True)
-    member = above | (tie & (torch.cumsum(tie, -1, dtype=torch.int32) <= room))
-    cols = torch.nonzero(member)[:, 1].view(B, k)  # index order within each row
-    vals = torch.gather(qt, 1, cols)
-    return torch.gather(cols, 1, torch.sort(vals, dim=-1, descending=True, stable=True).indices)
-
-
-def _greedy_family(pt, qt, ns):
-    """``{n: (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+, p(argmax q))}`` per row, with ``Top``
-    the ``n - 1`` most likely tokens (:func:`_top_of_q`) and ``q' = q / q(rest)``, the rest summed
-    directly; O(V) per n, no sort. Also returns ``top``."""
-    torch = require_torch()
-    k = max(max(ns) - 1, 1)
-    top = _top_of_q(qt, k)
-    out = {}
-    fixed = torch.zeros_like(qt, dtype=torch.bool)
-    done = 0
-    for n in sorted(ns):
-        if n - 1 > done:
-            fixed.scatter_(1, top[:, done : n - 1], True)
-            done = n - 1
-        q_free = torch.where(fixed, 0.0, qt)
-        rest = q_free.sum(-1, keepdim=True)  # direct sum over the complement of Top
-        qp = q_free.div_(rest)
-        pr = torch.where(fixed, 0.0, pt)
-        s_min = torch.minimum(pr, qp)
-        out[n] = (
-            torch.gather(pt, 1, top[:, : n - 1]).sum(-1),
-            s_min.sum(-1),
-            (pr - s_min).sum(-1),
-            (qp - s_min).sum(-1),
-            torch.gather(pt, 1, top[:, :1]).squeeze(-1),
-        )
-    return out, top
-
-
 def _plan_tables(ps, qs):
     """``t = p/q`` along the plan's order (``q/p`` descending), ascending (``inf`` where ``q = 0``; made
     monotone by a running maximum against rounding)."""
@@ -595,21 +552,15 @@ class _Batch:
 
     def greedy(self):
         """``{n: (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+, p(argmax q))}``
-        (:func:`_greedy_family`)."""
+        (:func:`mdsd_ot.drafts.greedy.torch_sums`)."""
         if self._greedy is None:
-            self._greedy = _greedy_family(self.pt, self.qt, self.greedy_ns)
+            self._greedy = greedy_torch_sums(self.pt, self.qt, self.greedy_ns)
         return self._greedy[0]
 
     def greedy_bound(self, n: int):
         """alpha* of the greedy family (top ``n - 1`` of q plus one draw) for ``n`` drafts, re-checked."""
         if n not in self._greedy_bounds:
-            torch = require_torch()
-            p_top, _, _, s_q, _ = self.greedy()[n]
-            same = (self.pt == self.qt).all(-1)
-            excess = s_q - p_top
-            bound = torch.where(same | (excess <= 0), 1.0, (1.0 - excess).clamp(0.0, 1.0))
-            _recheck_greedy(self.pt, self.qt, self._greedy[1], n, bound)
-            self._greedy_bounds[n] = bound
+            self._greedy_bounds[n] = greedy_torch_bound(self.pt, self.qt, self.greedy(), self._greedy[1], n)
         return self._greedy_bounds[n]
 
 
@@ -731,45 +682,6 @@ def _check_below_bound(name, n, value, bound):
         raise RuntimeError(
             f"internal error: the torch acceptance of {name!r} (n={n}) in row {i} is {float(value[i])!r}, "
             f"above the optimal acceptance {float(bound[i])!r} of its drafts; please report this input"
-        )
-
-
-def _recheck_greedy(pt, qt, top, n, value):
-    """Re-evaluate ``p(H) + 1 - Q(H)`` for the greedy certificate ``H = Top + {q' > p}`` in token-index
-    order and raise ``RuntimeError`` where it differs from ``value`` by more than ``RECHECK_TOL``.
-
-    Independent of the greedy sums: ``Top = top[:, :n - 1]`` is verified (in rank order, and every
-    other token has a smaller mass than its last one, or an equal one and a larger index), the rest
-    mass is summed again and the objective is a masked sum of p and q over ``H``."""
-    torch = require_torch()
-    V = qt.shape[-1]
-    fixed = torch.zeros_like(qt, dtype=torch.bool)
-    ok = torch.ones_like(value, dtype=torch.bool)
-    if n > 1:
-        tk = top[:, : n - 1]
-        fixed.scatter_(1, tk, True)
-        qk = torch.gather(qt, 1, tk)
-        if n > 2:
-            a, b = qk[:, :-1], qk[:, 1:]
-            ok &= ((a > b) | ((a == b) & (tk[:, :-1] < tk[:, 1:]))).all(-1)
-        low, low_idx = qk[:, -1:], tk[:, -1:]
-        idx = torch.arange(V, device=qt.device).unsqueeze(0)
-        above = ~fixed & ((qt > low) | ((qt == low) & (idx < low_idx)))
-        ok &= ~above.any(-1)
-    zero = torch.zeros_like(qt)
-    rest = torch.where(fixed, zero, qt).sum(-1, keepdim=True)
-    gain = ~fixed & (qt / rest > pt)
-    in_h = fixed | gain
-    check = torch.where(in_h, pt, zero).sum(-1) + 1.0 - torch.where(gain, qt, zero).sum(-1) / rest.squeeze(-1)
-    check = torch.where(gain.any(-1) | (n > 1), check, torch.ones_like(check))
-    trivial = value >= 1.0  # the empty set certifies 1
-    bad = torch.nonzero(~trivial & (~ok | ((check - value).abs() > RECHECK_TOL))).flatten()
-    if bad.numel():
-        i = int(bad[0])
-        raise RuntimeError(
-            f"internal error: the torch greedy bound of row {i} (n={n}) is {float(value[i])!r} but its "
-            f"certificate re-evaluates to {float(check[i])!r} (top of q verified: {bool(ok[i])}); "
-            "please report this input"
         )
 
 

@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from .._config import RECHECK_TOL
+from ..backends._tensor import require_torch
 from ._common import _inverse_cdf, top_tokens
 from .scheme import DraftScheme
 
@@ -80,6 +82,133 @@ def _greedy_mass(q, n, mask):
     if not mask[top].all():
         return 0.0
     return q[mask & rest_mask].sum() / rest_mass
+
+
+# -- the same bound in the evaluation plan (mdsd_ot.plan; its numba passes in _kernels/plan.py)
+def plan_bounds(plan, ns):
+    """Greedy (and hub) closed forms for every n, each re-checked: the top of q verified and the mass
+    outside it summed again (:func:`mdsd_ot._kernels.plan.top_check`), then the objective of the
+    certificate ``Top + {q' > p}`` by masked sums (:func:`mdsd_ot._kernels.plan.greedy_certificates`).
+    ``plan`` is the position's :class:`mdsd_ot.plan._Plan`; returns ``{n: (alpha*, |re-check - alpha*|)}``."""
+    from .._kernels import plan as plan_kernels
+
+    sums = plan.greedy(ns)
+    out = {}
+    check_ns = []
+    for n in ns:
+        p_top, gain = sums[n][0], sums[n][3]
+        excess = gain - p_top  # Q(H) - p(H) for H = Top + {q' > p} (docs/math.md#greedy-and-hub)
+        if excess <= 0.0:
+            out[n] = (1.0, 0.0)  # the empty set certifies 1
+        else:
+            out[n] = (max(1.0 - float(excess), 0.0), np.inf)
+            check_ns.append(n)
+    if check_ns:
+        ok, tail = plan_kernels.top_check(plan.q, plan._top)
+        if ok:
+            rest = np.array([plan._rest(n, tail) for n in check_ns])
+            targets = np.array(sorted(set(check_ns)), dtype=np.int64)
+            checks = plan_kernels.greedy_certificates(plan.p, plan.q, plan._top, targets, rest)
+            for n, check in zip(check_ns, checks):
+                out[n] = (out[n][0], abs(float(check) - out[n][0]) if np.isfinite(check) else np.inf)
+    return out
+
+
+# -- ... and in the batched torch plan (mdsd_ot.backends.torch), on the tensors' device
+def _torch_top_of_q(qt, k):
+    """The ``k`` most likely tokens of each row in rank order, ties by lower index (``drafts.top_tokens``),
+    without a full sort: ``torch.topk`` gives the k-th largest mass, the tokens above it and the first
+    tied ones (in index order) make the set, and a sort of those k tokens ranks them. ``(B, k)`` int64."""
+    torch = require_torch()
+    B = qt.shape[0]
+    thr = torch.topk(qt, k, dim=-1).values[:, -1:]
+    above = qt > thr
+    tie = qt == thr
+    room = k - above.sum(-1, keepdim=True)
+    member = above | (tie & (torch.cumsum(tie, -1, dtype=torch.int32) <= room))
+    cols = torch.nonzero(member)[:, 1].view(B, k)  # index order within each row
+    vals = torch.gather(qt, 1, cols)
+    return torch.gather(cols, 1, torch.sort(vals, dim=-1, descending=True, stable=True).indices)
+
+
+def torch_sums(pt, qt, ns):
+    """``{n: (p(Top), sum min(p, q'), sum (p - q')_+, sum (q' - p)_+, p(argmax q))}`` per row, with ``Top``
+    the ``n - 1`` most likely tokens (:func:`_torch_top_of_q`) and ``q' = q / q(rest)``, the rest summed
+    directly; O(V) per n, no sort. Also returns ``top``."""
+    torch = require_torch()
+    k = max(max(ns) - 1, 1)
+    top = _torch_top_of_q(qt, k)
+    out = {}
+    fixed = torch.zeros_like(qt, dtype=torch.bool)
+    done = 0
+    for n in sorted(ns):
+        if n - 1 > done:
+            fixed.scatter_(1, top[:, done : n - 1], True)
+            done = n - 1
+        q_free = torch.where(fixed, 0.0, qt)
+        rest = q_free.sum(-1, keepdim=True)  # direct sum over the complement of Top
+        qp = q_free.div_(rest)
+        pr = torch.where(fixed, 0.0, pt)
+        s_min = torch.minimum(pr, qp)
+        out[n] = (
+            torch.gather(pt, 1, top[:, : n - 1]).sum(-1),
+            s_min.sum(-1),
+            (pr - s_min).sum(-1),
+            (qp - s_min).sum(-1),
+            torch.gather(pt, 1, top[:, :1]).squeeze(-1),
+        )
+    return out, top
+
+
+def torch_bound(pt, qt, sums, top, n: int):
+    """alpha* of the greedy family for ``n`` drafts from :func:`torch_sums` (``sums[n]``, ``top``),
+    re-checked by :func:`torch_recheck`."""
+    torch = require_torch()
+    p_top, _, _, s_q, _ = sums[n]
+    same = (pt == qt).all(-1)
+    excess = s_q - p_top
+    bound = torch.where(same | (excess <= 0), 1.0, (1.0 - excess).clamp(0.0, 1.0))
+    torch_recheck(pt, qt, top, n, bound)
+    return bound
+
+
+def torch_recheck(pt, qt, top, n, value):
+    """Re-evaluate ``p(H) + 1 - Q(H)`` for the greedy certificate ``H = Top + {q' > p}`` in token-index
+    order and raise ``RuntimeError`` where it differs from ``value`` by more than ``RECHECK_TOL``.
+
+    Independent of the greedy sums: ``Top = top[:, :n - 1]`` is verified (in rank order, and every
+    other token has a smaller mass than its last one, or an equal one and a larger index), the rest
+    mass is summed again and the objective is a masked sum of p and q over ``H``."""
+    torch = require_torch()
+    V = qt.shape[-1]
+    fixed = torch.zeros_like(qt, dtype=torch.bool)
+    ok = torch.ones_like(value, dtype=torch.bool)
+    if n > 1:
+        tk = top[:, : n - 1]
+        fixed.scatter_(1, tk, True)
+        qk = torch.gather(qt, 1, tk)
+        if n > 2:
+            a, b = qk[:, :-1], qk[:, 1:]
+            ok &= ((a > b) | ((a == b) & (tk[:, :-1] < tk[:, 1:]))).all(-1)
+        low, low_idx = qk[:, -1:], tk[:, -1:]
+        idx = torch.arange(V, device=qt.device).unsqueeze(0)
+        above = ~fixed & ((qt > low) | ((qt == low) & (idx < low_idx)))
+        ok &= ~above.any(-1)
+    zero = torch.zeros_like(qt)
+    rest = torch.where(fixed, zero, qt).sum(-1, keepdim=True)
+    gain = ~fixed & (qt / rest > pt)
+    in_h = fixed | gain
+    check = torch.where(in_h, pt, zero).sum(-1) + 1.0 - torch.where(gain, qt, zero).sum(-1) / rest.squeeze(-1)
+    check = torch.where(gain.any(-1) | (n > 1), check, torch.ones_like(check))
+    trivial = value >= 1.0  # the empty set certifies 1
+    bad = torch.nonzero(~trivial & (~ok | ((check - value).abs() > RECHECK_TOL))).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise RuntimeError(
+            f"internal error: the torch greedy bound of row {i} (n={n}) is {float(value[i])!r} but its "
+            f"certificate re-evaluates to {float(check[i])!r} (top of q verified: {bool(ok[i])}); "
+            "please report this input"
+        )
 
 
 SCHEME = DraftScheme(
