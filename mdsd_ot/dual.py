@@ -20,7 +20,7 @@ import numpy as np
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
 from .drafts import DraftScheme, complement_masses
-from .drafts.scheme import KERNEL_WITHOUT
+from .drafts.scheme import KERNEL_WITH, KERNEL_WITHOUT
 from .drafts.without_replacement import sequential_mass_inside
 
 __all__ = ["sorted_order", "solve_sorted_prefix", "solve_bruteforce", "solve_dual", "sequential_objective"]
@@ -89,8 +89,8 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
     """
     code = scheme.kernel_code
     if scheme.sums_suffice(n) and p.size >= BINNED_MIN_V:  # bins instead of a full sort
-        family = min(code, n - 1)  # n = 1: q(H) whatever the scheme (the with-replacement family)
-        rest = complement_masses(q) if family == 1 else q
+        family = KERNEL_WITH if n == 1 else code  # n = 1: q(H) whatever the scheme (the i.i.d. family)
+        rest = complement_masses(q) if family == KERNEL_WITHOUT else q
         excess, mask = _kernels.bucketed_scan(p, q, n, family, rest)
     else:
         if p.size <= STABLE_SORT_MAX_V:
