@@ -59,7 +59,7 @@ from .drafts.with_replacement import with_mass_from_sums
 from .drafts.without_replacement import pair_mass_of_prefix
 from .dual import is_sequential_scan, sequential_objective
 from .keys import bound_key, se_key, verifier_key
-from .verifiers import DEFAULT_VERIFIERS as _REGISTRY_DEFAULT_VERIFIERS
+from .verifiers import DEFAULT_VERIFIERS  # evaluated by default, each under its own scheme
 from .verifiers.base import PlanVerifier
 
 __all__ = [
@@ -78,9 +78,6 @@ WOR2_SCAN = 0
 
 #: Draft schemes evaluated by default (hub is n = 2 only; it is skipped for other n).
 DEFAULT_SCHEMES = ("with_replacement", "without_replacement", "greedy", "hub", "conditional_poisson")
-
-#: Verifiers evaluated by default (each under its own draft scheme): the registry's default list.
-DEFAULT_VERIFIERS = _REGISTRY_DEFAULT_VERIFIERS
 
 
 @dataclass(frozen=True)
@@ -714,15 +711,7 @@ def evaluate_positions(P, Q, ns, **kwargs) -> list:
 
 def __getattr__(name):
     if name == "PLAN_VERIFIERS":  # deprecated: each verifier module holds its plan formula
-        import warnings
+        from .verifiers import deprecated_formula_registry
 
-        from .verifiers import VERIFIERS
-
-        warnings.warn(
-            "mdsd_ot.plan.PLAN_VERIFIERS is deprecated: each verifier holds its plan formula as "
-            "`Verifier.plan` (mdsd_ot.VERIFIERS[name].plan); this is a read-only copy",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return {n: v.plan for n, v in VERIFIERS.items() if v.plan is not None}
+        return deprecated_formula_registry("plan", "mdsd_ot.plan.PLAN_VERIFIERS")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

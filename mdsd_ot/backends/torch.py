@@ -687,13 +687,7 @@ def _check_below_bound(name, n, value, bound):
 
 def __getattr__(name):
     if name == "TORCH_VERIFIERS":  # deprecated: each verifier module holds its torch formula
-        import warnings
+        from ..verifiers import deprecated_formula_registry
 
-        warnings.warn(
-            "mdsd_ot.backends.torch.TORCH_VERIFIERS is deprecated: each verifier holds its torch formula "
-            "as `Verifier.batch` (mdsd_ot.VERIFIERS[name].batch); this is a read-only copy",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return {n: v.batch for n, v in VERIFIERS.items() if v.batch is not None}
+        return deprecated_formula_registry("batch", "mdsd_ot.backends.torch.TORCH_VERIFIERS")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

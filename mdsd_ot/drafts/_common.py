@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from .._config import ENUMERATION_MAX_TUPLES
+from ..backends._tensor import require_torch
 
 
 def complement_masses(q: np.ndarray) -> np.ndarray:
@@ -27,8 +28,6 @@ def complement_masses(q: np.ndarray) -> np.ndarray:
 def torch_complement_masses(qt):
     """:func:`complement_masses` of ``(B, V)`` tensors: ``total - q_i``, the largest token's as the direct
     sum of the others."""
-    from ..backends._tensor import require_torch
-
     torch = require_torch()
     total = qt.sum(-1, keepdim=True)
     rest = total - qt

@@ -22,6 +22,7 @@ from ._common import (
     _support_size,
     complement_masses,
     top_tokens,
+    torch_complement_masses,
 )
 from .scheme import KERNEL_WITHOUT, DraftScheme, TorchPrefix
 
@@ -182,11 +183,7 @@ def _torch_check_mass(ps, qs, inside, q_h, out_h, n):
         return q_h
     torch = require_torch()
     zero = torch.zeros_like(ps)
-    total = qs.sum(-1, keepdim=True)
-    rest = total - qs
-    top = torch.argmax(qs, -1, keepdim=True)
-    rest_top = torch.where(torch.arange(qs.shape[-1], device=qs.device).unsqueeze(0) == top, zero, qs).sum(-1)
-    rest = rest.scatter(-1, top, rest_top.unsqueeze(-1))
+    rest = torch_complement_masses(qs)
     safe = inside & (qs > 0)
     # R / (1 - q_i) <= 1 inside H, so q_i (R / (1 - q_i)) cannot overflow
     ratio = torch.where(safe, out_h.unsqueeze(-1) / torch.where(safe, rest, torch.ones_like(rest)), zero)

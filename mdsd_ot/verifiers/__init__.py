@@ -235,3 +235,31 @@ def verifier_acceptance(
     return VerifierAcceptance(
         float(acc.mean()), stderr, "monte_carlo", verifier.name, sampling_name, prepared.n, samples
     )
+
+
+def deprecated_formula_registry(field: str, old_name: str) -> dict:
+    """``{name: Verifier.<field>}`` of the verifiers that have that formula (``"plan"`` or ``"batch"``),
+    as a read-only copy, with a ``DeprecationWarning`` naming ``old_name``: what the removed registries
+    ``mdsd_ot.plan.PLAN_VERIFIERS`` and ``mdsd_ot.backends.torch.TORCH_VERIFIERS`` now read as.
+
+    Parameters
+    ----------
+    field : str
+        ``"plan"`` or ``"batch"``.
+    old_name : str
+        The removed registry's full name, for the message.
+
+    Returns
+    -------
+    dict
+    """
+    import warnings
+
+    warnings.warn(
+        f"{old_name} is deprecated: each verifier holds its formula as `Verifier.{field}` "
+        f"(mdsd_ot.VERIFIERS[name].{field}); this is a read-only copy",
+        DeprecationWarning,
+        stacklevel=3,  # the module attribute access in the caller's code
+    )
+    formulas = {n: getattr(v, field) for n, v in VERIFIERS.items()}
+    return {n: f for n, f in formulas.items() if f is not None}
