@@ -488,14 +488,15 @@ def mp_conditional_poisson(p, q, n):
             for i in range(V)
         ]
         order = sorted(range(V), key=lambda i: -key[i])
+        # e_j of the first m masses is 0 for j > m: the loops start at j = min(n, m) (the same sums)
         e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
-        for x in Q:
-            for j in range(n, 0, -1):
+        for m, x in enumerate(Q, 1):
+            for j in range(min(n, m), 0, -1):
                 e[j] += x * e[j - 1]
         h = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
         best = pH = mpmath.mpf(0)
-        for k in order:
-            for j in range(n, 0, -1):
+        for m, k in enumerate(order, 1):
+            for j in range(min(n, m), 0, -1):
                 h[j] += Q[k] * h[j - 1]
             pH += P[k]
             best = max(best, h[n] / e[n] - pH)

@@ -178,7 +178,8 @@ def _reference(scheme, p, q, n, ordinary):
     if scheme == "conditional_poisson":
         return float(mp_conditional_poisson(p, q, n))
     if scheme == "top_n":  # Q(H) = 1[Top_n in H]: alpha* = min(1, p(Top_n))
-        return float(min(1, sum(fr(p)[i] for i in top_indices(q.tolist(), n))))
+        exact_p = fr(p)
+        return float(min(1, sum(exact_p[i] for i in top_indices(q.tolist(), n))))
     if scheme == "hub":
         return None  # n = 2 only: the exact-rational sweep at tiny V covers it
     raise AssertionError(f"no reference for the registered scheme {scheme!r}: add one here")
