@@ -405,6 +405,21 @@ def _mp(x):
     return [t / s for t in v]
 
 
+_MP_MEMO: dict = {}
+
+
+def _mp_memo(x):
+    """:func:`_mp` of a float vector, remembered for the last few vectors at the current precision
+    (callers that bound many subsets of one draft convert it once; the values are the same)."""
+    x = np.asarray(x, dtype=np.float64)
+    key = (x.tobytes(), mpmath.mp.prec)
+    if key not in _MP_MEMO:
+        if len(_MP_MEMO) >= 4:
+            _MP_MEMO.pop(next(iter(_MP_MEMO)))
+        _MP_MEMO[key] = tuple(_mp(x))
+    return _MP_MEMO[key]
+
+
 def mp_without_replacement_2(p, q):
     """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p.
 
@@ -652,7 +667,7 @@ def mp_sequential_product_bound(q, mask, n):
     outside its j largest tokens and R the mass outside H, each summed directly (docs/math.md#pruning:
     each further draw lands in H with probability at least ``d_j / (R + d_j)``)."""
     with mpmath.workdps(50):
-        Q = _mp(q)
+        Q = _mp_memo(q)
         inside = sorted((Q[i] for i in range(len(Q)) if mask[i]), reverse=True)
         R = mpmath.fsum(Q[i] for i in range(len(Q)) if not mask[i])
         w = mpmath.mpf(1)
