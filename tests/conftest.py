@@ -1,3 +1,5 @@
+import sys
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,21 @@ def random_pair(rng, V, *, zeros=True):
     if q.sum() == 0:
         q[-1] = 1.0
     return p / p.sum(), q / q.sum()
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """torch on one thread in every test (as tests/test_decode.py sets it at import): the lane runs one
+    process per core, and a torch op on two threads waits for a core the other process holds (5-15 ms
+    an op instead of microseconds). Set again after each test, since the study and decode commands
+    (``load_models``) set torch's threads to ``min(2, cpus)`` for the rest of the process."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture
