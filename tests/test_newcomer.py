@@ -72,6 +72,7 @@ def _study_argv(root, out, target):
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # a fresh `python -m mdsd_ot study` (torch and transformers imported): 5-8 s
 def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path, capsys):
     """A hub-style name that cannot be fetched fails after the folder was set up; the fixed rerun works."""
     out = tmp_path / "study"
