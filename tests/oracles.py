@@ -141,6 +141,9 @@ def class_sequential_alpha(p, cls, values, n):
 
     Prefixes of the tokens sorted by q/p (high to low; ``p = 0 < q`` first) contain an optimal H
     (the sorting theorem); ``W_n`` of a prefix depends only on its class counts. 50-digit arithmetic.
+    The class DP runs at the prefixes in decreasing order of ``q(H) - p(H)``, an upper bound on
+    ``W_n(H) - p(H)`` (all n draws in H implies the first in H), until that bound falls below the best
+    value found: the skipped prefixes cannot attain the maximum, which is the one over every prefix.
     """
     with mpmath.workdps(50):
         V = len(p)
@@ -157,17 +160,23 @@ def class_sequential_alpha(p, cls, values, n):
         n_classes = [sum(1 for c in cls if c == k) for k in range(len(vals))]
         best = mpmath.mpf(0)
         pH = mpmath.mpf(0)
+        pending = []  # (upper bound q(H) - p(H), p(H), class counts, mass outside H)
         for i in order:
             counts[cls[i]] += 1
             pH += P[i]
             out = mpmath.fsum((n_classes[k] - counts[k]) * vals[k] for k in range(len(vals)))
             if sum(counts[k] for k in range(len(vals)) if vals[k] > 0) < n:
-                w = mpmath.mpf(0)
+                best = max(best, -pH)  # W = 0
             elif out == 0:
-                w = mpmath.mpf(1)
+                best = max(best, 1 - pH)  # W = 1
             else:
-                w = class_sequential_mass(vals, counts, out, n)
-            best = max(best, w - pH)
+                qH = mpmath.fsum(counts[k] * vals[k] for k in range(len(vals)))
+                pending.append((qH - pH, pH, list(counts), out))
+        pending.sort(key=lambda t: -t[0])
+        for bound, pH, counts, out in pending:
+            if bound < best - mpmath.mpf(10) ** -30:  # below the best by far more than rounding
+                break
+            best = max(best, class_sequential_mass(vals, counts, out, n) - pH)
         return 1 - best
 
 
@@ -180,7 +189,7 @@ def uniform_sequential_alpha(p, n):
     """
     V = len(p)
     with mpmath.workdps(40):
-        ps = sorted(mpmath.mpf(float(x)) for x in p)
+        ps = [mpmath.mpf(x) for x in sorted(float(x) for x in p)]  # floats convert exactly: same order
         total = mpmath.fsum(ps)
         best = mpmath.mpf(1)
         pk = mpmath.mpf(0)
