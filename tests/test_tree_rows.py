@@ -1,5 +1,6 @@
 """scripts/tree_rows.py on the committed tree-report rows: check passes, cells counts, tampering fails."""
 
+import importlib.util
 import json
 import lzma
 import shutil
@@ -21,10 +22,21 @@ def _run(*args):
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
 
 
-def test_check_and_cells_on_the_committed_rows(tmp_path):
-    res = _run("check", ROWS)
+def _main(argv, capsys):
+    """The script's ``main`` in this process (one interpreter start fewer than :func:`_run`)."""
+    spec = importlib.util.spec_from_file_location("tree_rows", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    code = module.main([str(a) for a in argv])
+    return code, capsys.readouterr().out
+
+
+def test_check_and_cells_on_the_committed_rows(tmp_path, capsys):
+    res = _run("check", ROWS)  # the script as a program
     assert res.returncode == 0, res.stderr
-    cells = json.loads(_run("cells", ROWS).stdout)
+    code, out = _main(["cells", ROWS], capsys)
+    assert code == 0
+    cells = json.loads(out)
     assert cells and set(cells[0]) == {"temperature", "shape", "scheme", "calls"}
     # an independent count: one row per (call, cell), read straight from the compressed file
     rows = [
