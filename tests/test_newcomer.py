@@ -780,6 +780,7 @@ def test_parser_errors_name_the_sub_command_and_help(capsys):
         assert line.startswith(f"{cmd}: error: ") and line.endswith(f"(see {cmd} --help)"), line
 
 
+@pytest.mark.slow  # a fresh `python -m mdsd_ot bound` piped into head: about 1.5 s
 def test_a_closed_pipe_exits_quietly(tmp_path):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "big.npz", p=rng.dirichlet(np.ones(50_000)), q=rng.dirichlet(np.ones(50_000)))
