@@ -53,19 +53,28 @@ def random_pair(rng, V, *, zeros=True):
     return p / p.sum(), q / q.sum()
 
 
+def _back_to_one_torch_thread():
+    torch = sys.modules.get("torch")
+    if torch is None or torch.get_num_threads() == 1:
+        return
+    torch.set_num_threads(1)
+    inputs = sys.modules.get("mdsd_ot.runs.inputs")
+    if inputs is not None:
+        # the models a study or decode command loaded (and set the threads for) are loaded again by
+        # the next such command, which then sets its threads again: every in-process run computes
+        # with the threads its own load sets, as in a fresh process (rows depend on the thread count)
+        inputs._MODELS.clear()
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """torch on one thread in every test (as tests/test_decode.py sets it at import): the lane runs one
     process per core, and a torch op on two threads waits for a core the other process holds (5-15 ms
     an op instead of microseconds). Set again after each test, since the study and decode commands
     (``load_models``) set torch's threads to ``min(2, cpus)`` for the rest of the process."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
+    _back_to_one_torch_thread()
     yield
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
+    _back_to_one_torch_thread()
 
 
 @pytest.fixture
