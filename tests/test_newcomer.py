@@ -829,19 +829,35 @@ def test_long_subsets_are_shown_without_quotes(tmp_path, capsys):
     assert code == 0 and "'...'" not in out and "(12 of " in out and "--json: all" in out
 
 
-def test_the_shipped_cli_examples_run_as_pasted(capsys, monkeypatch):
+CLI_EXAMPLES = ROOT / "examples" / "cli"
+
+
+def _cli_example_lines():
+    return [ln for ln in (CLI_EXAMPLES / "README.md").read_text().splitlines() if ln.startswith("mdsd-ot ")]
+
+
+def test_the_shipped_cli_examples_are_there():
+    assert np.array_equal(np.load(CLI_EXAMPLES / "p.npy"), [0.5, 0.3, 0.2, 0.0])
+    assert np.array_equal(np.load(CLI_EXAMPLES / "q.npy"), [0.1, 0.2, 0.3, 0.4])
+    assert len(_cli_example_lines()) >= 6
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # auditing a registry verifier (50,000 sampled drafts, ~1.2 s) in the full lane only: the fast
+        # lane audits the example's own sampler module, and the full lane's tests/test_audit.py the rest
+        pytest.param(ln, marks=pytest.mark.slow) if ln.startswith("mdsd-ot audit specinfer") else ln
+        for ln in _cli_example_lines()
+    ],
+)
+def test_the_shipped_cli_examples_run_as_pasted(line, capsys, monkeypatch):
     import shlex
 
-    folder = ROOT / "examples" / "cli"
-    assert np.array_equal(np.load(folder / "p.npy"), [0.5, 0.3, 0.2, 0.0])
-    assert np.array_equal(np.load(folder / "q.npy"), [0.1, 0.2, 0.3, 0.4])
-    monkeypatch.chdir(folder)
-    monkeypatch.syspath_prepend(str(folder))
-    lines = [ln for ln in (folder / "README.md").read_text().splitlines() if ln.startswith("mdsd-ot ")]
-    assert len(lines) >= 6
-    for line in lines:
-        code, out, err = _cli(capsys, shlex.split(line)[1:])
-        assert code == 0, (line, err)
+    monkeypatch.chdir(CLI_EXAMPLES)
+    monkeypatch.syspath_prepend(str(CLI_EXAMPLES))
+    code, out, err = _cli(capsys, shlex.split(line)[1:])
+    assert code == 0, (line, err)
 
 
 @pytest.mark.parametrize("command", ["study", "decode"])
