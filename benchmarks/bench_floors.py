@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import best_cpu_time, best_time, header, llm_like_pair  # noqa: E402
 
 from mdsd_ot import _kernels, optimal_acceptance, optimal_acceptance_batch, primal  # noqa: E402
-from mdsd_ot.drafts import complement_masses, get_scheme  # noqa: E402
+from mdsd_ot.drafts import complement_parts, get_scheme  # noqa: E402
 
 
 def wide_pair(V: int, rng: np.random.Generator):
@@ -78,9 +78,8 @@ def wide_rows(rng, repeat):
         octaves = float(lr.max() - lr.min())
         t_sort = argsort_time(p, q, repeat)
         t_lin = linear_pass_time(p, q, repeat)
-        scan = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 0, q), repeat=repeat)
-        rest = complement_masses(q)
-        scan1 = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 1, rest), repeat=repeat)
+        scan = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 0, 0.0, -1, 1.0), repeat=repeat)
+        scan1 = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 1, *complement_parts(q)), repeat=repeat)
         cells = [
             f"{scan * 1e3:.2f} / {scan1 * 1e3:.2f}",
             f"{scan / t_sort:.2f}x / {scan1 / t_sort:.2f}x",

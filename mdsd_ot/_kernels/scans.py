@@ -245,19 +245,37 @@ def order_keys(p, q):
 
 
 @nb.njit(cache=True)
+def complement_parts_kernel(qs):
+    """``(total, big, big_rest)``: ``total = sum(qs)`` (compensated, from the end, as
+    :func:`suffix_sums`), ``big`` the token above half the mass (-1: none) and ``big_rest`` its
+    ``1 - q`` summed directly (1.0 when there is none). Every other ``1 - q_i`` is ``total - q_i``."""
+    s = 0.0
+    c = 0.0
+    for i in range(qs.size - 1, -1, -1):
+        s, c = neumaier_add(s, c, qs[i])
+    total = s + c
+    big = -1
+    big_rest = 1.0
+    for i in range(qs.size):
+        if qs[i] > 0.5 * total:
+            big = i
+            r = 0.0
+            for j in range(qs.size):
+                if j != i:
+                    r += qs[j]
+            big_rest = r
+    return total, big, big_rest
+
+
+@nb.njit(cache=True)
 def complement_masses_kernel(qs):
     """``1 - q[i]`` without cancellation (direct sum for the one token above half the mass)."""
-    total = suffix_sums(qs)[0]
+    total, big, big_rest = complement_parts_kernel(qs)
     rest = np.empty(qs.size)
     for i in range(qs.size):
         rest[i] = total - qs[i]
-    for i in range(qs.size):
-        if qs[i] > 0.5 * total:
-            s = 0.0
-            for j in range(qs.size):
-                if j != i:
-                    s += qs[j]
-            rest[i] = s
+    if big >= 0:
+        rest[big] = big_rest
     return rest
 
 
@@ -301,8 +319,7 @@ def break_ties_by_index(keys, order):
 
 @nb.njit(cache=True)
 def _bin_of(p, q):
-    """Bins of q/p, high to low: ``(bins, nbins, total)``, 4-byte bin numbers, and ``total`` the
-    plain sum of q in token order (for :func:`_bin_sums`: its add chain hides behind the divisions).
+    """Bins of q/p, high to low: ``(bins, nbins)``, 4-byte bin numbers.
 
     Bin 0 holds ``p = 0 < q``, the last bin ``q = 0``; in between, the bit pattern of the positive
     float ``q/p`` (monotone in its value) cut to its exponent and the leading mantissa bits, over the
@@ -317,9 +334,7 @@ def _bin_of(p, q):
     bits = buf.view(np.int64)  # the ratio's bit pattern (monotone for positive floats)
     r_lo = np.inf
     r_hi = -1.0
-    total = 0.0
     for i in range(V):
-        total += q[i]
         r = q[i] / (p[i] if p[i] > 0.0 else 1.0)  # p = 0: never read below
         buf[0] = r
         key[i] = bits[0] >> 44
@@ -342,7 +357,7 @@ def _bin_of(p, q):
         j = np.int32(1) + top32 - (key[i] >> s)
         j = np.int32(0) if p[i] == 0.0 else j
         key[i] = last if q[i] == 0.0 else j
-    return key, nbins, total
+    return key, nbins
 
 
 @nb.njit(cache=True)
@@ -358,30 +373,27 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
 
 
 @nb.njit(cache=True)
-def _bin_sums(p, q, b, nbins, code, rest, half):
-    """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token above
-    half the mass (``q_i > half``), as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
-    (:func:`neumaier_add_nonneg`). A pass of its own: folded into :func:`_bin_of`'s second pass it
-    runs slower (the bin arithmetic and the random-order adds of one loop get in each other's way)."""
+def _bin_sums(p, q, b, nbins, code, total, big_i):
+    """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token
+    ``big_i`` (each ``1 - q_i`` as ``total - q_i``: see :func:`bucketed_scan`), as
+    ``(sums (3, nbins), cnt)``; every term is non-negative (:func:`neumaier_add_nonneg`). A pass
+    of its own: folded into :func:`_bin_of`'s second pass it runs slower (the bin arithmetic and the
+    random-order adds of one loop get in each other's way)."""
     V = p.size
     acc = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations
     cnt = np.zeros(nbins, dtype=np.int64)
-    big_i = -1  # (the token above half the mass: sequential n = 2 only)
     for i in range(V):
         j = b[i]
         cnt[j] += 1
         acc[j, 0], acc[j, 3] = neumaier_add_nonneg(acc[j, 0], acc[j, 3], p[i])
         acc[j, 1], acc[j, 4] = neumaier_add_nonneg(acc[j, 1], acc[j, 4], q[i])
-        if code == 1 and q[i] > 0.0:
-            if q[i] > half:
-                big_i = i
-            else:
-                acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / rest[i])
+        if code == 1 and q[i] > 0.0 and i != big_i:
+            acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / (total - q[i]))
     sums = np.empty((3, nbins))
     for j in range(nbins):
         for r in range(3):
             sums[r, j] = acc[j, r] + acc[j, r + 3]
-    return sums, cnt, big_i
+    return sums, cnt
 
 
 @nb.njit(cache=True)
@@ -456,7 +468,7 @@ def _leaf_scan(
     members,
     p,
     q,
-    rest,
+    total,
     work,
     tail,
     unsorted,
@@ -512,7 +524,7 @@ def _leaf_scan(
             if i == big_i:
                 big_in = True
             else:
-                Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / rest[i])
+                Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / (total - q[i]))
         Rout = R + tail[t + 1 - a]
         big = big_q * (Rout / big_rest) if big_in else 0.0
         d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
@@ -531,7 +543,7 @@ def _refine_bin(
     members,
     p,
     q,
-    rest,
+    total,
     work,
     tail,
     jb,
@@ -575,7 +587,7 @@ def _refine_bin(
             members,
             p,
             q,
-            rest,
+            total,
             work,
             tail,
             True,
@@ -634,7 +646,7 @@ def _refine_bin(
                 members,
                 p,
                 q,
-                rest,
+                total,
                 work,
                 tail,
                 r_lo != r_hi,
@@ -686,7 +698,7 @@ def _refine_bin(
                 if i == big_i:
                     big_sub = j
                 else:
-                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / rest[i])
+                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / (total - q[i]))
         for j in range(nsub):
             cnt[j + 1] += cnt[j]
         for t in range(e - a):  # stable scatter into sub-bin order, then back in place
@@ -752,7 +764,7 @@ def _refine_bin(
 
 @nb.njit(cache=True)
 def _bin_scan(
-    P0, Q0, S0, R1, cnt, start, members, p, q, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+    P0, Q0, S0, R1, cnt, start, members, p, q, total, big_i, big_bin, big_q, big_rest, n, code, bound
 ):
     """The first largest excess over every bin boundary and the candidate bins' inner prefixes:
     ``(best, best_bin, best_len)`` (``best_len`` tokens of ``best_bin`` inside H)."""
@@ -776,7 +788,7 @@ def _bin_scan(
                 members,
                 p,
                 q,
-                rest,
+                total,
                 work,
                 tail,
                 jb,
@@ -805,28 +817,33 @@ def _bin_scan(
 
 
 @nb.njit(cache=True)
-def bucketed_scan(p, q, n, code, rest):
+def bucketed_scan(p, q, n, code, total, big_i, big_rest):
     """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
 
-    ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
+    Code 1 reads each ``1 - q_i`` as ``total - q_i`` (``total = sum(q)``), except for ``big_i``,
+    the token above half the mass (-1: none), whose ``1 - q_i`` is ``big_rest``, summed directly:
+    the parts of :func:`mdsd_ot.drafts.complement_masses` (:func:`complement_parts`), without
+    its array. Code 0 reads none of them. ``mask`` marks the first optimal
     prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
     in-bin prefixes are Neumaier-compensated (every term is non-negative:
     :func:`neumaier_add_nonneg`, without branches).
     """
     V = p.size
-    b, nbins, total = _bin_of(p, q)
-    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest, 0.5 * total)
+    b, nbins = _bin_of(p, q)
+    if code != 1:
+        big_i = -1
+    sums, cnt = _bin_sums(p, q, b, nbins, code, total, big_i)
     P0 = prefix_sums(sums[0])  # sums over the bins before bin j
     Q0 = prefix_sums(sums[1])
     S0 = prefix_sums(sums[2])
     R1 = suffix_sums(sums[1])  # q mass of the bins after bin j: R1[j + 1]
     big_bin = b[big_i] if big_i >= 0 else nbins
     big_q = q[big_i] if big_i >= 0 else 0.0
-    big_rest = rest[big_i] if big_i >= 0 else 1.0
+    big_rest = big_rest if big_i >= 0 else 1.0
     bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code)
     members = _bin_members(b, start)
     best, best_bin, best_len = _bin_scan(
-        P0, Q0, S0, R1, cnt, start, members, p, q, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+        P0, Q0, S0, R1, cnt, start, members, p, q, total, big_i, big_bin, big_q, big_rest, n, code, bound
     )
     mask = np.zeros(V, dtype=np.bool_)
     if best_bin >= 0:
