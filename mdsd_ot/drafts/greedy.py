@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from .._config import RECHECK_TOL
+from .._validate import distinct_ns
 from ..backends._tensor import require_torch
 from ._common import _inverse_cdf, top_tokens
 from .scheme import DraftScheme
@@ -107,7 +108,7 @@ def plan_bounds(plan, ns):
         ok, tail = plan_kernels.top_check(plan.q, plan._top)
         if ok:
             rest = np.array([plan._rest(n, tail) for n in check_ns])
-            targets = np.array(sorted(set(check_ns)), dtype=np.int64)
+            targets = distinct_ns(check_ns)
             checks = plan_kernels.greedy_certificates(plan.p, plan.q, plan._top, targets, rest)
             for n, check in zip(check_ns, checks):
                 out[n] = (out[n][0], abs(float(check) - out[n][0]) if np.isfinite(check) else np.inf)
