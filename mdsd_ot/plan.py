@@ -272,7 +272,12 @@ class _Plan:
             self._cache.pop("greedy", None)
         return self._top[:k]
 
-    def _rest(self, n, tail):
+    @property
+    def held_top(self):
+        """Every token of the top of q computed so far, in rank order (:meth:`top`)."""
+        return self._top
+
+    def rest_outside_top(self, n, tail):
         """The q mass outside ``top[:n - 1]``: ``tail`` (outside all of the top) plus the rest of it."""
         return math.fsum([tail] + [float(self.q[i]) for i in self._top[n - 1 :]])
 
@@ -286,7 +291,7 @@ class _Plan:
             self.need["greedy"] = {n for n in self.need["greedy"] | set(ns) if n <= self.support}
             want = distinct_ns(self.need["greedy"])
             self.top(int(want[-1]) - 1)
-            rest = np.array([self._rest(n, self.tail) for n in want.tolist()])
+            rest = np.array([self.rest_outside_top(n, self.tail) for n in want.tolist()])
             sums = _kernels.plan.greedy_sums(self.p, self.q, self._top, want, rest)
             have = dict(zip(want.tolist(), sums))
             self._cache["greedy"] = have
