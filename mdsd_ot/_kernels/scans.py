@@ -12,7 +12,7 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN, REFINE_BINS, REFINE_MIN
+from .._config import BIN_BUDGET, GAIN_FLOOR, POWER_FROM_REST_N, PRUNE_MARGIN, REFINE_BINS, REFINE_MIN
 from .common import (
     logaddexp,
     neumaier_add,
@@ -396,10 +396,24 @@ def _bin_sums(p, q, b, nbins, code, total, big_i):
     return sums, cnt
 
 
+@nb.njit(cache=True, inline="always")
+def _can_gain(q_run, n, code, odds):
+    """Whether the tokens of a run (q mass ``q_run``, summed directly) could raise the excess above
+    its value at the run's start by more than ``GAIN_FLOOR`` (docs/math.md#pruning). Adding q mass x
+    raises ``q(H)^n`` by at most ``n x`` (code 0) and ``W_2(H)`` by at most the chance that a draft
+    falls among the run's tokens, ``x (1 + odds)`` with ``odds = sum_i q_i / (1 - q_i)`` over the
+    vocabulary (code 1; infinite when a ``1 - q_i`` is 0); the p mass only lowers the excess."""
+    if q_run <= 0.0:
+        return False
+    cap = n * q_run if code == 0 else q_run * (1.0 + odds)
+    return cap > GAIN_FLOOR
+
+
 @nb.njit(cache=True)
-def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
+def _bin_candidates(P0, Q0, S0, R1, cnt, qb, odds, big_bin, big_q, big_rest, n, code):
     """The best bin boundary's excess (``bound``) and ``start``: the offsets of the candidate bins'
-    tokens (a bin whose inner prefixes might beat ``bound``; the others get no room)."""
+    tokens (a bin whose inner prefixes might beat ``bound`` by more than ``GAIN_FLOOR``; the others
+    get no room). ``qb``: each bin's q mass; ``odds``: see :func:`_can_gain`."""
     nbins = cnt.size
     bound = 0.0
     for j in range(nbins):
@@ -409,7 +423,8 @@ def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
     start = np.zeros(nbins + 1, dtype=np.int64)
     for j in range(nbins):
         inner = 0
-        if j < nbins - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
+        # inside the q = 0 bin the excess only falls; a bin of too little q mass gains nothing
+        if j < nbins - 1 and cnt[j] >= 2 and _can_gain(qb[j], n, code, odds):
             # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start;
             # the token above half the mass, when in an earlier bin, costs at least its term at R(end)
             big = big_q * (R1[j + 1] / big_rest) if big_bin < j else 0.0
@@ -471,7 +486,6 @@ def _leaf_scan(
     total,
     work,
     tail,
-    unsorted,
     a0,
     a,
     e,
@@ -489,25 +503,23 @@ def _leaf_scan(
     best,
     best_rank,
 ):
-    """The inner prefixes of ``members[a:e]`` (a run of a candidate bin starting at ``a0``) token by
-    token: the run sorted by q/p in place, stably, if ``unsorted`` (then it has at most
-    ``REFINE_MIN`` tokens, sorted by insertion with their ratios in ``work``: at that length faster
-    than :func:`mdsd_ot._kernels.common.sort_run_descending`'s radix sort, which clears 2^11 counters
-    a pass; otherwise its ratios are all equal and its token order is the sorted one), then running
-    compensated sums from ``P``, ``Q``, ``S`` (the sums before ``a``) and the outside mass ``R`` after
-    ``e`` plus the run's own tail (in ``tail``)."""
+    """The inner prefixes of ``members[a:e]`` (a run of at most ``REFINE_MIN`` tokens of a candidate
+    bin starting at ``a0``) token by token: the run sorted by q/p in place, stably, by insertion with
+    the ratios in ``work`` (at that length faster than
+    :func:`mdsd_ot._kernels.common.sort_run_descending`'s radix sort, which clears 2^11 counters a
+    pass), then running compensated sums from ``P``, ``Q``, ``S`` (the sums before ``a``) and the
+    outside mass ``R`` after ``e`` plus the run's own tail (in ``tail``)."""
     m = e - a
-    if unsorted:  # insertion, stably from high to low (the permutation of any stable sort)
-        rs = work
-        for t in range(m):
-            rs[t] = _ratio(p, q, members[a + t])
-        for t in range(1, m):
-            r, i = rs[t], members[a + t]
-            u = t
-            while u > 0 and rs[u - 1] < r:
-                rs[u], members[a + u] = rs[u - 1], members[a + u - 1]
-                u -= 1
-            rs[u], members[a + u] = r, i
+    rs = work  # insertion, stably from high to low (the permutation of any stable sort)
+    for t in range(m):
+        rs[t] = _ratio(p, q, members[a + t])
+    for t in range(1, m):
+        r, i = rs[t], members[a + t]
+        u = t
+        while u > 0 and rs[u - 1] < r:
+            rs[u], members[a + u] = rs[u - 1], members[a + u - 1]
+            u -= 1
+        rs[u], members[a + u] = r, i
     s_, c_ = 0.0, 0.0
     tail[m] = 0.0
     for t in range(m - 1, -1, -1):
@@ -560,6 +572,7 @@ def _refine_bin(
     big_rest,
     n,
     code,
+    odds,
     bound,
 ):
     """The first largest excess over the inner prefixes of one candidate bin ``members[a0:e0]`` (sums
@@ -571,9 +584,12 @@ def _refine_bin(
     A run of more than ``REFINE_MIN`` tokens is not sorted: it is binned again by the next bits of its
     own occupied range of q/p (at most ``REFINE_BINS`` sub-bins, scattered in place, stably), every
     sub-bin boundary is a prefix whose excess follows from sub-bin sums, and only the sub-bins whose
-    bound ``Q(end) - p(start)`` can beat the best attained excess by ``PRUNE_MARGIN`` are looked into,
-    recursively; shorter runs (and runs of equal ratios) are sorted and scanned token by token. The
-    tokens end up arranged so that the best prefix is ``members[a0:a0 + best_rank]``.
+    bound ``Q(end) - p(start)`` can beat the best attained excess by ``PRUNE_MARGIN`` and whose q mass
+    could raise the excess by more than ``GAIN_FLOOR`` (:func:`_can_gain`) are looked into,
+    recursively; shorter runs are sorted and scanned token by token. A run of equal ratios is not
+    looked into at all: along it the excess is largest at one of its ends (docs/math.md#pruning),
+    which are boundaries evaluated already. The tokens end up arranged so that the best prefix is
+    ``members[a0:a0 + best_rank]``.
 
     The run's tokens are read where they lie, ``p[members[t]]`` (in increasing index order: the
     scatter is stable), their ratios computed in each of the two passes that need them rather than
@@ -590,7 +606,6 @@ def _refine_bin(
             total,
             work,
             tail,
-            True,
             a0,
             a0,
             e0,
@@ -641,7 +656,9 @@ def _refine_bin(
                 elif r > r_lo:
                     r_2 = r
             r_hi = max(r_hi, r)
-        if e - a <= REFINE_MIN or r_lo == r_hi:
+        if r_lo == r_hi:  # the excess along the run is largest at one of its ends, evaluated
+            continue
+        if e - a <= REFINE_MIN:
             bound, best, best_rank = _leaf_scan(
                 members,
                 p,
@@ -649,7 +666,6 @@ def _refine_bin(
                 total,
                 work,
                 tail,
-                r_lo != r_hi,
                 a0,
                 a,
                 e,
@@ -745,7 +761,7 @@ def _refine_bin(
                 bound = max(bound, d)
                 if _better(d, a + hi - a0, best, best_rank):
                     best, best_rank = d, a + hi - a0
-            if hi - lo >= 2:  # (the token above half the mass: see _bin_candidates)
+            if hi - lo >= 2 and _can_gain(acc[j, 1] + acc[j, 4], n, code, odds):  # (big: _bin_candidates)
                 big = big_q * (Rout / big_rest) if bin_big else 0.0
                 ub_j = _excess(Qc + cQ, Ps, Rout, Ss, big, n, code)
                 if ub_j >= bound - PRUNE_MARGIN:
@@ -764,7 +780,7 @@ def _refine_bin(
 
 @nb.njit(cache=True)
 def _bin_scan(
-    P0, Q0, S0, R1, cnt, start, members, p, q, total, big_i, big_bin, big_q, big_rest, n, code, bound
+    P0, Q0, S0, R1, cnt, start, members, p, q, total, big_i, big_bin, big_q, big_rest, n, code, odds, bound
 ):
     """The first largest excess over every bin boundary and the candidate bins' inner prefixes:
     ``(best, best_bin, best_len)`` (``best_len`` tokens of ``best_bin`` inside H)."""
@@ -805,6 +821,7 @@ def _bin_scan(
                 big_rest,
                 n,
                 code,
+                odds,
                 bound,
             )
             if k >= 0 and d > best:
@@ -840,10 +857,30 @@ def bucketed_scan(p, q, n, code, total, big_i, big_rest):
     big_bin = b[big_i] if big_i >= 0 else nbins
     big_q = q[big_i] if big_i >= 0 else 0.0
     big_rest = big_rest if big_i >= 0 else 1.0
-    bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code)
+    odds = 0.0
+    if code == 1:  # sum_i q_i / (1 - q_i): the bins' S sums and the big token's term
+        odds = S0[nbins] + (big_q / big_rest if big_rest > 0.0 else np.inf)
+    bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, sums[1], odds, big_bin, big_q, big_rest, n, code)
     members = _bin_members(b, start)
     best, best_bin, best_len = _bin_scan(
-        P0, Q0, S0, R1, cnt, start, members, p, q, total, big_i, big_bin, big_q, big_rest, n, code, bound
+        P0,
+        Q0,
+        S0,
+        R1,
+        cnt,
+        start,
+        members,
+        p,
+        q,
+        total,
+        big_i,
+        big_bin,
+        big_q,
+        big_rest,
+        n,
+        code,
+        odds,
+        bound,
     )
     mask = np.zeros(V, dtype=np.bool_)
     if best_bin >= 0:

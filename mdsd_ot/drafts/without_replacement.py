@@ -97,10 +97,10 @@ def _without_pair_mass(q, mask):
     from .. import _kernels
 
     total, big, big_rest = complement_parts(q)
+    q = np.ascontiguousarray(q, dtype=np.float64)
     mask = np.ascontiguousarray(mask, dtype=np.bool_)
-    return float(
-        _kernels.pair_mass_check(np.ascontiguousarray(q, dtype=np.float64), mask, total, big, big_rest)
-    )
+    kernel = _kernels.small_or_jit(_kernels.pair_mass_check, q.size)  # small V: no compile on a first call
+    return float(kernel(q, mask, total, big, big_rest))
 
 
 def pair_mass_of_prefix(qo, k: int, inside: float, outside: float, total: float, big: int, big_rest: float):
