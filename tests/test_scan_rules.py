@@ -193,3 +193,30 @@ def test_optimal_acceptance_on_flat_and_tied_classes_at_full_size(rng):
             got = optimal_acceptance(p, q, 2, sampling=sampling)
             assert got.success, (label, sampling)
             assert abs(got.value - _mp_alpha(p, q, 2, code)) <= GAIN_FLOOR + 7e-15, (label, sampling)
+
+
+def test_every_entry_point_agrees_on_these_classes_at_full_size(rng):
+    """Single call, batch, evaluation plan and torch backend (CPU) at V = 16,384 (the binned scan's
+    regime for the single call and the batch; the plan and torch sort): the with-replacement bound
+    (n = 1, 2, 8) and the sequential n = 2 bound agree to 1e-12 on every class above."""
+    torch = pytest.importorskip("torch")
+    from mdsd_ot import optimal_acceptance_batch
+    from mdsd_ot.backends import torch as tb
+    from mdsd_ot.plan import evaluate_position
+
+    V = 16_384
+    for code, n in ((0, 1), (0, 2), (0, 8), (1, 2)):
+        scheme = ("with_replacement", "without_replacement")[code]
+        for label, p, q in _classes(rng, V, n, code):
+            got = {
+                "single": optimal_acceptance(p, q, n, sampling=scheme).value,
+                # four rows: B V reaches PARALLEL_MIN_ENTRIES, so the row-parallel binned kernel runs
+                "batch": float(
+                    optimal_acceptance_batch(np.tile(p, (4, 1)), np.tile(q, (4, 1)), n, sampling=scheme)[2]
+                ),
+                "plan": evaluate_position(p, q, [n], schemes=[scheme], verifiers=()).bounds[(scheme, n)],
+                "torch": float(
+                    tb.sorted_prefix_bound(torch.tensor(p)[None], torch.tensor(q)[None], n, scheme).value[0]
+                ),
+            }
+            assert max(got.values()) - min(got.values()) <= 1e-12, (label, scheme, n, got)
