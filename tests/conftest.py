@@ -1,5 +1,25 @@
+import gc
+import sys
+
 import numpy as np
 import pytest
+
+# The cyclic garbage collector and collection: importing the test modules (torch, transformers,
+# hypothesis, ...) makes some 600,000 long-lived objects per process, and every full collection
+# walks them all again (about 3 s of each lane process's collection phase, 3 s of its tests and
+# 2 s of its exit). Collect rarely while importing, then freeze what the imports made (gc.freeze:
+# those objects are kept and not walked again; objects the tests make are collected as usual).
+gc.set_threshold(100_000, 50, 100)
+
+
+def pytest_collection_finish(session):
+    gc.freeze()
+    gc.set_threshold(700, 10, 10)  # CPython's defaults for the tests themselves
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    gc.freeze()  # the interpreter's exit then skips a last walk over everything still alive
 
 
 def random_pair(rng, V, *, zeros=True):
@@ -31,6 +51,30 @@ def random_pair(rng, V, *, zeros=True):
     if q.sum() == 0:
         q[-1] = 1.0
     return p / p.sum(), q / q.sum()
+
+
+def _back_to_one_torch_thread():
+    torch = sys.modules.get("torch")
+    if torch is None or torch.get_num_threads() == 1:
+        return
+    torch.set_num_threads(1)
+    inputs = sys.modules.get("mdsd_ot.runs.inputs")
+    if inputs is not None:
+        # the models a study or decode command loaded (and set the threads for) are loaded again by
+        # the next such command, which then sets its threads again: every in-process run computes
+        # with the threads its own load sets, as in a fresh process (rows depend on the thread count)
+        inputs._MODELS.clear()
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """torch on one thread in every test (as tests/test_decode.py sets it at import): the lane runs one
+    process per core, and a torch op on two threads waits for a core the other process holds (5-15 ms
+    an op instead of microseconds). Set again after each test, since the study and decode commands
+    (``load_models``) set torch's threads to ``min(2, cpus)`` for the rest of the process."""
+    _back_to_one_torch_thread()
+    yield
+    _back_to_one_torch_thread()
 
 
 @pytest.fixture

@@ -141,6 +141,9 @@ def class_sequential_alpha(p, cls, values, n):
 
     Prefixes of the tokens sorted by q/p (high to low; ``p = 0 < q`` first) contain an optimal H
     (the sorting theorem); ``W_n`` of a prefix depends only on its class counts. 50-digit arithmetic.
+    The class DP runs at the prefixes in decreasing order of ``q(H) - p(H)``, an upper bound on
+    ``W_n(H) - p(H)`` (all n draws in H implies the first in H), until that bound falls below the best
+    value found: the skipped prefixes cannot attain the maximum, which is the one over every prefix.
     """
     with mpmath.workdps(50):
         V = len(p)
@@ -157,17 +160,23 @@ def class_sequential_alpha(p, cls, values, n):
         n_classes = [sum(1 for c in cls if c == k) for k in range(len(vals))]
         best = mpmath.mpf(0)
         pH = mpmath.mpf(0)
+        pending = []  # (upper bound q(H) - p(H), p(H), class counts, mass outside H)
         for i in order:
             counts[cls[i]] += 1
             pH += P[i]
             out = mpmath.fsum((n_classes[k] - counts[k]) * vals[k] for k in range(len(vals)))
             if sum(counts[k] for k in range(len(vals)) if vals[k] > 0) < n:
-                w = mpmath.mpf(0)
+                best = max(best, -pH)  # W = 0
             elif out == 0:
-                w = mpmath.mpf(1)
+                best = max(best, 1 - pH)  # W = 1
             else:
-                w = class_sequential_mass(vals, counts, out, n)
-            best = max(best, w - pH)
+                qH = mpmath.fsum(counts[k] * vals[k] for k in range(len(vals)))
+                pending.append((qH - pH, pH, list(counts), out))
+        pending.sort(key=lambda t: -t[0])
+        for bound, pH, counts, out in pending:
+            if bound < best - mpmath.mpf(10) ** -30:  # below the best by far more than rounding
+                break
+            best = max(best, class_sequential_mass(vals, counts, out, n) - pH)
         return 1 - best
 
 
@@ -180,7 +189,7 @@ def uniform_sequential_alpha(p, n):
     """
     V = len(p)
     with mpmath.workdps(40):
-        ps = sorted(mpmath.mpf(float(x)) for x in p)
+        ps = [mpmath.mpf(x) for x in sorted(float(x) for x in p)]  # floats convert exactly: same order
         total = mpmath.fsum(ps)
         best = mpmath.mpf(1)
         pk = mpmath.mpf(0)
@@ -405,6 +414,21 @@ def _mp(x):
     return [t / s for t in v]
 
 
+_MP_MEMO: dict = {}
+
+
+def _mp_memo(x):
+    """:func:`_mp` of a float vector, remembered for the last few vectors at the current precision
+    (callers that bound many subsets of one draft convert it once; the values are the same)."""
+    x = np.asarray(x, dtype=np.float64)
+    key = (x.tobytes(), mpmath.mp.prec)
+    if key not in _MP_MEMO:
+        if len(_MP_MEMO) >= 4:
+            _MP_MEMO.pop(next(iter(_MP_MEMO)))
+        _MP_MEMO[key] = tuple(_mp(x))
+    return _MP_MEMO[key]
+
+
 def mp_without_replacement_2(p, q):
     """alpha*_without (n = 2) in 50-digit arithmetic: W_2 at every prefix sorted by q/p.
 
@@ -488,14 +512,15 @@ def mp_conditional_poisson(p, q, n):
             for i in range(V)
         ]
         order = sorted(range(V), key=lambda i: -key[i])
+        # e_j of the first m masses is 0 for j > m: the loops start at j = min(n, m) (the same sums)
         e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
-        for x in Q:
-            for j in range(n, 0, -1):
+        for m, x in enumerate(Q, 1):
+            for j in range(min(n, m), 0, -1):
                 e[j] += x * e[j - 1]
         h = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
         best = pH = mpmath.mpf(0)
-        for k in order:
-            for j in range(n, 0, -1):
+        for m, k in enumerate(order, 1):
+            for j in range(min(n, m), 0, -1):
                 h[j] += Q[k] * h[j - 1]
             pH += P[k]
             best = max(best, h[n] / e[n] - pH)
@@ -651,7 +676,7 @@ def mp_sequential_product_bound(q, mask, n):
     outside its j largest tokens and R the mass outside H, each summed directly (docs/math.md#pruning:
     each further draw lands in H with probability at least ``d_j / (R + d_j)``)."""
     with mpmath.workdps(50):
-        Q = _mp(q)
+        Q = _mp_memo(q)
         inside = sorted((Q[i] for i in range(len(Q)) if mask[i]), reverse=True)
         R = mpmath.fsum(Q[i] for i in range(len(Q)) if not mask[i])
         w = mpmath.mpf(1)

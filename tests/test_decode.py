@@ -31,6 +31,16 @@ def tiny(kind="qwen2", seed=0, layers=2, vocab=V):
     )  # fmt: skip
 
 
+@pytest.fixture
+def no_plots(monkeypatch):
+    """Reports without their two PNGs (about 0.4 s a report): for the tests about rows, merges and
+    resumes (a dozen reports) and the wide-vocabulary values; the plots are checked in
+    test_rows_exact_values_and_summary and drawn in the union and command-line runs."""
+    from mdsd_ot.decode import report
+
+    monkeypatch.setattr(report, "plot_summary", lambda table, out: {})
+
+
 def plain_logits(model, ids):
     with torch.inference_mode():
         return model(input_ids=torch.tensor([list(ids)])).logits[0, -1]
@@ -136,7 +146,7 @@ def test_rows_exact_values_and_summary(tmp_path):
         assert (out / "block_efficiency_vs_tree_size.png").exists()
 
 
-def test_resume_and_shards_reproduce_one_run(tmp_path):
+def test_resume_and_shards_reproduce_one_run(tmp_path, no_plots):
     """Rows depend on the prompt's index, not on the shard or on interruptions: two shards merged, and
     a run stopped after one prompt then resumed, give the rows of one uninterrupted run."""
     target, draft = tiny("qwen2", 5), tiny("qwen2", 6)
@@ -278,7 +288,7 @@ def test_command_line_decode_and_resume(tmp_path, capsys):
 WIDE = 96  # a vocabulary above DECODE_OPTIMAL_MAX_V: the LP-based verifier is skipped, full-V ones run
 
 
-def test_optimal_is_reported_at_full_vocabulary(tmp_path):
+def test_optimal_is_reported_at_full_vocabulary(tmp_path, no_plots):
     """Above DECODE_OPTIMAL_MAX_V the decoder still reports ``optimal`` where it has a full-vocabulary
     construction (i.i.d., greedy and top_n drafts: for top_n the naive verifier attains alpha*);
     every reported value lies in [1, depth + 1]."""
@@ -367,7 +377,7 @@ def test_union_run_evaluates_every_cell_at_the_driving_calls(tmp_path):
         DecodeConfig(trees=trees, union=False, drive="2x2/with_replacement").validate()
 
 
-def test_merge_ignores_timings_and_keeps_a_given_cost_ratio(tmp_path):
+def test_merge_ignores_timings_and_keeps_a_given_cost_ratio(tmp_path, no_plots):
     """Two runs of the same record differ only in their timings: merged without a 'different rows'
     warning; every source's summary written with --cost-ratio 0.5 keeps 0.5 (labelled given)."""
     import warnings

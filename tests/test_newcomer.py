@@ -72,6 +72,7 @@ def _study_argv(root, out, target):
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # a fresh `python -m mdsd_ot study` (torch and transformers imported): 5-8 s
 def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path, capsys):
     """A hub-style name that cannot be fetched fails after the folder was set up; the fixed rerun works."""
     out = tmp_path / "study"
@@ -779,6 +780,7 @@ def test_parser_errors_name_the_sub_command_and_help(capsys):
         assert line.startswith(f"{cmd}: error: ") and line.endswith(f"(see {cmd} --help)"), line
 
 
+@pytest.mark.slow  # a fresh `python -m mdsd_ot bound` piped into head: about 1.5 s
 def test_a_closed_pipe_exits_quietly(tmp_path):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "big.npz", p=rng.dirichlet(np.ones(50_000)), q=rng.dirichlet(np.ones(50_000)))
@@ -827,19 +829,35 @@ def test_long_subsets_are_shown_without_quotes(tmp_path, capsys):
     assert code == 0 and "'...'" not in out and "(12 of " in out and "--json: all" in out
 
 
-def test_the_shipped_cli_examples_run_as_pasted(capsys, monkeypatch):
+CLI_EXAMPLES = ROOT / "examples" / "cli"
+
+
+def _cli_example_lines():
+    return [ln for ln in (CLI_EXAMPLES / "README.md").read_text().splitlines() if ln.startswith("mdsd-ot ")]
+
+
+def test_the_shipped_cli_examples_are_there():
+    assert np.array_equal(np.load(CLI_EXAMPLES / "p.npy"), [0.5, 0.3, 0.2, 0.0])
+    assert np.array_equal(np.load(CLI_EXAMPLES / "q.npy"), [0.1, 0.2, 0.3, 0.4])
+    assert len(_cli_example_lines()) >= 6
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # auditing a registry verifier (50,000 sampled drafts, ~1.2 s) in the full lane only: the fast
+        # lane audits the example's own sampler module, and the full lane's tests/test_audit.py the rest
+        pytest.param(ln, marks=pytest.mark.slow) if ln.startswith("mdsd-ot audit specinfer") else ln
+        for ln in _cli_example_lines()
+    ],
+)
+def test_the_shipped_cli_examples_run_as_pasted(line, capsys, monkeypatch):
     import shlex
 
-    folder = ROOT / "examples" / "cli"
-    assert np.array_equal(np.load(folder / "p.npy"), [0.5, 0.3, 0.2, 0.0])
-    assert np.array_equal(np.load(folder / "q.npy"), [0.1, 0.2, 0.3, 0.4])
-    monkeypatch.chdir(folder)
-    monkeypatch.syspath_prepend(str(folder))
-    lines = [ln for ln in (folder / "README.md").read_text().splitlines() if ln.startswith("mdsd-ot ")]
-    assert len(lines) >= 6
-    for line in lines:
-        code, out, err = _cli(capsys, shlex.split(line)[1:])
-        assert code == 0, (line, err)
+    monkeypatch.chdir(CLI_EXAMPLES)
+    monkeypatch.syspath_prepend(str(CLI_EXAMPLES))
+    code, out, err = _cli(capsys, shlex.split(line)[1:])
+    assert code == 0, (line, err)
 
 
 @pytest.mark.parametrize("command", ["study", "decode"])

@@ -369,6 +369,7 @@ def test_report_claims_match_the_rows(an, joined):
     assert f"{chk['mc_above_any']} of them above it at all" in text
 
 
+@pytest.mark.slow  # scripts/qwen_study_analyses.py re-derives analyses.md: 450 paired intervals, ~2 s
 def test_analyses_reproduce(an, joined):
     rows, worst = joined
     assert an.report(rows, worst) == (DATA / "analyses.md").read_text()

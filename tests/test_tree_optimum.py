@@ -366,7 +366,7 @@ def test_too_many_classes_is_refused_with_the_count():
     with pytest.raises(ValueError, match=r"660 path-set classes.*limit 100"):
         tree_optimum(target, draft, (2, 2), "with_replacement", max_classes=100)
     with pytest.raises(ValueError, match=rf"limit {TREE_OPTIMUM_MAX_CLASSES:,}.*smaller vocabulary"):
-        tree_optimum(ToyLM(6, 1), ToyLM(6, 2), (3, 2), "with_replacement")
+        tree_optimum(ToyLM(6, 1), ToyLM(6, 2), (2, 2), "with_replacement")  # 6,951 classes
     with pytest.raises(ValueError, match="unknown solver"):
         tree_optimum(target, draft, (1,), "with_replacement", solver="cplex")
     with pytest.raises(ValueError, match="same vocabulary"):
@@ -465,7 +465,7 @@ def test_cli_trees_table_json_and_errors(capsys, tmp_path):
         ["trees", "--laws", str(bad)],
         ["trees", "--laws", str(tmp_path / "missing.json")],
         ["trees", "--verifiers", "block", "--shape", "2,1"],
-        ["trees", "--vocab", "6", "--shape", "3,2"],
+        ["trees", "--vocab", "6", "--shape", "2,2"],  # 6,951 path-set classes: over the limit
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

@@ -157,6 +157,8 @@ class ToyLM:
         self.V, self.seed, self.zeros, self.conc, self.memo = V, seed, zeros, conc, {}
 
     def __call__(self, ctx):
+        if isinstance(ctx, tuple) and ctx in self.memo:  # numpy ints hash and compare as ints
+            return self.memo[ctx]
         ctx = tuple(int(t) for t in ctx)
         if ctx not in self.memo:
             rng = np.random.default_rng([self.seed, len(ctx), *ctx])

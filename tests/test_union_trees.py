@@ -33,7 +33,8 @@ def _law(V, seed):
 
 def _tree_law(shape, scheme, law) -> dict:
     """Every drafted tree of ``shape`` as its node tokens in breadth-first order -> probability,
-    enumerated from the scheme's ordered tuple law at each node (independent of the drafting code)."""
+    enumerated from the scheme's ordered tuple law at each node (independent of the drafting code).
+    The readable reference for :func:`_tree_law_arrays` (checked against it on small shapes)."""
     shape, scheme = parse_shape(shape), get_scheme(scheme)
     states = [((), [()], 1.0)]  # (tokens so far, paths of the current level, probability)
     for b in shape.branching:
@@ -55,11 +56,64 @@ def _tree_law(shape, scheme, law) -> dict:
     return out
 
 
-def _first_children_tokens(tokens, big, small) -> tuple:
-    """The breadth-first tokens of the first-children sub-tree, read off the big tree's token list."""
+def _distinct_rows(rows):
+    """``(distinct rows in lexicographic order, index of each row's distinct row)``: rows of small
+    tokens are coded as one integer each (base max + 1) so that a 1-d sort does the work."""
+    base = int(rows.max(initial=0)) + 1
+    if rows.shape[1] == 0 or base ** rows.shape[1] >= 2**62:
+        keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return keys, inverse.ravel()
+    codes = rows @ (base ** np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64))
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    return rows[first], inverse.ravel()
+
+
+def _group(tokens, prob):
+    """Distinct rows of ``tokens`` (sorted) and the summed probability of each."""
+    keys, inverse = _distinct_rows(tokens)
+    return keys, np.bincount(inverse, weights=prob, minlength=len(keys))
+
+
+def _tree_law_arrays(shape, scheme, law):
+    """:func:`_tree_law` as arrays: the same enumeration, one outcome per row (node tokens in
+    breadth-first order), expanded node by node with numpy and the scheme's tuple law fetched once per
+    distinct path. Returns ``(tokens (T, nodes), probs (T,))`` with distinct rows, sorted."""
+    shape, scheme = parse_shape(shape), get_scheme(scheme)
+    tokens, prob = np.zeros((1, 0), dtype=np.int64), np.ones(1)
+    level = [[]]  # each node of the current level as the token columns of its path
+    for b in shape.branching:
+        nxt = []
+        for cols in level:
+            paths, inverse = _distinct_rows(tokens[:, cols])
+            laws = [scheme.tuple_law(law(tuple(int(x) for x in path)), b) for path in paths]
+            K = max(len(w) for _, w in laws)
+            table = np.zeros((len(paths), K, b), dtype=np.int64)
+            weight = np.zeros((len(paths), K))
+            valid = np.zeros((len(paths), K), dtype=bool)
+            for i, (t, w) in enumerate(laws):
+                table[i, : len(w)], weight[i, : len(w)], valid[i, : len(w)] = t, w, True
+            keep = valid[inverse].ravel()  # drop the padding, keep every tuple the law returned
+            start = tokens.shape[1]
+            tokens = np.concatenate([np.repeat(tokens, K, axis=0), table[inverse].reshape(-1, b)], axis=1)[
+                keep
+            ]
+            prob = (np.repeat(prob, K) * weight[inverse].ravel())[keep]
+            nxt.extend(cols + [start + j] for j in range(b))
+        level = nxt
+    return _group(tokens, prob)
+
+
+def _first_children_columns(big, small) -> list:
+    """The breadth-first node columns of the first-children sub-tree of ``small`` in the big tree's
+    token rows (node k of the big tree is column k - 1: no root entry)."""
+    return [k - 1 for k in _first_children_nodes(big, small)]
+
+
+def _first_children_nodes(big, small) -> list:
+    """The big tree's breadth-first node numbers (root 0) of its first-children sub-tree ``small``."""
     big, small = parse_shape(big), parse_shape(small)
     # children index ranges of the big tree in breadth-first order
-    starts, node, nxt = {}, 0, 1
+    starts, nxt = {}, 1
     level = [0]
     for b in big.branching:
         new = []
@@ -73,11 +127,37 @@ def _first_children_tokens(tokens, big, small) -> tuple:
         new = []
         for v in level:
             kids = list(range(starts[v], starts[v] + b))
-            out.extend(tokens[k - 1] for k in kids)  # token of node k is tokens[k - 1] (no root entry)
+            out.extend(kids)
             new.extend(kids)
         level = new
-    del node
-    return tuple(out)
+    return out
+
+
+def _first_children_tokens(tokens, big, small) -> tuple:
+    """The breadth-first tokens of the first-children sub-tree, read off the big tree's token list."""
+    return tuple(tokens[c] for c in _first_children_columns(big, small))
+
+
+@pytest.mark.parametrize("scheme", NESTED)
+@pytest.mark.parametrize("shape", ["2,1", "1x3", "3"])
+def test_array_enumeration_equals_the_readable_one(scheme, shape):
+    """The numpy enumeration behind the law test below gives the dict enumeration's outcomes and
+    probabilities (small shapes, where the readable version is quick), sub-tree marginal included."""
+    law = _law(4, seed=11)
+    expected = _tree_law(shape, scheme, law)
+    keys, probs = _tree_law_arrays(shape, scheme, law)
+    assert len(keys) == len(expected) == len(set(map(tuple, keys.tolist())))
+    for k, pr in zip(keys.tolist(), probs):
+        assert abs(expected[tuple(k)] - pr) <= 1e-15
+    if shape != "3":
+        small = "1x2"
+        sub: dict = {}
+        for tokens, prob in expected.items():
+            key = _first_children_tokens(tokens, shape, small)
+            sub[key] = sub.get(key, 0.0) + prob
+        sk, sp = _group(keys[:, _first_children_columns(shape, small)], probs)
+        assert sorted(sub) == [tuple(k) for k in sk.tolist()]
+        assert np.allclose([sub[tuple(k)] for k in sk.tolist()], sp, rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("scheme", NESTED)
@@ -88,14 +168,11 @@ def test_first_children_subtree_has_the_shapes_own_law(scheme, big, small):
     # 10 drafted tokens in a 2,2,1 tree: V = 3 keeps the enumeration at 3^10 outcomes (4^10 took 80 s)
     V = 5 if scheme == "top_n" else (3 if big == "2,2,1" else 4)
     law = _law(V, seed=zlib.crc32(f"{scheme}/{big}/{small}".encode()) % 1000)  # stable across runs
-    sub: dict = {}
-    for tokens, prob in _tree_law(big, scheme, law).items():
-        key = _first_children_tokens(tokens, big, small)
-        sub[key] = sub.get(key, 0.0) + prob
-    own = _tree_law(small, scheme, law)
-    assert set(sub) == set(own)
-    for k in own:
-        assert abs(sub[k] - own[k]) <= 1e-12
+    keys, probs = _tree_law_arrays(big, scheme, law)
+    sub_keys, sub_probs = _group(keys[:, _first_children_columns(big, small)], probs)
+    own_keys, own_probs = _tree_law_arrays(small, scheme, law)
+    assert np.array_equal(sub_keys, own_keys)  # the same outcomes (rows distinct and sorted)
+    assert np.all(np.abs(sub_probs - own_probs) <= 1e-12)
 
 
 @pytest.mark.parametrize("scheme", NOT_NESTED)
