@@ -629,11 +629,19 @@ def _outcome(fn):
     return "refused" if value is None else float(value)
 
 
-def test_every_entry_point_agrees_or_all_refuse():
+@pytest.mark.parametrize(
+    "cases",
+    [
+        pytest.param(range(16), id="cases0-15"),  # four inputs of each class
+        pytest.param(range(16, 32), id="cases16-31", marks=pytest.mark.slow),
+    ],
+)
+def test_every_entry_point_agrees_or_all_refuse(cases):
     """Single call, batch, evaluation plan and torch backend (CPU) on the new input classes (fewer
     ordinary masses than drafts, subnormal rest masses, masses from 1 to 1e-300 mixed, cold drafts):
     every bound of every registered scheme and every closed-form verifier agrees to 1e-12 across the
-    entry points that cover it, or every one of them refuses the input."""
+    entry points that cover it, or every one of them refuses the input. 32 seeded inputs drawn in
+    turn from one generator, checked in two parts (the second in the full lane)."""
     torch = pytest.importorskip("torch")
     from mdsd_ot import verifier_acceptance
     from mdsd_ot.backends import torch as tb
@@ -641,6 +649,8 @@ def test_every_entry_point_agrees_or_all_refuse():
 
     checked = 0
     for i, p, q in _differential_cases():
+        if i not in cases:
+            continue
         pt, qt = torch.tensor(p)[None], torch.tensor(q)[None]
         for n in (1, 2, 3, 5):
             for scheme in SCHEMES:
@@ -687,4 +697,4 @@ def test_every_entry_point_agrees_or_all_refuse():
                 if values:
                     assert max(values) - min(values) <= TOL, (i, name, n, res)
                 checked += 1
-    assert checked > 1000
+    assert checked > 500  # 1,000 over the 32 inputs

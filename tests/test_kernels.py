@@ -243,7 +243,7 @@ def test_slope_bounds_against_brute_force(rng):
                     assert exact[c] <= bound + 1e-13
 
 
-@njit(cache=True)
+@njit(cache=False)  # not cached: numba's cache would not see a change to the library's _gap_bound
 def _worst_gap_excess(w, m, r, ref, gap):
     """max over prefixes a < b < a + gap and a <= c <= b of ``ref[c] - _gap_bound(a, b, c)``: the
     library's bound, called in compiled loops (about 10^6 calls per test)."""

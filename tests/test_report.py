@@ -387,6 +387,7 @@ def test_gap_vs_n_reproduces_the_summary(capsys):
         assert f"{t['mean']:.4f} ± {t['ci95']:.4f}" in rrs
 
 
+@pytest.mark.slow  # scripts/study_extras.py re-derives paired_differences.md from the 10,350 rows
 def test_paired_differences_reproduce(capsys):
     assert _script("study_extras").main([str(DATA)]) == 0
     assert capsys.readouterr().out == (DATA / "paired_differences.md").read_text()
@@ -402,8 +403,7 @@ def test_full_coverage_counts_in_the_report():
         assert claimed in text
 
 
-def test_replot_marks_the_subsampled_curves(tmp_path):
-    pytest.importorskip("matplotlib")
+def test_the_subsampled_curves_are_found():
     from mdsd_ot.plots import _subsampled
 
     summary = json.loads((DATA / "summary.json").read_text())
@@ -416,5 +416,10 @@ def test_replot_marks_the_subsampled_curves(tmp_path):
     assert set(sub) == {
         (f"bound:{s}", n) for s in ("without_replacement", "conditional_poisson") for n in (3, 4)
     }
+
+
+@pytest.mark.slow  # scripts/replot_summary.py draws the committed summary's figures (about 1.2 s)
+def test_replot_marks_the_subsampled_curves(tmp_path):
+    pytest.importorskip("matplotlib")
     assert _script("replot_summary").main([str(DATA / "summary.json"), str(tmp_path)]) == 0
     assert (tmp_path / "acceptance_vs_temperature.png").stat().st_size > 10_000
