@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import best_cpu_time, best_time, header, llm_like_pair  # noqa: E402
 
 from mdsd_ot import _kernels, optimal_acceptance, optimal_acceptance_batch, primal  # noqa: E402
-from mdsd_ot.drafts import complement_masses, get_scheme  # noqa: E402
+from mdsd_ot.drafts import complement_parts, get_scheme  # noqa: E402
 
 
 def wide_pair(V: int, rng: np.random.Generator):
@@ -78,9 +78,8 @@ def wide_rows(rng, repeat):
         octaves = float(lr.max() - lr.min())
         t_sort = argsort_time(p, q, repeat)
         t_lin = linear_pass_time(p, q, repeat)
-        scan = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 0, q), repeat=repeat)
-        rest = complement_masses(q)
-        scan1 = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 1, rest), repeat=repeat)
+        scan = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 0, 0.0, -1, 1.0), repeat=repeat)
+        scan1 = best_cpu_time(lambda: _kernels.bucketed_scan(p, q, 2, 1, *complement_parts(q)), repeat=repeat)
         cells = [
             f"{scan * 1e3:.2f} / {scan1 * 1e3:.2f}",
             f"{scan / t_sort:.2f}x / {scan1 / t_sort:.2f}x",
@@ -96,6 +95,43 @@ def wide_rows(rng, repeat):
             cells.append(f"{t / t_sort:.2f}x")
         head = f"| {label} ({octaves:.0f} octaves) | {t_sort * 1e3:.2f} | {t_lin * 1e3:.2f} | "
         out.append(head + " | ".join(cells) + " |")
+    return out
+
+
+def class_pairs(V: int, rng: np.random.Generator):
+    """The input classes on which pruning helps least, each as ``(label, p, q)``."""
+    p_llm, q_llm = llm_like_pair(V, rng)
+    out = [("p = q", p_llm, p_llm.copy())]
+    q = p_llm * (1.0 + 1e-9 * rng.standard_normal(V))
+    out.append(("p close to q (1e-9)", p_llm, q / q.sum()))
+    a = rng.integers(1, 4, V).astype(float)  # exact ratio clusters: 9 distinct q/p values
+    b = rng.integers(1, 4, V).astype(float)
+    out.append(("exact ratio clusters", a / a.sum(), b / b.sum()))
+    sub = np.exp(rng.uniform(-745.0, -690.0, V))  # most masses subnormal, a few ordinary
+    sub[rng.integers(0, V, 40)] = rng.random(40)
+    sub2 = np.exp(rng.uniform(-745.0, -690.0, V))
+    sub2[rng.integers(0, V, 40)] = rng.random(40)
+    out.append(("subnormal masses", sub / sub.sum(), sub2 / sub2.sum()))
+    top = np.zeros(V)
+    keep = rng.choice(V, 50, replace=False)
+    top[keep] = p_llm[keep]
+    out.append(("top-50 target (p = 0 elsewhere)", top / top.sum(), q_llm))
+    hot = np.full(V, 1e-13)
+    hot[int(rng.integers(V))] = 1.0
+    out.append(("near one-hot draft", p_llm, hot / hot.sum()))
+    return out
+
+
+def class_rows(rng, repeat):
+    V = 152_064
+    out = []
+    for label, p, q in class_pairs(V, rng):
+        base = argsort_time(p, q, repeat) + linear_pass_time(p, q, repeat)
+        cells = []
+        for sampling, n in (("with_replacement", 2), ("with_replacement", 8), ("without_replacement", 2)):
+            t = best_cpu_time(lambda: optimal_acceptance(p, q, n, sampling=sampling), repeat=repeat)
+            cells.append(f"{t * 1e3:.2f} ms = {t / base:.2f}x")
+        out.append(f"| {label} | {base * 1e3:.2f} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -157,7 +193,7 @@ def position_rows(rng, repeat):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=9)
-    ap.add_argument("--only", choices=("wide", "small", "position"), default=None)
+    ap.add_argument("--only", choices=("wide", "classes", "small", "position"), default=None)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     lines = [header("Speed floors: ratios to baselines measured in the same run")]
@@ -173,6 +209,17 @@ def main():
             "| without n=2 | without n=4 | without n=8 |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ] + wide_rows(rng, args.repeat)
+    if args.only in (None, "classes"):
+        lines += [
+            "",
+            "Input classes where pruning helps least, V = 152,064: the whole optimal_acceptance call "
+            "(CPU time) against sorting plus one linear pass (one np.argsort of q/p plus "
+            "np.cumsum(np.divide(q, p)), measured on the same pair in the same run). Target: <= 1x.",
+            "",
+            "| pair | argsort + linear pass ms | with replacement n=2 | with replacement n=8 "
+            "| without replacement n=2 |",
+            "|---|---|---|---|---|",
+        ] + class_rows(rng, args.repeat)
     if args.only in (None, "small"):
         lines += [
             "",

@@ -53,6 +53,13 @@ QUAD_TAIL = 1e-17
 #: Slack when pruning bins of the binned scan with exact bounds (never prunes the optimum).
 PRUNE_MARGIN = 1e-12
 
+#: The binned scan does not look into a bin (or sub-bin) whose q mass could raise the excess by at
+#: most this above its value at the bin's start, a boundary it evaluates: the value returned stays
+#: within GAIN_FLOOR (plus rounding, ~1e-16) of the maximum over every prefix. Without it a run of
+#: masses far below rounding (subnormal tails), where every prefix ties to the last bit, is scanned
+#: token by token (docs/math.md#pruning).
+GAIN_FLOOR = 2.0**-64
+
 #: Sequential sampling, n >= 3: prefixes whose upper bound cannot beat the best excess found by more
 #: than this are skipped, so the value returned is within PRUNE_SLACK (plus the ~1e-15 quadrature
 #: error) of the exact optimum. Without it, near-flat excess curves (p close to q, near one-hot

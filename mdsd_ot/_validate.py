@@ -162,6 +162,22 @@ def normalized_pair(p, q, *, normalize: bool = False) -> tuple[np.ndarray, np.nd
     return p, q
 
 
+def distinct_ns(ns) -> np.ndarray:
+    """The distinct draft counts of ``ns``, ascending, as the int64 array the plan's kernels take.
+
+    Parameters
+    ----------
+    ns : iterable of int
+        Validated draft counts (repeats allowed).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, sorted, without repeats.
+    """
+    return np.array(sorted(set(ns)), dtype=np.int64)
+
+
 def check_n(n) -> int:
     """Validate the number of drafts: a positive integer (bools rejected)."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):

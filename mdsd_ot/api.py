@@ -32,7 +32,10 @@ def _dual_objective(p, q, n, scheme, subset, refine: int = 0) -> float:
 
     ``Q(H)`` comes from :meth:`DraftScheme.mass`, which never calls the dual solver's kernels (for
     sequential sampling with n >= 3: enumeration or an independent quadrature on a finer grid).
+    The empty set's objective is 1 for every scheme (no draft lies in it: ``Q = p = 0``).
     """
+    if len(subset) == 0:
+        return 1.0
     mask = np.zeros(p.size, dtype=bool)
     mask[subset] = True
     return (p * mask).sum() + 1.0 - scheme.mass(q, n, mask, refine=refine)

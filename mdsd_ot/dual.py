@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _kernels
 from ._config import BINNED_MIN_V, BRUTEFORCE_MAX_V
-from .drafts import DraftScheme, complement_masses
+from .drafts import DraftScheme, complement_parts
 from .drafts.scheme import KERNEL_WITH, KERNEL_WITHOUT
 from .drafts.without_replacement import sequential_mass_inside
 
@@ -90,8 +90,8 @@ def solve_sorted_prefix(p, q, n: int, scheme: DraftScheme, refine: int = 0, seen
     code = scheme.kernel_code
     if scheme.sums_suffice(n) and p.size >= BINNED_MIN_V:  # bins instead of a full sort
         family = KERNEL_WITH if n == 1 else code  # n = 1: q(H) whatever the scheme (the i.i.d. family)
-        rest = complement_masses(q) if family == KERNEL_WITHOUT else q
-        excess, mask = _kernels.bucketed_scan(p, q, n, family, rest)
+        parts = complement_parts(q) if family == KERNEL_WITHOUT else (0.0, -1, 1.0)
+        excess, mask = _kernels.bucketed_scan(p, q, n, family, *parts)
     else:
         if p.size <= STABLE_SORT_MAX_V:
             order = sorted_order(p, q)

@@ -51,7 +51,7 @@ from ._config import (
     RECHECK_TOL,
 )
 from ._kernels import plan as _plan_kernels  # noqa: F401  (registers _kernels.plan)
-from ._validate import check_n, check_pair, normalized_pair
+from ._validate import check_n, check_pair, distinct_ns, normalized_pair
 from .drafts import get_scheme
 from .drafts.greedy import plan_bounds as greedy_plan_bounds
 from .drafts.scheme import KERNEL_CP, KERNEL_WITH, KERNEL_WITHOUT
@@ -116,10 +116,6 @@ class PositionEvaluation:
 
 
 # ------------------------------------------------------------------------------------ the plan
-def _ints(ns):
-    return np.array(sorted(set(ns)), dtype=np.int64)
-
-
 class PlanTables(NamedTuple):
     """The per-position tables the plan's bounds and closed-form verifiers are functions of, along the
     order by ``q/p`` descending (ties by index; :func:`_kernels.plan.order_tables`): arrays of size
@@ -253,7 +249,7 @@ class _Plan:
         have = self._cache.get("scans", {})
         if not set(ns) <= set(have):
             t = self.tables(wor2=WOR2_SCAN in ns)
-            want = _ints(set(ns) | set(have))
+            want = distinct_ns(set(ns) | set(have))
             big_q = float(self.q[self.big]) if self.big >= 0 else 0.0
             out = _kernels.plan.prefix_scans(t.P, t.Q, t.R, t.S, big_q, self.big_rest, t.big_pos, want)
             have = dict(zip(want.tolist(), out))
@@ -276,7 +272,12 @@ class _Plan:
             self._cache.pop("greedy", None)
         return self._top[:k]
 
-    def _rest(self, n, tail):
+    @property
+    def held_top(self):
+        """Every token of the top of q computed so far, in rank order (:meth:`top`)."""
+        return self._top
+
+    def rest_outside_top(self, n, tail):
         """The q mass outside ``top[:n - 1]``: ``tail`` (outside all of the top) plus the rest of it."""
         return math.fsum([tail] + [float(self.q[i]) for i in self._top[n - 1 :]])
 
@@ -288,9 +289,9 @@ class _Plan:
         have = self._cache.get("greedy", {})
         if not set(ns) <= set(have):
             self.need["greedy"] = {n for n in self.need["greedy"] | set(ns) if n <= self.support}
-            want = _ints(self.need["greedy"])
+            want = distinct_ns(self.need["greedy"])
             self.top(int(want[-1]) - 1)
-            rest = np.array([self._rest(n, self.tail) for n in want.tolist()])
+            rest = np.array([self.rest_outside_top(n, self.tail) for n in want.tolist()])
             sums = _kernels.plan.greedy_sums(self.p, self.q, self._top, want, rest)
             have = dict(zip(want.tolist(), sums))
             self._cache["greedy"] = have

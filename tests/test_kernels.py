@@ -11,7 +11,7 @@ from oracles import mp_sequential_product_bound, slow_excess
 from mdsd_ot import _kernels as K
 from mdsd_ot._config import PRUNE_SLACK
 from mdsd_ot._kernels.sequential import _gap_bound
-from mdsd_ot.drafts import complement_masses
+from mdsd_ot.drafts import complement_masses, complement_parts
 from mdsd_ot.dual import sorted_order
 
 
@@ -375,7 +375,7 @@ def test_bucketed_scan_equals_full_sort_scan(code, rng):
         rest = complement_masses(q)
         ps, qs = sorted_pair(p, q)
         want = K.solve_sorted(ps, qs, n, code)[0]
-        got, mask = K.bucketed_scan(p, q, n, code, rest)
+        got, mask = K.bucketed_scan(p, q, n, code, *complement_parts(q))
         assert got == pytest.approx(want, abs=1e-11)  # same sums, another summation order
         qh, ph = q[mask].sum(), p[mask].sum()
         if code == 0:
@@ -401,7 +401,7 @@ def test_bucketed_scan_mask_is_a_prefix_of_the_sorted_order_with_ties(code, rng)
         p /= p.sum()
         q /= q.sum()
         n = 2 if code == 1 else 1 + trial % 4
-        got, mask = K.bucketed_scan(p, q, n, code, complement_masses(q))
+        got, mask = K.bucketed_scan(p, q, n, code, *complement_parts(q))
         order = sorted_order(p, q)
         k = int(mask.sum())
         assert mask[order[:k]].all()  # the subset is a prefix of the order
@@ -492,7 +492,7 @@ def test_bucketed_scan_refines_crowded_bins(code, rng):
         p, q = p / p.sum(), q / q.sum()
         n = 2 if code == 1 else (1, 2, 8)[trial % 3]
         rest = complement_masses(q)
-        got, mask = K.bucketed_scan(p, q, n, code, rest)
+        got, mask = K.bucketed_scan(p, q, n, code, *complement_parts(q))
         ps, qs = sorted_pair(p, q)
         assert got == pytest.approx(K.solve_sorted(ps, qs, n, code)[0], abs=1e-14)
         qh, ph = q[mask].sum(), p[mask].sum()
@@ -566,7 +566,7 @@ def test_bucketed_scan_deep_refinement_against_numpy(code, rng, monkeypatch):
         p, q = p / p.sum(), q / q.sum()
         n = 2 if code == 1 else (1, 2, 8, 2)[trial % 4]
         rest = complement_masses(q)
-        got, mask = twin(p, q, n, code, rest)
+        got, mask = twin(p, q, n, code, *complement_parts(q))
         want, order, excess = _numpy_prefix_scan(p, q, n, code, rest)
         assert got == pytest.approx(want, abs=1e-12)  # (np.cumsum: plain sums, ~V ulps)
         k = int(mask.sum())

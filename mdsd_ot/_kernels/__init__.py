@@ -29,6 +29,7 @@ from .scans import (
     break_ties_by_index,
     bucketed_scan,
     complement_masses_kernel,
+    complement_parts_kernel,
     esp_prefix_scaled,
     log_esp_suffix_table,
     order_keys,
@@ -42,6 +43,7 @@ from .scans import (
 )
 from .sequential import (
     candidate_prefixes,
+    pair_mass_check,
     quad_grid,
     scan_without_replacement,
     sequential_mass_check,
@@ -58,6 +60,7 @@ __all__ = [
     "candidate_prefixes",
     "compile_notice",
     "complement_masses_kernel",
+    "complement_parts_kernel",
     "esp_prefix_scaled",
     "log_esp_suffix_table",
     "logaddexp",
@@ -75,6 +78,7 @@ __all__ = [
     "scan_without_replacement",
     "scan_without_replacement_2",
     "scan_without_replacement_2_sums",
+    "pair_mass_check",
     "sequential_mass_check",
     "sequential_masses",
     "sequential_masses_fast",

@@ -16,6 +16,7 @@ from .common import neumaier_add, neumaier_add_nonneg
 from .scans import (
     bucketed_scan,
     complement_masses_kernel,
+    complement_parts_kernel,
     order_keys,
     scan_conditional_poisson,
     scan_with_replacement,
@@ -196,8 +197,8 @@ def _batch_binned(P, Q, n, code):
     out = np.empty(B)
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(B):
-        rest = complement_masses_kernel(Q[b]) if code == 1 else Q[b]  # 1 - q_i, any order
-        d, mask = bucketed_scan(P[b], Q[b], n, code, rest)
+        total, big, big_rest = complement_parts_kernel(Q[b]) if code == 1 else (0.0, -1, 1.0)
+        d, mask = bucketed_scan(P[b], Q[b], n, code, total, big, big_rest)
         H[b] = mask
         out[b] = max(1.0 - d, 0.0)
     return out, H

@@ -12,7 +12,7 @@ import math
 import numba as nb
 import numpy as np
 
-from .._config import BIN_BUDGET, POWER_FROM_REST_N, PRUNE_MARGIN, REFINE_BINS, REFINE_MIN
+from .._config import BIN_BUDGET, GAIN_FLOOR, POWER_FROM_REST_N, PRUNE_MARGIN, REFINE_BINS, REFINE_MIN
 from .common import (
     logaddexp,
     neumaier_add,
@@ -245,19 +245,37 @@ def order_keys(p, q):
 
 
 @nb.njit(cache=True)
+def complement_parts_kernel(qs):
+    """``(total, big, big_rest)``: ``total = sum(qs)`` (compensated, from the end, as
+    :func:`suffix_sums`), ``big`` the token above half the mass (-1: none) and ``big_rest`` its
+    ``1 - q`` summed directly (1.0 when there is none). Every other ``1 - q_i`` is ``total - q_i``."""
+    s = 0.0
+    c = 0.0
+    for i in range(qs.size - 1, -1, -1):
+        s, c = neumaier_add(s, c, qs[i])
+    total = s + c
+    big = -1
+    big_rest = 1.0
+    for i in range(qs.size):
+        if qs[i] > 0.5 * total:
+            big = i
+            r = 0.0
+            for j in range(qs.size):
+                if j != i:
+                    r += qs[j]
+            big_rest = r
+    return total, big, big_rest
+
+
+@nb.njit(cache=True)
 def complement_masses_kernel(qs):
     """``1 - q[i]`` without cancellation (direct sum for the one token above half the mass)."""
-    total = suffix_sums(qs)[0]
+    total, big, big_rest = complement_parts_kernel(qs)
     rest = np.empty(qs.size)
     for i in range(qs.size):
         rest[i] = total - qs[i]
-    for i in range(qs.size):
-        if qs[i] > 0.5 * total:
-            s = 0.0
-            for j in range(qs.size):
-                if j != i:
-                    s += qs[j]
-            rest[i] = s
+    if big >= 0:
+        rest[big] = big_rest
     return rest
 
 
@@ -301,8 +319,7 @@ def break_ties_by_index(keys, order):
 
 @nb.njit(cache=True)
 def _bin_of(p, q):
-    """Bins of q/p, high to low: ``(bins, nbins, total)``, 4-byte bin numbers, and ``total`` the
-    plain sum of q in token order (for :func:`_bin_sums`: its add chain hides behind the divisions).
+    """Bins of q/p, high to low: ``(bins, nbins)``, 4-byte bin numbers.
 
     Bin 0 holds ``p = 0 < q``, the last bin ``q = 0``; in between, the bit pattern of the positive
     float ``q/p`` (monotone in its value) cut to its exponent and the leading mantissa bits, over the
@@ -317,9 +334,7 @@ def _bin_of(p, q):
     bits = buf.view(np.int64)  # the ratio's bit pattern (monotone for positive floats)
     r_lo = np.inf
     r_hi = -1.0
-    total = 0.0
     for i in range(V):
-        total += q[i]
         r = q[i] / (p[i] if p[i] > 0.0 else 1.0)  # p = 0: never read below
         buf[0] = r
         key[i] = bits[0] >> 44
@@ -342,7 +357,7 @@ def _bin_of(p, q):
         j = np.int32(1) + top32 - (key[i] >> s)
         j = np.int32(0) if p[i] == 0.0 else j
         key[i] = last if q[i] == 0.0 else j
-    return key, nbins, total
+    return key, nbins
 
 
 @nb.njit(cache=True)
@@ -358,36 +373,47 @@ def _excess(Qh, Ph, Rout, Sh, big, n, code):
 
 
 @nb.njit(cache=True)
-def _bin_sums(p, q, b, nbins, code, rest, half):
-    """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token above
-    half the mass (``q_i > half``), as ``(sums (3, nbins), cnt, big_i)``; every term is non-negative
-    (:func:`neumaier_add_nonneg`). A pass of its own: folded into :func:`_bin_of`'s second pass it
-    runs slower (the bin arithmetic and the random-order adds of one loop get in each other's way)."""
+def _bin_sums(p, q, b, nbins, code, total, big_i):
+    """Per bin: the compensated sums of p, q and (code 1) q_i / (1 - q_i) without the token
+    ``big_i`` (each ``1 - q_i`` as ``total - q_i``: see :func:`bucketed_scan`), as
+    ``(sums (3, nbins), cnt)``; every term is non-negative (:func:`neumaier_add_nonneg`). A pass
+    of its own: folded into :func:`_bin_of`'s second pass it runs slower (the bin arithmetic and the
+    random-order adds of one loop get in each other's way)."""
     V = p.size
     acc = np.zeros((nbins, 6))  # per bin: p, q, S sums and their compensations
     cnt = np.zeros(nbins, dtype=np.int64)
-    big_i = -1  # (the token above half the mass: sequential n = 2 only)
     for i in range(V):
         j = b[i]
         cnt[j] += 1
         acc[j, 0], acc[j, 3] = neumaier_add_nonneg(acc[j, 0], acc[j, 3], p[i])
         acc[j, 1], acc[j, 4] = neumaier_add_nonneg(acc[j, 1], acc[j, 4], q[i])
-        if code == 1 and q[i] > 0.0:
-            if q[i] > half:
-                big_i = i
-            else:
-                acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / rest[i])
+        if code == 1 and q[i] > 0.0 and i != big_i:
+            acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / (total - q[i]))
     sums = np.empty((3, nbins))
     for j in range(nbins):
         for r in range(3):
             sums[r, j] = acc[j, r] + acc[j, r + 3]
-    return sums, cnt, big_i
+    return sums, cnt
+
+
+@nb.njit(cache=True, inline="always")
+def _can_gain(q_run, n, code, odds):
+    """Whether the tokens of a run (q mass ``q_run``, summed directly) could raise the excess above
+    its value at the run's start by more than ``GAIN_FLOOR`` (docs/math.md#pruning). Adding q mass x
+    raises ``q(H)^n`` by at most ``n x`` (code 0) and ``W_2(H)`` by at most the chance that a draft
+    falls among the run's tokens, ``x (1 + odds)`` with ``odds = sum_i q_i / (1 - q_i)`` over the
+    vocabulary (code 1; infinite when a ``1 - q_i`` is 0); the p mass only lowers the excess."""
+    if q_run <= 0.0:
+        return False
+    cap = n * q_run if code == 0 else q_run * (1.0 + odds)
+    return cap > GAIN_FLOOR
 
 
 @nb.njit(cache=True)
-def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
+def _bin_candidates(P0, Q0, S0, R1, cnt, qb, odds, big_bin, big_q, big_rest, n, code):
     """The best bin boundary's excess (``bound``) and ``start``: the offsets of the candidate bins'
-    tokens (a bin whose inner prefixes might beat ``bound``; the others get no room)."""
+    tokens (a bin whose inner prefixes might beat ``bound`` by more than ``GAIN_FLOOR``; the others
+    get no room). ``qb``: each bin's q mass; ``odds``: see :func:`_can_gain`."""
     nbins = cnt.size
     bound = 0.0
     for j in range(nbins):
@@ -397,7 +423,8 @@ def _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code):
     start = np.zeros(nbins + 1, dtype=np.int64)
     for j in range(nbins):
         inner = 0
-        if j < nbins - 1 and cnt[j] >= 2:  # inside the q = 0 bin the excess only falls
+        # inside the q = 0 bin the excess only falls; a bin of too little q mass gains nothing
+        if j < nbins - 1 and cnt[j] >= 2 and _can_gain(qb[j], n, code, odds):
             # Q and S grow, p grows, R falls: bound with Q, R at the bin's end and p, S at its start;
             # the token above half the mass, when in an earlier bin, costs at least its term at R(end)
             big = big_q * (R1[j + 1] / big_rest) if big_bin < j else 0.0
@@ -456,10 +483,9 @@ def _leaf_scan(
     members,
     p,
     q,
-    rest,
+    total,
     work,
     tail,
-    unsorted,
     a0,
     a,
     e,
@@ -477,25 +503,23 @@ def _leaf_scan(
     best,
     best_rank,
 ):
-    """The inner prefixes of ``members[a:e]`` (a run of a candidate bin starting at ``a0``) token by
-    token: the run sorted by q/p in place, stably, if ``unsorted`` (then it has at most
-    ``REFINE_MIN`` tokens, sorted by insertion with their ratios in ``work``: at that length faster
-    than :func:`mdsd_ot._kernels.common.sort_run_descending`'s radix sort, which clears 2^11 counters
-    a pass; otherwise its ratios are all equal and its token order is the sorted one), then running
-    compensated sums from ``P``, ``Q``, ``S`` (the sums before ``a``) and the outside mass ``R`` after
-    ``e`` plus the run's own tail (in ``tail``)."""
+    """The inner prefixes of ``members[a:e]`` (a run of at most ``REFINE_MIN`` tokens of a candidate
+    bin starting at ``a0``) token by token: the run sorted by q/p in place, stably, by insertion with
+    the ratios in ``work`` (at that length faster than
+    :func:`mdsd_ot._kernels.common.sort_run_descending`'s radix sort, which clears 2^11 counters a
+    pass), then running compensated sums from ``P``, ``Q``, ``S`` (the sums before ``a``) and the
+    outside mass ``R`` after ``e`` plus the run's own tail (in ``tail``)."""
     m = e - a
-    if unsorted:  # insertion, stably from high to low (the permutation of any stable sort)
-        rs = work
-        for t in range(m):
-            rs[t] = _ratio(p, q, members[a + t])
-        for t in range(1, m):
-            r, i = rs[t], members[a + t]
-            u = t
-            while u > 0 and rs[u - 1] < r:
-                rs[u], members[a + u] = rs[u - 1], members[a + u - 1]
-                u -= 1
-            rs[u], members[a + u] = r, i
+    rs = work  # insertion, stably from high to low (the permutation of any stable sort)
+    for t in range(m):
+        rs[t] = _ratio(p, q, members[a + t])
+    for t in range(1, m):
+        r, i = rs[t], members[a + t]
+        u = t
+        while u > 0 and rs[u - 1] < r:
+            rs[u], members[a + u] = rs[u - 1], members[a + u - 1]
+            u -= 1
+        rs[u], members[a + u] = r, i
     s_, c_ = 0.0, 0.0
     tail[m] = 0.0
     for t in range(m - 1, -1, -1):
@@ -512,7 +536,7 @@ def _leaf_scan(
             if i == big_i:
                 big_in = True
             else:
-                Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / rest[i])
+                Sc, cS = neumaier_add_nonneg(Sc, cS, q[i] / (total - q[i]))
         Rout = R + tail[t + 1 - a]
         big = big_q * (Rout / big_rest) if big_in else 0.0
         d = _excess(Qc + cQ, Pc + cP, Rout, Sc + cS, big, n, code)
@@ -531,7 +555,7 @@ def _refine_bin(
     members,
     p,
     q,
-    rest,
+    total,
     work,
     tail,
     jb,
@@ -548,6 +572,7 @@ def _refine_bin(
     big_rest,
     n,
     code,
+    odds,
     bound,
 ):
     """The first largest excess over the inner prefixes of one candidate bin ``members[a0:e0]`` (sums
@@ -559,9 +584,12 @@ def _refine_bin(
     A run of more than ``REFINE_MIN`` tokens is not sorted: it is binned again by the next bits of its
     own occupied range of q/p (at most ``REFINE_BINS`` sub-bins, scattered in place, stably), every
     sub-bin boundary is a prefix whose excess follows from sub-bin sums, and only the sub-bins whose
-    bound ``Q(end) - p(start)`` can beat the best attained excess by ``PRUNE_MARGIN`` are looked into,
-    recursively; shorter runs (and runs of equal ratios) are sorted and scanned token by token. The
-    tokens end up arranged so that the best prefix is ``members[a0:a0 + best_rank]``.
+    bound ``Q(end) - p(start)`` can beat the best attained excess by ``PRUNE_MARGIN`` and whose q mass
+    could raise the excess by more than ``GAIN_FLOOR`` (:func:`_can_gain`) are looked into,
+    recursively; shorter runs are sorted and scanned token by token. A run of equal ratios is not
+    looked into at all: along it the excess is largest at one of its ends (docs/math.md#pruning),
+    which are boundaries evaluated already. The tokens end up arranged so that the best prefix is
+    ``members[a0:a0 + best_rank]``.
 
     The run's tokens are read where they lie, ``p[members[t]]`` (in increasing index order: the
     scatter is stable), their ratios computed in each of the two passes that need them rather than
@@ -575,10 +603,9 @@ def _refine_bin(
             members,
             p,
             q,
-            rest,
+            total,
             work,
             tail,
-            True,
             a0,
             a0,
             e0,
@@ -629,15 +656,16 @@ def _refine_bin(
                 elif r > r_lo:
                     r_2 = r
             r_hi = max(r_hi, r)
-        if e - a <= REFINE_MIN or r_lo == r_hi:
+        if r_lo == r_hi:  # the excess along the run is largest at one of its ends, evaluated
+            continue
+        if e - a <= REFINE_MIN:
             bound, best, best_rank = _leaf_scan(
                 members,
                 p,
                 q,
-                rest,
+                total,
                 work,
                 tail,
-                r_lo != r_hi,
                 a0,
                 a,
                 e,
@@ -686,7 +714,7 @@ def _refine_bin(
                 if i == big_i:
                     big_sub = j
                 else:
-                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / rest[i])
+                    acc[j, 2], acc[j, 5] = neumaier_add_nonneg(acc[j, 2], acc[j, 5], q[i] / (total - q[i]))
         for j in range(nsub):
             cnt[j + 1] += cnt[j]
         for t in range(e - a):  # stable scatter into sub-bin order, then back in place
@@ -733,7 +761,7 @@ def _refine_bin(
                 bound = max(bound, d)
                 if _better(d, a + hi - a0, best, best_rank):
                     best, best_rank = d, a + hi - a0
-            if hi - lo >= 2:  # (the token above half the mass: see _bin_candidates)
+            if hi - lo >= 2 and _can_gain(acc[j, 1] + acc[j, 4], n, code, odds):  # (big: _bin_candidates)
                 big = big_q * (Rout / big_rest) if bin_big else 0.0
                 ub_j = _excess(Qc + cQ, Ps, Rout, Ss, big, n, code)
                 if ub_j >= bound - PRUNE_MARGIN:
@@ -752,7 +780,7 @@ def _refine_bin(
 
 @nb.njit(cache=True)
 def _bin_scan(
-    P0, Q0, S0, R1, cnt, start, members, p, q, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+    P0, Q0, S0, R1, cnt, start, members, p, q, total, big_i, big_bin, big_q, big_rest, n, code, odds, bound
 ):
     """The first largest excess over every bin boundary and the candidate bins' inner prefixes:
     ``(best, best_bin, best_len)`` (``best_len`` tokens of ``best_bin`` inside H)."""
@@ -776,7 +804,7 @@ def _bin_scan(
                 members,
                 p,
                 q,
-                rest,
+                total,
                 work,
                 tail,
                 jb,
@@ -793,6 +821,7 @@ def _bin_scan(
                 big_rest,
                 n,
                 code,
+                odds,
                 bound,
             )
             if k >= 0 and d > best:
@@ -805,28 +834,53 @@ def _bin_scan(
 
 
 @nb.njit(cache=True)
-def bucketed_scan(p, q, n, code, rest):
+def bucketed_scan(p, q, n, code, total, big_i, big_rest):
     """``(D, mask)`` for code 0 (with replacement, any n) or code 1 (sequential, n = 2).
 
-    ``rest[i] = 1 - q_i`` as a direct sum (read for code 1 only). ``mask`` marks the first optimal
+    Code 1 reads each ``1 - q_i`` as ``total - q_i`` (``total = sum(q)``), except for ``big_i``,
+    the token above half the mass (-1: none), whose ``1 - q_i`` is ``big_rest``, summed directly:
+    the parts of :func:`mdsd_ot.drafts.complement_masses` (:func:`complement_parts`), without
+    its array. Code 0 reads none of them. ``mask`` marks the first optimal
     prefix H of the order of :func:`mdsd_ot.dual.sorted_order` (empty when D = 0). Bin sums and
     in-bin prefixes are Neumaier-compensated (every term is non-negative:
     :func:`neumaier_add_nonneg`, without branches).
     """
     V = p.size
-    b, nbins, total = _bin_of(p, q)
-    sums, cnt, big_i = _bin_sums(p, q, b, nbins, code, rest, 0.5 * total)
+    b, nbins = _bin_of(p, q)
+    if code != 1:
+        big_i = -1
+    sums, cnt = _bin_sums(p, q, b, nbins, code, total, big_i)
     P0 = prefix_sums(sums[0])  # sums over the bins before bin j
     Q0 = prefix_sums(sums[1])
     S0 = prefix_sums(sums[2])
     R1 = suffix_sums(sums[1])  # q mass of the bins after bin j: R1[j + 1]
     big_bin = b[big_i] if big_i >= 0 else nbins
     big_q = q[big_i] if big_i >= 0 else 0.0
-    big_rest = rest[big_i] if big_i >= 0 else 1.0
-    bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, big_bin, big_q, big_rest, n, code)
+    big_rest = big_rest if big_i >= 0 else 1.0
+    odds = 0.0
+    if code == 1:  # sum_i q_i / (1 - q_i): the bins' S sums and the big token's term
+        odds = S0[nbins] + (big_q / big_rest if big_rest > 0.0 else np.inf)
+    bound, start = _bin_candidates(P0, Q0, S0, R1, cnt, sums[1], odds, big_bin, big_q, big_rest, n, code)
     members = _bin_members(b, start)
     best, best_bin, best_len = _bin_scan(
-        P0, Q0, S0, R1, cnt, start, members, p, q, rest, big_i, big_bin, big_q, big_rest, n, code, bound
+        P0,
+        Q0,
+        S0,
+        R1,
+        cnt,
+        start,
+        members,
+        p,
+        q,
+        total,
+        big_i,
+        big_bin,
+        big_q,
+        big_rest,
+        n,
+        code,
+        odds,
+        bound,
     )
     mask = np.zeros(V, dtype=np.bool_)
     if best_bin >= 0:

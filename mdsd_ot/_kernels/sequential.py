@@ -1320,3 +1320,32 @@ def _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, qv):
             below += dp[n - 1 - k] * run
         total += weight * max(1.0 - below, 0.0)
     return total
+
+
+# ------------------------------------------- without replacement, n = 2: the re-check of W_2(H)
+
+
+@nb.njit(cache=True)
+def pair_mass_check(q, mask, total, big, big_rest):
+    """``W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)``, ``R = q(not H)``, for the certificate
+    re-check (:meth:`mdsd_ot.drafts.DraftScheme.mass`): from the mask, token by token in one pass of
+    three compensated sums (the scans work from bin or prefix sums of the q/p order instead).
+
+    Each ``1 - q_i`` is ``total - q_i`` (at least half the mass: the ratio is at most 2 q_i), except
+    for ``big`` (-1: none), whose ``1 - q`` is ``big_rest`` (the parts of
+    :func:`mdsd_ot.drafts.complement_masses`) and whose term, when in H, is ``q_big (R / max(big_rest,
+    R))``: ``1 - q_big >= R`` inside H, and the ratio stays finite when ``big_rest`` is subnormal."""
+    s_in = c_in = s_out = c_out = s_odd = c_odd = 0.0
+    k = 0
+    for i in range(q.size):
+        inside = q[i] if mask[i] else 0.0
+        s_in, c_in = neumaier_add_nonneg(s_in, c_in, inside)
+        s_out, c_out = neumaier_add_nonneg(s_out, c_out, q[i] - inside)
+        odd = 0.0 if i == big else inside / (total - q[i])
+        s_odd, c_odd = neumaier_add_nonneg(s_odd, c_odd, odd)
+        k += inside > 0.0
+    R = s_out + c_out
+    if R == 0.0:
+        return 1.0 if k >= 2 else 0.0
+    big_term = q[big] * (R / max(big_rest, R)) if big >= 0 and mask[big] else 0.0
+    return (s_in + c_in) - R * (s_odd + c_odd) - big_term

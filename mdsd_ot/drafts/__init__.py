@@ -35,10 +35,10 @@ from __future__ import annotations
 
 from .._validate import check_choice
 from . import conditional_poisson, greedy, hub, top_n, with_replacement, without_replacement
-from ._common import complement_masses, top_tokens
+from ._common import complement_masses, complement_parts, top_tokens
 from .scheme import DraftScheme
 
-__all__ = ["DraftScheme", "SCHEMES", "get_scheme", "complement_masses", "top_tokens"]
+__all__ = ["DraftScheme", "SCHEMES", "get_scheme", "complement_masses", "complement_parts", "top_tokens"]
 
 #: Every registered scheme by name, in the order the documentation lists them.
 SCHEMES: dict[str, DraftScheme] = {

@@ -11,17 +11,38 @@ from .._config import ENUMERATION_MAX_TUPLES
 from ..backends._tensor import require_torch
 
 
+def complement_parts(q: np.ndarray) -> tuple[float, int, float]:
+    """The parts of :func:`complement_masses`, without its array.
+
+    Parameters
+    ----------
+    q : numpy.ndarray
+        Draft probabilities (non-empty).
+
+    Returns
+    -------
+    (float, int, float)
+        ``total = q.sum()``, ``big``, the token holding more than half of the mass (-1: none), and
+        ``big_rest``, its ``1 - q`` summed directly (1.0 when there is none). Every other
+        ``1 - q_i`` is ``total - q_i``.
+    """
+    total = q.sum()
+    big = int(np.argmax(q))
+    if q[big] > 0.5 * total:  # at most one token
+        return total, big, np.delete(q, big).sum()
+    return total, -1, 1.0
+
+
 def complement_masses(q: np.ndarray) -> np.ndarray:
     """``1 - q_i`` for every token, computed without cancellation.
 
     Only a token holding more than half of the mass can suffer cancellation in ``sum(q) - q_i``;
-    for it the complement is summed directly.
+    for it the complement is summed directly (:func:`complement_parts`).
     """
-    total = q.sum()
+    total, big, big_rest = complement_parts(q)
     rest = total - q
-    big = np.flatnonzero(q > 0.5 * total)
-    for i in big:  # at most one token
-        rest[i] = np.delete(q, i).sum()
+    if big >= 0:
+        rest[big] = big_rest
     return rest
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from .._config import RECHECK_TOL
+from .._validate import distinct_ns
 from ..backends._tensor import require_torch
 from ._common import _inverse_cdf, top_tokens
 from .scheme import DraftScheme
@@ -89,7 +90,8 @@ def plan_bounds(plan, ns):
     """Greedy (and hub) closed forms for every n, each re-checked: the top of q verified and the mass
     outside it summed again (:func:`mdsd_ot._kernels.plan.top_check`), then the objective of the
     certificate ``Top + {q' > p}`` by masked sums (:func:`mdsd_ot._kernels.plan.greedy_certificates`).
-    ``plan`` is the position's :class:`mdsd_ot.plan._Plan`; returns ``{n: (alpha*, |re-check - alpha*|)}``."""
+    ``plan`` is the position (:class:`mdsd_ot.interfaces.PlanView`); returns
+    ``{n: (alpha*, |re-check - alpha*|)}``."""
     from .._kernels import plan as plan_kernels
 
     sums = plan.greedy(ns)
@@ -104,11 +106,11 @@ def plan_bounds(plan, ns):
             out[n] = (max(1.0 - float(excess), 0.0), np.inf)
             check_ns.append(n)
     if check_ns:
-        ok, tail = plan_kernels.top_check(plan.q, plan._top)
+        ok, tail = plan_kernels.top_check(plan.q, plan.held_top)
         if ok:
-            rest = np.array([plan._rest(n, tail) for n in check_ns])
-            targets = np.array(sorted(set(check_ns)), dtype=np.int64)
-            checks = plan_kernels.greedy_certificates(plan.p, plan.q, plan._top, targets, rest)
+            rest = np.array([plan.rest_outside_top(n, tail) for n in check_ns])
+            targets = distinct_ns(check_ns)
+            checks = plan_kernels.greedy_certificates(plan.p, plan.q, plan.held_top, targets, rest)
             for n, check in zip(check_ns, checks):
                 out[n] = (out[n][0], abs(float(check) - out[n][0]) if np.isfinite(check) else np.inf)
     return out

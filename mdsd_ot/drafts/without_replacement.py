@@ -21,6 +21,7 @@ from ._common import (
     _sequential_tuple_probs,
     _support_size,
     complement_masses,
+    complement_parts,
     top_tokens,
     torch_complement_masses,
 )
@@ -91,15 +92,15 @@ def _without_mass(q, n, mask, refine=0):
 
 def _without_pair_mass(q, mask):
     """``W_2(H) = q(H) - R sum_{i in H} q_i / (1 - q_i)`` with ``R = q(not H)`` and each ``1 - q_i``
-    from :func:`complement_masses`; in whole-vocabulary passes (no gather: H may hold most of V)."""
-    inside = q * mask  # q on H, 0 elsewhere
-    outside = (q - inside).sum()  # each difference exact (q_i or 0)
-    if outside == 0.0:
-        return 1.0 if _support_size(inside) >= 2 else 0.0
-    # inside H, 1 - q_i >= R: each ratio is at most 1 (no overflow), and the max keeps it so when
-    # rounding leaves 1 - q_i a hair below R; outside H the ratio is multiplied by q * mask = 0
-    ratio = outside / np.maximum(complement_masses(q), outside)
-    return inside.sum() - np.sum(inside * ratio)
+    as :func:`complement_masses` has it, in one compiled pass over the mask
+    (:func:`mdsd_ot._kernels.pair_mass_check`: no gather, no temporaries: H may hold most of V)."""
+    from .. import _kernels
+
+    total, big, big_rest = complement_parts(q)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    mask = np.ascontiguousarray(mask, dtype=np.bool_)
+    kernel = _kernels.small_or_jit(_kernels.pair_mass_check, q.size)  # small V: no compile on a first call
+    return float(kernel(q, mask, total, big, big_rest))
 
 
 def pair_mass_of_prefix(qo, k: int, inside: float, outside: float, total: float, big: int, big_rest: float):

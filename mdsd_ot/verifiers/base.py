@@ -155,9 +155,9 @@ class PlanVerifier(NamedTuple):
 
     ``covers(n)`` says which n ``evaluate`` handles (other n go through
     :func:`mdsd_ot.verifier_acceptance`); ``evaluate(plan, ns)`` returns one acceptance per n and may
-    read ``plan.p``, ``plan.q``, ``plan.tables()`` (:class:`mdsd_ot.plan.PlanTables` along the q/p order),
-    ``plan.order`` and ``plan.scans(ns)``, but must not keep them (work arrays are reused by the next
-    position); a value it cannot vouch for is returned as an exception instance (recorded in
+    read what :class:`mdsd_ot.interfaces.PlanView` names (``plan.p``, ``plan.q``, ``plan.tables()``
+    along the q/p order, ``plan.scans(ns)``, ...), but must not keep it (work arrays are reused by the
+    next position); a value it cannot vouch for is returned as an exception instance (recorded in
     ``errors``). ``needs(n)`` names the passes to prepare so that each runs once:
     ``{"greedy": n}`` (the top of q for n drafts), ``{"naive": n}``, ``{"rsd2": True}``."""
 
@@ -172,8 +172,9 @@ class BatchVerifier(NamedTuple):
     :class:`PlanVerifier`).
 
     ``covers(n)`` says which n ``evaluate`` handles (other n: the numpy plan); ``evaluate(batch, ns)``
-    returns ``{n: float64 tensor (B,)}`` and may read ``batch.pt``, ``batch.qt``, ``batch.rows`` (the
-    sorted rows and their prefix sums), ``batch.t`` and ``batch.greedy()``; ``needs(n)`` names what to
+    returns ``{n: float64 tensor (B,)}`` and may read what :class:`mdsd_ot.interfaces.BatchView`
+    names (``batch.pt``, ``batch.qt``, ``batch.rows``: the sorted rows and their prefix sums,
+    ``batch.t`` and ``batch.greedy()``); ``needs(n)`` names what to
     prepare up front: ``{"greedy": n}`` (the greedy-family sums for n drafts)."""
 
     covers: Callable

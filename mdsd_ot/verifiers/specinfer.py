@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._config import RRS_MAX_CHAIN_ENTRIES
+from .._validate import distinct_ns
 from ..backends._tensor import require_torch
 from .base import (
     BatchVerifier,
@@ -221,7 +222,7 @@ def _plan_acceptance(plan, ns):
     from .._kernels import plan as plan_kernels
 
     t = plan.tables()
-    targets = np.array(sorted(set(ns)), dtype=np.int64)
+    targets = distinct_ns(ns)
     rej = dict(zip(targets.tolist(), plan_kernels.rrs_chain_order(plan.rs, t.ps, t.qs, t.Ps, t.R, targets)))
     return [1.0 - float(rej[n]) for n in ns]
 
