@@ -129,10 +129,20 @@ def _classes(rng, V, n=2, code=0):
 DPS = 400
 
 
+_NORMALISED: dict = {}
+
+
 def _mp_normalised(x):
-    v = [mpmath.mpf(float(t)) for t in x]
-    total = mpmath.fsum(v)
-    return [t / total for t in v]
+    """x / sum(x) at the current precision, remembered for the last few vectors (the value reference
+    and the mask check convert the same p and q)."""
+    key = (np.asarray(x, dtype=np.float64).tobytes(), mpmath.mp.prec)
+    if key not in _NORMALISED:
+        if len(_NORMALISED) >= 4:
+            _NORMALISED.pop(next(iter(_NORMALISED)))
+        v = [mpmath.mpf(float(t)) for t in x]
+        total = mpmath.fsum(v)
+        _NORMALISED[key] = tuple(t / total for t in v)
+    return _NORMALISED[key]
 
 
 def _mp_mass(Q, inside, n, code):
