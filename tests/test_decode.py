@@ -33,9 +33,9 @@ def tiny(kind="qwen2", seed=0, layers=2, vocab=V):
 
 @pytest.fixture
 def no_plots(monkeypatch):
-    """Reports without their two PNGs (about 0.4 s a report): for the tests about rows, merges and
-    resumes (a dozen reports) and the wide-vocabulary values; the plots are checked in
-    test_rows_exact_values_and_summary and drawn in the union and command-line runs."""
+    """Reports without their two PNGs (about 0.4 s a report): for the tests about rows, merges,
+    resumes (a dozen reports), the union run and the wide-vocabulary values; the plots are checked in
+    test_rows_exact_values_and_summary and drawn in the command-line run."""
     from mdsd_ot.decode import report
 
     monkeypatch.setattr(report, "plot_summary", lambda table, out: {})
@@ -337,7 +337,7 @@ def test_one_node_tree_optimal_attains_one_plus_alpha_star_at_full_vocabulary(sc
         assert value <= means["optimal"] + 1e-9, (name, value, means["optimal"])
 
 
-def test_union_run_evaluates_every_cell_at_the_driving_calls(tmp_path):
+def test_union_run_evaluates_every_cell_at_the_driving_calls(tmp_path, no_plots):
     """A union run: per call one row per (tree, scheme) cell, the nested schemes' cells read off one
     union tree, greedy's trees drafted on their own, exactly one row carrying the driving sample;
     the continuation has max_new_tokens tokens; the identity resolves spelled-out defaults."""

@@ -31,6 +31,7 @@ def _main(argv, capsys):
     return code, capsys.readouterr().out
 
 
+@pytest.mark.slow  # 14 MB of committed rows decompressed, hashed and parsed three times: about 2.5 s
 def test_check_and_cells_on_the_committed_rows(tmp_path, capsys):
     res = _run("check", ROWS)  # the script as a program
     assert res.returncode == 0, res.stderr
