@@ -250,7 +250,7 @@ def rsd2_rejection_slow(p, q):
     return float(total)
 
 
-@njit
+@njit(cache=True)  # self-contained (numpy only): numba's cache sees any change to it in this file
 def rsd_mc_accept(p, q, n, u):
     """Per-sample P(accepted | drafts) of RSD, drafts drawn sequentially without replacement.
 
@@ -351,7 +351,7 @@ def rsd_mc_accept_slow(p, q, n, u):
     return out
 
 
-@njit
+@njit  # not cached: it calls the library's kernels, whose changes numba's cache would not see
 def rsd_path_value(t, ps, qs, Ps, Qs, atoms, rest_q, path):
     """``E(theta_{n+1})`` along a given path of rejected tokens (sorted positions), O(n (n + log V)).
 
