@@ -22,6 +22,36 @@ def pytest_unconfigure(config):
     gc.freeze()  # the interpreter's exit then skips a last walk over everything still alive
 
 
+#: Test files whose fast-lane tests build tiny Hugging Face models (through tests/tiny_models.py or
+#: tests/labs.py, or in a README/docs block): the first such model in a process imports transformers'
+#: model code (about 2.5 s), so the lane runs these files in one process (pytest_xdist_make_scheduler).
+_MODEL_FILES = {
+    "test_decode.py", "test_doctests.py", "test_newcomer.py", "test_scale_decode.py", "test_study.py",
+    "test_tree_optimum.py",
+}  # fmt: skip
+#: Files that build models only in full-lane tests (the Ray scenarios, the storage faults: 3 of the
+#: full lane's 11 minutes of test time): kept apart, each its own unit, so the two processes stay even.
+_SLOW_MODEL_FILES = {"test_scale.py", "test_study_store.py"}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown (and unused) without it
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files of :data:`_MODEL_FILES` as one unit: each test file runs in
+    one process (its module fixtures, a Ray cluster or a reference run, are set up once), and so do
+    the model files together. (xdist's own ``loadgroup`` cannot do it under pytest 9, whose node ids
+    ignore the group suffix xdist adds.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesAndModels(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            file = nodeid.split("::", 1)[0]
+            return "tiny models" if file.rpartition("/")[2] in _MODEL_FILES else file
+
+    return FilesAndModels(config, log)
+
+
 def random_pair(rng, V, *, zeros=True):
     """A random (p, q) pair on V tokens with the awkward cases the solvers must handle."""
     kind = rng.integers(8)
@@ -80,6 +110,20 @@ def _one_torch_thread():
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture
+def no_plots(monkeypatch):
+    """Study and decode reports without their PNGs (0.3-0.6 s a report, matplotlib's layout and
+    rendering): for the tests about rows, merges, resumes and values. The plots themselves are
+    checked in tests/test_decode.py::test_rows_exact_values_and_summary,
+    tests/test_study.py::test_run_study_values_match_independent_oracle, tests/test_demo.py and
+    tests/test_report.py, and drawn in the command-line runs."""
+    from mdsd_ot.decode import report as decode_report
+    from mdsd_ot.study import report as study_report
+
+    monkeypatch.setattr(decode_report, "plot_summary", lambda table, out: {})
+    monkeypatch.setattr(study_report, "plot_summary", lambda table, out, title=None: {})
 
 
 @pytest.fixture(scope="module")

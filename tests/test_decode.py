@@ -31,16 +31,6 @@ def tiny(kind="qwen2", seed=0, layers=2, vocab=V):
     )  # fmt: skip
 
 
-@pytest.fixture
-def no_plots(monkeypatch):
-    """Reports without their two PNGs (about 0.4 s a report): for the tests about rows, merges,
-    resumes (a dozen reports), the union run and the wide-vocabulary values; the plots are checked in
-    test_rows_exact_values_and_summary and drawn in the command-line run."""
-    from mdsd_ot.decode import report
-
-    monkeypatch.setattr(report, "plot_summary", lambda table, out: {})
-
-
 def plain_logits(model, ids):
     with torch.inference_mode():
         return model(input_ids=torch.tensor([list(ids)])).logits[0, -1]

@@ -73,7 +73,7 @@ def _study_argv(root, out, target):
 
 
 @pytest.mark.slow  # a fresh `python -m mdsd_ot study` (torch and transformers imported): 5-8 s
-def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path, capsys):
+def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path, capsys, no_plots):
     """A hub-style name that cannot be fetched fails after the folder was set up; the fixed rerun works."""
     out = tmp_path / "study"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
@@ -99,7 +99,7 @@ def test_a_failed_study_does_not_refuse_the_corrected_rerun(tiny_pair, tmp_path,
     )
 
 
-def test_a_study_that_failed_to_load_models_is_taken_over(tiny_pair, tmp_path, capsys, monkeypatch):
+def test_a_study_that_failed_to_load_models_is_taken_over(tiny_pair, tmp_path, capsys, monkeypatch, no_plots):
     """torch missing (or any failure) at model loading: the folder holds no rows, the rerun proceeds."""
     from mdsd_ot.runs import inputs
 
@@ -122,7 +122,7 @@ def test_a_study_that_failed_to_load_models_is_taken_over(tiny_pair, tmp_path, c
     assert {json.loads(x)["T"] for x in (out / "positions.jsonl").read_text().splitlines()} == {0.5}
 
 
-def test_a_folder_with_rows_is_still_refused(tiny_pair, tmp_path, capsys):
+def test_a_folder_with_rows_is_still_refused(tiny_pair, tmp_path, capsys, no_plots):
     out = tmp_path / "study"
     assert _cli(capsys, _study_argv(tiny_pair, out, tiny_pair / "target"))[0] == 0
     argv = _study_argv(tiny_pair, out, tiny_pair / "target")

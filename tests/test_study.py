@@ -123,7 +123,7 @@ def test_run_study_values_match_independent_oracle(models, tmp_path):
     assert (out / "acceptance_vs_temperature.png").stat().st_size > 1000
 
 
-def test_torch_fast_path_equals_numpy_core(models, tmp_path):
+def test_torch_fast_path_equals_numpy_core(models, tmp_path, no_plots):
     target, draft = models
     recs = _records(2, 4)
     common = dict(temperatures=[0.7], ns=[2, 3], verifiers=[])
@@ -179,7 +179,7 @@ class _Counting:
 
 
 @pytest.mark.slow
-def test_resume_after_kill_and_shards_merge(models, tmp_path):
+def test_resume_after_kill_and_shards_merge(models, tmp_path, no_plots):
     target, draft = models
     recs = _records(5, 3)
     cfg = dict(temperatures=[1.0], ns=[2], verifiers=[])
@@ -229,7 +229,7 @@ def test_resume_after_kill_and_shards_merge(models, tmp_path):
     assert (merged / "summary.md").read_text().count("bound:with_replacement") >= 1
 
 
-def test_sampled_continuations_are_seeded(models, tmp_path):
+def test_sampled_continuations_are_seeded(models, tmp_path, no_plots):
     target, draft = models
     recs = [{"id": "a", "prompt_ids": [1, 2, 3]}, {"id": "b", "prompt_ids": [4]}]
     cfg = dict(
@@ -259,7 +259,7 @@ def test_sampled_continuations_are_seeded(models, tmp_path):
         )
 
 
-def test_every_subsamples_expensive_methods(models, tmp_path):
+def test_every_subsamples_expensive_methods(models, tmp_path, no_plots):
     target, draft = models
     cfg = study.StudyConfig(
         temperatures=[1.0], ns=[2, 3], verifiers=[], every="bound:without_replacement@3=2"
@@ -274,7 +274,7 @@ def test_every_subsamples_expensive_methods(models, tmp_path):
         study.parse_every("bound:greedy")
 
 
-def test_verifiers_when_available(models, tmp_path):
+def test_verifiers_when_available(models, tmp_path, no_plots):
     verifiers = pytest.importorskip("mdsd_ot.verifiers")
     target, draft = models
     names = ["naive", "rrs", "spectr", "greedy", "rrs_without_replacement", "spechub"]

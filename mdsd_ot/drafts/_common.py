@@ -149,5 +149,5 @@ def _inverse_cdf(q: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def _distinct_structure(drafts, q, n, cache):
-    if np.unique(drafts).size != drafts.size:
+    if len(set(drafts.tolist())) != drafts.size:
         raise ValueError(f"this scheme drafts distinct tokens; got {drafts.tolist()}")

@@ -59,7 +59,9 @@ def _greedy_structure(drafts, q, n, cache):
     top = cache.get("top")
     if top is None:
         top = cache["top"] = top_tokens(q, n - 1)
-    if set(drafts[: n - 1].tolist()) != set(top.tolist()) or drafts[-1] in top:
+        cache["top_set"] = set(top.tolist())
+    given = drafts.tolist()
+    if set(given[: n - 1]) != cache["top_set"] or given[-1] in cache["top_set"]:
         raise ValueError(
             f"greedy drafts are the {n - 1} most likely tokens {sorted(top.tolist())} followed by "
             f"one other token; got {drafts.tolist()}"

@@ -34,8 +34,10 @@ def _hub_sample_rows(q, n, samples, rng):
 
 def _hub_structure(drafts, q, n, cache):
     _distinct_structure(drafts, q, n, cache)
-    a = int(np.argmax(q))  # the first maximum: ties by index
-    if a not in drafts:
+    a = cache.get("hub")
+    if a is None:
+        a = cache["hub"] = int(np.argmax(q))  # the first maximum: ties by index
+    if a not in drafts.tolist():
         raise ValueError(f"hub drafts always contain the hub token {a} (argmax q); got {drafts.tolist()}")
 
 

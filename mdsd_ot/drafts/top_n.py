@@ -42,7 +42,9 @@ def _top_structure(drafts, q, n, cache):
     top = cache.get("top_n")
     if top is None:
         top = cache["top_n"] = top_tokens(q, n)
-    if np.unique(drafts).size != drafts.size or set(drafts.tolist()) != set(top.tolist()):
+        cache["top_n_set"] = set(top.tolist())
+    given = drafts.tolist()
+    if len(set(given)) != len(given) or set(given) != cache["top_n_set"]:
         raise ValueError(
             f"top_n drafts are the {n} most likely tokens {sorted(top.tolist())}; got {drafts.tolist()}"
         )
