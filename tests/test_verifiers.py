@@ -1050,3 +1050,30 @@ def test_optimal_prepare_warns_nothing_for_subnormal_draft_masses():
                 assert abs(value - optimal_acceptance(p, q, n).value) <= 1e-12
                 checked += 1
     assert checked == 5 * 30 * 3
+
+
+def test_a_prepared_problem_checks_every_draft_tuple():
+    """check_drafts keeps the top tokens it needs per prepared problem (greedy, hub, top-n), and still
+    refuses each bad tuple on every call: negative and out-of-range tokens, q = 0, repeats, a greedy
+    last draft inside the top, a hub tuple without the hub; the verdict says whether a draft won."""
+    p, q = np.array([0.4, 0.3, 0.2, 0.1, 0.0]), np.array([0.1, 0.4, 0.3, 0.2, 0.0])
+    rng = np.random.default_rng(3)
+    cases = {
+        "greedy": (3, [1, 2, 0], [[1, 2, 1], [2, 1, 2], [1, 0, 2], [1, 2, 4]]),
+        "spechub": (2, [1, 3], [[0, 2], [1, 1]]),
+        "rrs_without_replacement": (2, [3, 0], [[0, 0], [-1, 2], [0, 5], [4, 1]]),
+        "rrs": (2, [0, 0], [[-1, 0], [0, 5], [0, 4]]),
+    }
+    for name, (n, good, bads) in cases.items():
+        prepared = VERIFIERS[name].prepare(p, q, n)
+        for _ in range(2):  # the second round runs on what the first one cached
+            verdict = prepared.verify(good, rng)
+            assert verdict.accepted == (verdict.token in good)
+            for bad in bads:
+                with pytest.raises(ValueError):
+                    prepared.verify(bad, rng)
+    top_n = VERIFIERS["naive"].prepare(p, q, 2, sampling="top_n")
+    assert top_n.check_drafts([2, 1]).tolist() == [2, 1]
+    for bad in ([1, 1], [1, 0], [0, 3]):
+        with pytest.raises(ValueError, match="top_n drafts"):
+            top_n.check_drafts(bad)
