@@ -32,6 +32,10 @@ _MODEL_FILES = {
 #: Files that build models only in full-lane tests (the Ray scenarios, the storage faults: 3 of the
 #: full lane's 11 minutes of test time): kept apart, each its own unit, so the two processes stay even.
 _SLOW_MODEL_FILES = {"test_scale.py", "test_study_store.py"}
+#: The units handed out first, after the model unit: the files with the most full-lane test time
+#: (about 110, 75 and 70 s warm). xdist hands out units by their number of tests, which sent
+#: test_scale.py's few long Ray scenarios last and left one process idle for 45 s at the end.
+_LONG_FIRST = ("test_scale.py", "test_domain.py", "test_study_store.py")
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown (and unused) without it
@@ -48,6 +52,14 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid):
             file = nodeid.split("::", 1)[0]
             return "tiny models" if file.rpartition("/")[2] in _MODEL_FILES else file
+
+        def _assign_work_unit(self, node):
+            if not getattr(self, "_ordered", False):  # once, on the queue the first assignment sees
+                self._ordered = True
+                first = ["tiny models"] + [s for s in self.workqueue if s.rpartition("/")[2] in _LONG_FIRST]
+                for scope in reversed([s for s in first if s in self.workqueue]):
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return FilesAndModels(config, log)
 

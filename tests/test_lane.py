@@ -50,14 +50,14 @@ def test_the_files_kept_apart_build_models_only_in_the_full_lane(name):
     assert module_slow or fast  # the check saw the file's fast tests
 
 
+class _Config:
+    def getvalue(self, name):
+        return "loadfile"
+
+
 def test_the_scheduler_keeps_each_file_and_the_model_files_together():
     xdist = pytest.importorskip("xdist.scheduler")
-
-    class Config:
-        def getvalue(self, name):
-            return "loadfile"
-
-    sched = conftest.pytest_xdist_make_scheduler(Config(), log=None)
+    sched = conftest.pytest_xdist_make_scheduler(_Config(), log=None)
     assert isinstance(sched, xdist.LoadScopeScheduling)
     scope = sched._split_scope
     assert scope("tests/test_decode.py::test_a[x]") == scope("tests/test_study.py::test_b")
@@ -65,3 +65,32 @@ def test_the_scheduler_keeps_each_file_and_the_model_files_together():
     assert scope("tests/test_api.py::test_a") != scope("tests/test_cli.py::test_a")
     assert scope("tests/test_api.py::test_a") != scope("tests/test_decode.py::test_a")
     assert scope("tests/test_scale.py::test_a") != scope("tests/test_decode.py::test_a")
+
+
+def test_the_model_unit_and_the_longest_files_go_out_first(monkeypatch):
+    from collections import OrderedDict
+
+    xdist = pytest.importorskip("xdist.scheduler")
+    seen = []
+    monkeypatch.setattr(
+        xdist.LoadScopeScheduling, "_assign_work_unit", lambda self, node: seen.append(list(self.workqueue))
+    )
+    sched = conftest.pytest_xdist_make_scheduler(_Config(), log=None)
+    scopes = [
+        "tests/test_api.py",
+        "tests/test_domain.py",
+        "tiny models",
+        "tests/test_scale.py",
+        "tests/test_cli.py",
+    ]
+    sched.workqueue = OrderedDict((scope, {}) for scope in scopes)
+    sched._assign_work_unit(None)
+    sched._assign_work_unit(None)
+    assert seen[0] == [
+        "tiny models",
+        "tests/test_domain.py",
+        "tests/test_scale.py",
+        "tests/test_api.py",
+        "tests/test_cli.py",
+    ]
+    assert seen[1] == seen[0]  # reordered once, not at every assignment
