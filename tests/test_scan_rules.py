@@ -12,6 +12,7 @@ on the input classes the rules exist for, against prefix scans at 400 digits.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import mpmath
@@ -125,8 +126,19 @@ def _classes(rng, V, n=2, code=0):
     yield "mixed magnitudes", mixed[0] / mixed[0].sum(), mixed[1] / mixed[1].sum()
 
 
-#: Digits of the references: 1 - q_i for a token holding all but 1e-320 of the mass needs ~320.
-DPS = 400
+#: Digits of the references beyond those that 1 - q_i cancels for the largest q_i (see _dps).
+DPS = 40
+
+
+def _dps(q) -> int:
+    """``DPS`` plus the digits lost in ``1 - q_i`` for the largest ``q_i``: a token holding all but
+    1e-320 of the mass needs 320 more, every other class none. Every other difference in the
+    references (``1 - q(H)``, the excess ``Q(H) - p(H)``) is needed only to an absolute 1e-15, or is
+    multiplied by at most ``1 / (1 - max q)``."""
+    q = np.asarray(q, dtype=np.float64)
+    big = int(np.argmax(q))
+    rest = float(np.delete(q, big).sum()) / float(q.sum())  # sums of positive terms: no cancellation
+    return DPS + (math.ceil(-math.log10(rest)) if 0.0 < rest < 1.0 else 0)
 
 
 _NORMALISED: dict = {}
@@ -154,9 +166,9 @@ def _mp_mass(Q, inside, n, code):
 
 
 def _mp_alpha(p, q, n, code):
-    """alpha* at ``DPS`` digits: the excess at every prefix of the q/p order (the sorting theorem),
+    """alpha* at ``_dps(q)`` digits: the excess at every prefix of the q/p order (the sorting theorem),
     p and q renormalised (a float vector sums to one only to ~sqrt(V) ulps)."""
-    with mpmath.workdps(DPS):
+    with mpmath.workdps(_dps(q)):
         P, Q = _mp_normalised(p), _mp_normalised(q)
         key = [mpmath.inf if P[i] == 0 < Q[i] else (Q[i] / P[i] if P[i] > 0 else -1) for i in range(len(P))]
         order = sorted(range(len(P)), key=lambda i: -key[i])
@@ -171,7 +183,7 @@ def _mp_alpha(p, q, n, code):
 
 
 def _mp_excess_of_mask(p, q, mask, n, code):
-    with mpmath.workdps(DPS):
+    with mpmath.workdps(_dps(q)):
         P, Q = _mp_normalised(p), _mp_normalised(q)
         inside = [i for i in range(len(P)) if mask[i]]
         return float(_mp_mass(Q, inside, n, code) - mpmath.fsum(P[i] for i in inside))
@@ -181,7 +193,7 @@ def _mp_excess_of_mask(p, q, mask, n, code):
 def test_binned_scan_on_flat_and_tied_classes(code, n, rng):
     """Against the sorted path, which evaluates every prefix token by token (``solve_sorted``, the
     same float inputs: rounding alone, amplified n-fold by ``q(H)^n``), and against the prefix scan
-    at ``DPS`` digits, which renormalises p and q (they sum to one only to ~sqrt(V) ulps, which
+    at ``_dps(q)`` digits, which renormalises p and q (they sum to one only to ~sqrt(V) ulps, which
     ``q(H)^n`` also amplifies n-fold); the mask attains the value."""
     for label, p, q in _classes(rng, 1_200, n, code):
         parts = complement_parts(q) if code == 1 else (0.0, -1, 1.0)
