@@ -7,7 +7,7 @@ exact references:
   skipped with a loss below it.
 
 First the two statements in rationals (the proofs' claims, independent of the code), then the kernel
-on the input classes the rules exist for, against prefix scans at 400 digits.
+on the input classes the rules exist for, against prefix scans at high precision (``_dps``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_a_run_raises_the_mass_by_at_most_the_gain_cap(mass, rng):
         assert max(gains) <= cap, (q, H0, run)
 
 
-# -- the kernel on the classes the rules serve, against 50-digit prefix scans
+# -- the kernel on the classes the rules serve, against high-precision prefix scans
 
 
 def _classes(rng, V, n=2, code=0):
@@ -209,7 +209,7 @@ def test_binned_scan_on_flat_and_tied_classes(code, n, rng):
 @pytest.mark.slow
 def test_optimal_acceptance_on_flat_and_tied_classes_at_full_size(rng):
     """The same classes at V = 20,000 (the binned scan's own regime, BINNED_MIN_V = 16,384) through the
-    API: the value is the 400-digit prefix scan's."""
+    API: the value is the high-precision prefix scan's (``_dps``)."""
     for label, p, q in _classes(rng, 20_000):
         for code, sampling in enumerate(("with_replacement", "without_replacement")):
             got = optimal_acceptance(p, q, 2, sampling=sampling)

@@ -56,14 +56,13 @@ def _greedy_sample_rows(q, n, samples, rng):
 
 
 def _greedy_structure(drafts, q, n, cache):
-    top = cache.get("top")
+    top = cache.get("top")  # the set of the n - 1 most likely tokens, for this (q, n)
     if top is None:
-        top = cache["top"] = top_tokens(q, n - 1)
-        cache["top_set"] = set(top.tolist())
+        top = cache["top"] = set(top_tokens(q, n - 1).tolist())
     given = drafts.tolist()
-    if set(given[: n - 1]) != cache["top_set"] or given[-1] in cache["top_set"]:
+    if set(given[: n - 1]) != top or given[-1] in top:
         raise ValueError(
-            f"greedy drafts are the {n - 1} most likely tokens {sorted(top.tolist())} followed by "
+            f"greedy drafts are the {n - 1} most likely tokens {sorted(top)} followed by "
             f"one other token; got {drafts.tolist()}"
         )
 

@@ -39,15 +39,13 @@ def _top_dual(p, q, n):
 
 
 def _top_structure(drafts, q, n, cache):
-    top = cache.get("top_n")
+    top = cache.get("top_n")  # the set of the n most likely tokens, for this (q, n)
     if top is None:
-        top = cache["top_n"] = top_tokens(q, n)
-        cache["top_n_set"] = set(top.tolist())
+        top = cache["top_n"] = set(top_tokens(q, n).tolist())
     given = drafts.tolist()
-    if len(set(given)) != len(given) or set(given) != cache["top_n_set"]:
-        raise ValueError(
-            f"top_n drafts are the {n} most likely tokens {sorted(top.tolist())}; got {drafts.tolist()}"
-        )
+    drafted = set(given)
+    if len(drafted) != len(given) or drafted != top:
+        raise ValueError(f"top_n drafts are the {n} most likely tokens {sorted(top)}; got {given}")
 
 
 def _top_inclusion(q, n):
