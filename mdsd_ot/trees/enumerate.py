@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._config import TREE_COMPARE_MAX_TREES, TREE_ENUMERATION_MAX, TREE_OPTIMUM_MAX_CLASSES
+from .._config import MAX_TREE_NODES, TREE_COMPARE_MAX_TREES, TREE_ENUMERATION_MAX, TREE_OPTIMUM_MAX_CLASSES
 from .._validate import check_probabilities
 from ..drafts import DraftScheme, get_scheme
 from .shape import TreeShape, parse_shape
@@ -42,7 +42,9 @@ __all__ = [
     "laws_from_json",
     "TreeClass",
     "TreeEnumeration",
+    "TreeSize",
     "enumerate_trees",
+    "estimate_tree_size",
     "path_set",
 ]
 
@@ -396,7 +398,8 @@ def enumerate_trees(
     context : tuple of int
         Tokens before the root.
     max_classes : int
-        ``ValueError`` naming the count when there are more path-set classes than this.
+        ``ValueError`` as soon as more path-set classes than this are certain (checked while
+        enumerating, see Notes), naming the count so far and how to raise the limit.
 
     Returns
     -------
@@ -410,6 +413,12 @@ def enumerate_trees(
     only the set of drawn tokens matters, above it their multiplicities. Work: the number of state
     expansions, bounded by ``TREE_ENUMERATION_MAX``.
 
+    Every partial path set of positive probability grows into at least one full path set, and two
+    different partial path sets at the same depth into different ones, so the number of distinct path
+    sets met at any depth (and the number of distinct child sets one node can draw) is a lower bound
+    on the number of classes: the limit is checked against them as they appear, and a refusal costs
+    no more than the enumeration up to the first ``max_classes + 1`` of them.
+
     Examples
     --------
     >>> law = lambda ctx: [0.5, 0.5]
@@ -417,6 +426,7 @@ def enumerate_trees(
     >>> [(c.paths, c.probability) for c in e.classes]
     [(((), (0,)), 0.25), (((), (0,), (1,)), 0.5), (((), (1,)), 0.25)]
     """
+    max_classes = _positive_int(max_classes, "max_classes", low=1)
     target = as_next_token_law(target, "target")
     draft = as_next_token_law(draft, "draft")
     shape = parse_shape(shape)
@@ -426,9 +436,27 @@ def enumerate_trees(
     if draft(context).size != V:
         raise ValueError(f"target and draft must have the same vocabulary; got {V} and {draft(context).size}")
     depth = shape.depth
+
+    def refuse(count, d):
+        raise ValueError(_too_many_classes_message(shape, scheme, V, count, d, max_classes))
+
     states = {(((),), (((), 1),)): 1.0}  # (paths, frontier ((path, multiplicity), ...)) -> probability
     for d, b in enumerate(shape.branching):
         last = d == depth - 1
+        # a lower bound on the classes from the draft's supports alone, before any tuple is listed: a
+        # node's distinct child sets each give another path set, and so do different path sets
+        below: dict = {}  # path set -> distinct path sets it certainly grows into at this depth
+        for paths, frontier in states:
+            sets = 1
+            for w, m in frontier:
+                node = _child_sets(scheme.name, int(np.count_nonzero(draft(context + w))), b, m)
+                if node > max_classes:
+                    refuse(node, d + 1)
+                sets = _sat(sets * node)
+            below[paths] = max(below.get(paths, 0), sets)
+        bound = _sat(sum(below.values()))
+        if bound > max_classes:
+            refuse(bound, d + 1)
         outcome_cache: dict = {}
         work = 0
         for _, frontier in states:
@@ -443,6 +471,7 @@ def enumerate_trees(
                     f"{d + 1}; use a smaller vocabulary or a shape with fewer nodes"
                 )
         grown: dict = {}
+        seen: set = set()  # distinct path sets at this depth: a lower bound on the number of classes
         for (paths, frontier), prob in states.items():
             laws = [_outcomes(draft, context, w, m, b, scheme, last, outcome_cache) for w, m in frontier]
             for combo in itertools.product(*[law.items() for law in laws]):
@@ -455,21 +484,259 @@ def enumerate_trees(
                         for t, k in outcome:
                             new_paths.add(w + (t,))
                             nxt.append((w + (t,), k))
-                key = (_sorted_paths(new_paths), tuple(sorted(nxt)))
+                ps = _sorted_paths(new_paths)
+                if ps not in seen:
+                    seen.add(ps)
+                    if len(seen) > max_classes:
+                        refuse(len(seen), d + 1)
+                key = (ps, tuple(sorted(nxt)))
                 grown[key] = grown.get(key, 0.0) + pr
         states = grown
     merged: dict = {}
     for (paths, _), pr in states.items():
         merged[paths] = merged.get(paths, 0.0) + pr
-    if len(merged) > max_classes:
-        raise ValueError(
-            f"the drafted trees of shape {shape.label} under {scheme.name!r} at V = {V} fall into "
-            f"{len(merged):,} path-set classes, more than the limit {max_classes:,} "
-            f"(TREE_OPTIMUM_MAX_CLASSES); use a smaller vocabulary, a shape with fewer nodes, or a "
-            f"scheme that draws fewer distinct trees (top_n, greedy)"
-        )
     classes = tuple(TreeClass(paths, pr) for paths, pr in sorted(merged.items()))
     return TreeEnumeration(shape, scheme, context, target, draft, classes)
+
+
+def _too_many_classes_message(shape, scheme, V: int, count: int, d: int, max_classes: int) -> str:
+    """The refusal of :func:`enumerate_trees`: the count so far, the full-support count, how to raise the
+    limit and the schemes (never the one in use) that would fit under it."""
+    try:
+        full = estimate_tree_size(shape, scheme, V, check=False).classes
+    except ValueError:  # a scheme without a size formula
+        full = 0
+    where = f"at least {count:,}" + (f" already by depth {d} of {shape.depth}" if d < shape.depth else "")
+    if full >= _SIZE_CAP:
+        total = "; more than 10^18 when every token has positive draft probability"
+    elif full > count:
+        total = f"; {full:,} when every token has positive draft probability"
+    else:
+        total = ""
+    others = []
+    for name in _SCHEME_FIT_ORDER:
+        if name == scheme.name:
+            continue
+        try:
+            alt = estimate_tree_size(shape, name, V)
+        except ValueError:
+            continue
+        if alt.classes <= max_classes:
+            others.append(f"{name!r} (at most {alt.classes:,} class{'' if alt.classes == 1 else 'es'})")
+    fits = f", or a draft scheme with fewer distinct trees: {', '.join(others)}" if others else ""
+    return (
+        f"the drafted trees of shape {shape.label} under {scheme.name!r} at V = {V} fall into more than "
+        f"max_classes = {max_classes:,} path-set classes ({where}{total}); the causal LP grows with "
+        f"them (about classes x nodes x V columns): raise the limit with max_classes= (mdsd-ot trees "
+        f"--max-classes) if you can afford it, or use a smaller vocabulary, a shape with fewer nodes{fits}"
+    )
+
+
+#: Schemes offered by a refusal when they fit under the limit, fewest distinct trees first.
+_SCHEME_FIT_ORDER = (
+    "top_n",
+    "greedy",
+    "hub",
+    "conditional_poisson",
+    "without_replacement",
+    "with_replacement",
+)
+
+#: Counts of :func:`estimate_tree_size` saturate here ("more than 10^18").
+_SIZE_CAP = 10**18
+
+
+def _child_sets(name: str, k: int, b: int, m: int) -> int:
+    """Distinct sets of children a node draws under scheme ``name`` with ``k`` tokens of positive draft
+    probability, ``b`` children per copy and ``m`` copies of the node (0 for an unknown scheme, and
+    where the scheme cannot draw: the scheme's own check reports that)."""
+    if name == "with_replacement":  # every non-empty set of at most m b tokens
+        total = 0
+        for j in range(1, min(m * b, k) + 1):
+            total = _sat(total + math.comb(k, j))
+            if total == _SIZE_CAP:
+                break
+        return total
+    if k < b:
+        return 0
+    if name in ("without_replacement", "conditional_poisson"):
+        return min(math.comb(k, b), _SIZE_CAP)
+    if name == "greedy":
+        return k - b + 1
+    if name == "hub":
+        return k - 1 if b == 2 else 0
+    if name == "top_n":
+        return 1
+    return 0
+
+
+def _sat(x: int) -> int:
+    return min(x, _SIZE_CAP)
+
+
+@dataclass(frozen=True)
+class TreeSize:
+    """Sizes of the exact tree optimum's problem (:func:`estimate_tree_size`); each saturates at 10^18.
+
+    Attributes
+    ----------
+    classes : int
+        Path-set classes of drafted trees (the causal LP's tree blocks, ``TREE_OPTIMUM_MAX_CLASSES``).
+    lp_columns : int
+        Columns of the causal LP (:func:`mdsd_ot.trees.optimum.build_causal_lp`).
+    ordered_trees : int
+        Ordered drafted trees (what :func:`mdsd_ot.trees.compare_tree` evaluates every verifier on,
+        ``TREE_COMPARE_MAX_TREES``).
+    """
+
+    classes: int
+    lp_columns: int
+    ordered_trees: int
+
+
+def estimate_tree_size(
+    shape,
+    scheme,
+    vocab: int,
+    *,
+    draft_support: int | None = None,
+    target_support: int | None = None,
+    check: bool = True,
+) -> TreeSize:
+    """The size of the tree optimum's problem before any law is read: exact when every draft law has
+    ``draft_support`` tokens of positive probability and every target law ``target_support`` (both
+    ``vocab`` by default), an upper bound when no law has more.
+
+    Counts by depth, from the leaves up, with no enumeration (docs/math.md#the-exact-tree-optimum). A
+    node drawing distinct children (every scheme but ``with_replacement``) from ``k`` tokens has ``s``
+    possible child sets of ``b`` tokens (``C(k, b)`` without replacement and conditional Poisson,
+    ``k - b + 1`` greedy, ``k - 1`` hub, 1 top-n) and independent subtrees below them:
+    ``N_d = s N_{d+1}^b``. Under ``with_replacement`` a path drawn ``m`` times draws ``m b`` i.i.d.
+    tokens; a subtree below a child needs a least number ``k_s`` of copies of that child, and a set of
+    children with such subtrees is drawable from ``m`` copies exactly when ``sum k_s <= m b``: the counts
+    are kept as polynomials in the number of copies. The total size of the classes (for the LP's
+    columns, ``target_support`` per path of a class plus one per path) rides along as a dual number.
+
+    Parameters
+    ----------
+    shape : str, sequence of int or TreeShape
+    scheme : str or DraftScheme
+    vocab : int
+        Vocabulary size V (>= 2).
+    draft_support, target_support : int or None
+        Tokens of positive probability per draft and per target law (default ``vocab``; at most it).
+    check : bool
+        Raise the scheme's own ``ValueError`` when it cannot draw a level of the shape from
+        ``draft_support`` tokens.
+
+    Returns
+    -------
+    TreeSize
+        Counts saturate at 10^18.
+
+    Examples
+    --------
+    >>> estimate_tree_size("2,2", "with_replacement", 4)   # 660 classes, as enumerated
+    TreeSize(classes=660, lp_columns=15893, ordered_trees=4096)
+    >>> estimate_tree_size("1x30", "with_replacement", 2).classes   # 2**30, counted instantly
+    1073741824
+    """
+    shape = parse_shape(shape)
+    scheme = get_scheme(scheme)
+    V = _positive_int(vocab, "vocab", low=2)
+    k = V if draft_support is None else _positive_int(draft_support, "draft_support", low=1)
+    kp = V if target_support is None else _positive_int(target_support, "target_support", low=1)
+    if k > V or kp > V:
+        raise ValueError(f"a support cannot exceed the vocabulary V = {V}; got {k} and {kp}")
+    if check:
+        for b in set(shape.branching):
+            scheme.check(np.full(k, 1.0 / k), b)
+    name = scheme.name
+    if name not in _SCHEME_FIT_ORDER:
+        raise ValueError(f"no size formula for the draft scheme {name!r}; known: {list(_SCHEME_FIT_ORDER)}")
+    branching = shape.branching
+    # paths that occur in some class: every token of the support is drawable except under top_n
+    reach, level = 1, 1
+    for b in branching:
+        level = _sat(level * (b if name == "top_n" else k))
+        reach = _sat(reach + level)
+    ordered = 1
+    for b in reversed(branching):
+        tuples = {
+            "with_replacement": k**b if b * math.log(max(k, 2)) < 42 else _SIZE_CAP,
+            "without_replacement": math.perm(k, b) if k >= b else 0,
+            "conditional_poisson": math.comb(k, b) if k >= b else 0,
+            "greedy": max(k - b + 1, 0),
+            "hub": 2 * (k - 1) if b == 2 else 0,
+            "top_n": 1 if k >= b else 0,
+        }[name]
+        ordered = _sat(_sat(tuples) * _sat_pow(ordered, b))
+    if name == "with_replacement":
+        count, sizes = _with_replacement_classes(branching, k)
+    else:
+        count, sizes = 1, 1  # a leaf: one path set of one node
+        for b in reversed(branching):
+            s = _child_sets(name, k, b, 1)
+            c_b, s_b = _dual_pow((count, sizes), b)
+            count, sizes = _sat(s * c_b), _sat(s * (s_b + c_b))  # times (1 + eps): the node itself
+    columns = _sat(_sat(kp * sizes) + min(reach, sizes)) if count else 0
+    return TreeSize(count, columns, ordered if count else 0)
+
+
+def _sat_pow(x: int, k: int) -> int:
+    out = 1
+    for _ in range(k):
+        out = _sat(out * x)
+        if out in (0, _SIZE_CAP):
+            break
+    return out
+
+
+def _dual_mul(a, b):
+    """``(c1 + s1 eps)(c2 + s2 eps)`` with ``eps^2 = 0`` (count and total size of pairs), saturating."""
+    return _sat(a[0] * b[0]), _sat(a[0] * b[1] + a[1] * b[0])
+
+
+def _dual_pow(a, k: int):
+    out = (1, 0)
+    for _ in range(k):
+        out = _dual_mul(out, a)
+    return out
+
+
+def _with_replacement_classes(branching: tuple, V: int):
+    """``(classes, total size of the classes)`` under i.i.d. drafts with full support (see
+    :func:`estimate_tree_size`). ``F[k]``: dual number of the subtrees at a depth that need exactly ``k``
+    copies of their root; a node's subtree with children ``S`` needs ``ceil(sum k_s / b)`` copies."""
+    copies = [1]
+    for b in branching:
+        copies.append(min(copies[-1] * b, MAX_TREE_NODES))  # copies a node at each depth can have
+    F = {1: (1, 1)}  # a leaf: one path set, of size 1, drawable by one copy
+    for d in range(len(branching) - 1, -1, -1):
+        b, top = branching[d], copies[d] * branching[d]
+        new: dict = {}
+        power = {0: (1, 0)}  # G^j, truncated at degree top (the most draws a depth-d node makes)
+        for j in range(1, min(V, top) + 1):
+            nxt: dict = {}
+            for i, x in power.items():
+                for k, y in F.items():
+                    if i + k <= top:
+                        z = _dual_mul(x, y)
+                        old = nxt.get(i + k, (0, 0))
+                        nxt[i + k] = (_sat(old[0] + z[0]), _sat(old[1] + z[1]))
+            power = nxt
+            if not power:
+                break
+            ways = _sat(math.comb(V, j))
+            for K, (c, s) in power.items():
+                m = -(-K // b)
+                old = new.get(m, (0, 0))
+                new[m] = (_sat(old[0] + ways * c), _sat(old[1] + ways * (s + c)))  # (1 + eps): the node
+                if new[m][0] == _SIZE_CAP:
+                    # one node's subtrees are at most the classes (the rest of the tree held fixed)
+                    return _SIZE_CAP, _SIZE_CAP
+        F = new
+    return F.get(1, (0, 0))
 
 
 def _outcomes(draft, context, w, m, b, scheme, last, cache) -> dict:
