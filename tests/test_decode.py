@@ -247,6 +247,16 @@ def test_default_driver_is_the_schemes_own_verifier():
         DecodeConfig(schemes=[name], trees=["2,2"]).validate()
 
 
+def test_run_decode_refuses_ids_outside_the_models_vocabulary(tmp_path):
+    """In memory: the smaller of the two models' logit counts bounds the ids, checked before any folder
+    is made (torch would raise an IndexError deep in the embedding)."""
+    target, draft = tiny("qwen2", 31), tiny("qwen2", 32, vocab=V + 4)
+    for bad, match in (([1, V], rf"prompt_ids\[1\] = {V} is outside .*ids 0 to {V - 1}"), ([0.5], "integer")):
+        with pytest.raises(ValueError, match=match):
+            run_decode(target, draft, [{"id": "x", "prompt_ids": bad}], tmp_path / "o", _cells_config())
+    assert not (tmp_path / "o").exists()
+
+
 def test_command_line_decode_and_resume(tmp_path, capsys):
     """``mdsd-ot decode`` on two tiny models saved to disk: rows, summary, a second run resumes (nothing
     left), a changed parameter is refused in one line with exit status 2."""

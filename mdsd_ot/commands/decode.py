@@ -133,6 +133,12 @@ def _run_on_ray(config, args, t0) -> int:
     local = {k: _ray.absolute(getattr(config, k)) for k in ("target", "draft", "tokenizer")}
     if str(config.prompts).lower() not in ("humaneval", "human-eval", "human_eval"):
         local["prompts"] = _ray.absolute(config.prompts)
+    from ..runs.inputs import check_token_ids, load_prompts, model_vocab
+
+    records = load_prompts(config.prompts)  # refused here, not on every worker
+    vocabs = [v for v in (model_vocab(config.target), model_vocab(config.draft)) if v is not None]
+    if vocabs:
+        check_token_ids(records, min(vocabs))
     out = _ray.run("decode", replace(config, **local), args, "mdsd-ot decode")
     if out is None:
         return 2

@@ -39,7 +39,15 @@ from ..drafts import SCHEMES
 from ..keys import exact_key
 from ..runs import runner as _runs
 from ..runs.identity import identify, prompts_identity
-from ..runs.inputs import check_record_ids, load_prompts, models_of, record_ids
+from ..runs.inputs import (
+    check_record_ids,
+    check_token_ids,
+    load_prompts,
+    model_vocab,
+    models_of,
+    record_ids,
+    vocab_size,
+)
 from ..runs.shards import parse_shard, shard_records
 from ..runs.shards import progress as progress_bar
 from ..trees import (
@@ -497,6 +505,8 @@ def run_decode(
     config = (config or DecodeConfig()).validate()
     records = list(records)
     check_record_ids(records)
+    if target_model is not None and draft_model is not None:  # ids every model can read, up front
+        check_token_ids(records, min(vocab_size(target_model), vocab_size(draft_model)))
 
     def open_new():
         ident = identity
@@ -592,6 +602,9 @@ def run_shard(
     if config.target is None or config.draft is None:
         raise ValueError("run_shard needs config.target and config.draft (model folders or hub names)")
     records = load_prompts(config.prompts)
+    vocabs = [v for v in (model_vocab(config.target), model_vocab(config.draft)) if v is not None]
+    if vocabs:  # local model folders: the ids are checked before any model is loaded or folder made
+        check_token_ids(records, min(vocabs))
     previous = (_store.peek_config(out_dir) or {}).get("identity") or previous
     identity = decode_identity(
         config,
