@@ -192,6 +192,14 @@ PYTHON_MAX_V = 256
 #: for explicit residual arrays (theta + E / M would overflow).
 THETA_SAFE = 1e290
 
+# -- logits to distributions (mdsd_ot.to_distribution, mdsd_ot.backends.torch.to_distribution) ------
+
+#: top-p: a prefix of the sorted tokens whose mass lies within this much below ``top_p`` counts as
+#: reaching it. The masses are float64 softmax outputs whose last bits depend on the engine (numpy
+#: and torch differ by up to 2e-15 at V = 152,064), so without a band a ``top_p`` equal to a
+#: cumulative mass (0.75 after masses 0.5, 0.25) kept 2 tokens in one engine and 3 in the other.
+TOP_P_TIE = 1e-12
+
 # -- draft trees (mdsd_ot.trees, mdsd_ot.decode) -----------------------------------------------------
 
 #: Largest number of draft tokens (nodes below the root) a draft tree may hold: every node is one
