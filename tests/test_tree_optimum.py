@@ -537,6 +537,74 @@ def test_laws_from_json():
         laws_from_json([[0.5, 0.5]])
 
 
+HALF = [0.5, 0.5]
+BAD_LAWS = [  # (file text, what the one-line message must name besides the file)
+    (
+        '{"target": {"*": "abc"}, "draft": {"*": [0.5, 0.5]}}',
+        r'"target" law at context \'\*\' must be a non-empty list',
+    ),
+    (
+        '{"target": {"*": [0.5, NaN]}, "draft": {"*": [0.5, 0.5]}}',
+        r'"target" law at context \'\*\': it contains NaN',
+    ),
+    (
+        '{"target": {"*": [true, false]}, "draft": {"*": [0.5, 0.5]}}',
+        r"holds true; every entry must be a number",
+    ),
+    ('{"target": {"*": [0.5, 0.7]}, "draft": {"*": [0.5, 0.5]}}', r"it sums to 1.2.*fix the law in the file"),
+    (
+        '{"target": {"*": [0.5, 0.5], "7": [1, 0]}, "draft": {"*": [0.5, 0.5]}}',
+        r"context '7' names a token outside",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5], "0": [1, 0], "0": [0, 1]}, "draft": {"*": [0.5, 0.5]}}',
+        r"key '0' appears twice",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5], "0,1": [1, 0], "0, 1": [0, 1]}, "draft": {"*": [0.5, 0.5]}}',
+        r"'0,1' twice",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5, 0]}}',
+        r"'\*' has 3 probabilities, another law",
+    ),
+    ('{"target": {"*": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5]}, "vocab": 3}', r"has 2 probabilities"),
+    (
+        '{"target": {"*": [0.5, 0.5], "0,0,0": [1, 0]}, "draft": {"*": [0.5, 0.5]}}',
+        r"'0,0,0' cannot occur: target laws",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5], "0,1": [1, 0]}}',
+        r"'0,1' cannot occur: draft laws .* 1 token in",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5], "1,0": [1, 0]}, "draft": {"*": [1.0, 0.0]}}',
+        r"'1,0' cannot occur: token 1 is never drafted",
+    ),
+    ('{"target": {"": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5]}}', r'"target" has no law for context \'0\''),
+]
+
+
+@pytest.mark.parametrize("text, match", BAD_LAWS)
+def test_cli_trees_refuses_bad_laws_naming_the_file_and_context(tmp_path, capsys, text, match):
+    import re
+
+    laws = tmp_path / "laws.json"
+    laws.write_text(text)
+    assert main(["trees", "--laws", str(laws), "--shape", "1x2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mdsd-ot trees: error: {laws}: ") and re.search(match, line), line
+
+
+def test_cli_trees_toy_options_with_laws_are_refused(tmp_path, capsys):
+    laws = tmp_path / "laws.json"
+    laws.write_text(json.dumps({"target": {"*": HALF}, "draft": {"*": HALF}}))
+    for extra, flags in ((["--vocab", "7"], "--vocab"), (["--seed", "1", "--noise", "2"], "--seed, --noise")):
+        assert main(["trees", "--laws", str(laws), *extra]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{flags} set" in line and "--laws replaces" in line, line
+
+
 def test_toy_models_are_context_dependent_and_seeded():
     t, d = toy_models(4, seed=3, temperature=0.5)
     t2, _ = toy_models(4, seed=3)

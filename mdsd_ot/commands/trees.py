@@ -34,18 +34,19 @@ def add_arguments(parser):
     parser.add_argument(
         "--verifiers", default=None, help="comma-separated verifier names (default: every valid one)"
     )
-    parser.add_argument("--vocab", type=int, default=3, help="toy models: vocabulary size (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="toy models: seed of their laws (default 0)")
+    # the toy models' options default to None, so that one given with --laws is refused, not ignored
+    parser.add_argument("--vocab", type=int, default=None, help="toy models: vocabulary size (default 3)")
+    parser.add_argument("--seed", type=int, default=None, help="toy models: seed of their laws (default 0)")
     parser.add_argument(
         "--temperature",
         type=float,
-        default=1.0,
+        default=None,
         help="toy models: the draft's temperature relative to the target's logits (default 1.0)",
     )
     parser.add_argument(
         "--noise",
         type=float,
-        default=1.0,
+        default=None,
         help="toy models: scale of the noise added to the target's logits for the draft (default 1.0)",
     )
     parser.add_argument("--laws", default=None, metavar="FILE", help=LAWS_HELP + " (default: the toy models)")
@@ -86,16 +87,30 @@ def run(args) -> int:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.max_columns < 1:
         raise ValueError(f"--max-columns must be >= 1, got {args.max_columns}")
+    toy = {
+        "--vocab": args.vocab,
+        "--seed": args.seed,
+        "--temperature": args.temperature,
+        "--noise": args.noise,
+    }
     if args.laws is not None:
-        with open(args.laws, encoding="utf-8") as f:
-            try:
-                payload = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{args.laws}: not valid JSON ({exc})") from None
-        target, draft = laws_from_json(payload)
+        given = [flag for flag, value in toy.items() if value is not None]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} {'sets' if len(given) == 1 else 'set'} the toy models, which --laws "
+                f"replaces; drop {'it' if len(given) == 1 else 'them'} (the vocabulary is the length of "
+                f"the file's laws)"
+            )
+        payload = _read_laws(args.laws)
+        target, draft = laws_from_json(payload, source=args.laws)
+        _check_reach(target, draft, args)
         vocab, support, target_support = _file_vocab(payload)
         source = f"laws from {args.laws}"
     else:
+        args.vocab = 3 if args.vocab is None else args.vocab
+        args.seed = 0 if args.seed is None else args.seed
+        args.temperature = 1.0 if args.temperature is None else args.temperature
+        args.noise = 1.0 if args.noise is None else args.noise
         target, draft = toy_models(args.vocab, args.seed, args.temperature, args.noise)
         vocab = support = target_support = args.vocab
         source = (
@@ -120,6 +135,42 @@ def run(args) -> int:
         print(source)
         print(table)
     return 0
+
+
+def _read_laws(path) -> dict:
+    """The JSON of a laws file; a key twice in one object is refused (``json`` keeps the last)."""
+    import json
+
+    def pairs(items):
+        seen = {}
+        for key, value in items:
+            if key in seen:
+                raise ValueError(f"{path}: key {key!r} appears twice in one object; keep one")
+            seen[key] = value
+        return seen
+
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f, object_pairs_hook=pairs)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: cannot be read (nested too deeply)") from None
+
+
+def _check_reach(target, draft, args) -> None:
+    """Refuse a laws file that lists a context no drafted tree of the shape can reach (a typo, a law
+    meant for another shape): it would be silently ignored."""
+    from ..trees.enumerate import unreachable_contexts
+
+    bad = unreachable_contexts(target, draft, args.shape, args.sampling)
+    if bad:
+        name, key, why = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise ValueError(
+            f'{args.laws}: "{name}" context {key!r} cannot occur: {why}{more}; remove it or use the '
+            f"shape it was written for"
+        )
 
 
 def _file_vocab(payload) -> tuple:

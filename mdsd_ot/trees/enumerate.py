@@ -31,7 +31,7 @@ import numpy as np
 
 from .._config import MAX_TREE_NODES, TREE_COMPARE_MAX_TREES, TREE_ENUMERATION_MAX, TREE_OPTIMUM_MAX_CLASSES
 from .._validate import check_probabilities
-from ..drafts import DraftScheme, get_scheme
+from ..drafts import DraftScheme, get_scheme, top_tokens
 from .shape import TreeShape, parse_shape
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "as_next_token_law",
     "toy_models",
     "laws_from_json",
+    "unreachable_contexts",
     "TreeClass",
     "TreeEnumeration",
     "TreeSize",
@@ -228,7 +229,7 @@ def _positive_int(x, what: str, *, low: int) -> int:
     return int(x)
 
 
-def laws_from_json(payload):
+def laws_from_json(payload, *, source: str | None = None):
     """``(target, draft)`` from a JSON-like object ``{"target": {...}, "draft": {...}}``.
 
     Each of the two maps a context to its next-token law: the key is the context's token ids joined
@@ -236,54 +237,180 @@ def laws_from_json(payload):
     ``V`` probabilities; the key ``"*"`` gives the law at every context not listed. A context that
     is needed but neither listed nor covered by ``"*"`` is a ``ValueError`` naming it.
 
+    Every law is checked here, before any is used (``ValueError`` naming ``source``, the table and
+    the context): a list of ``V`` numbers (no text, no bools), finite, non-negative, summing to one
+    (:func:`mdsd_ot._validate.check_probabilities`), the same ``V`` everywhere (and equal to
+    ``"vocab"`` when given); context tokens in ``0 .. V-1``; no context twice (``"0,1"`` and
+    ``"0, 1"`` are one context). Which contexts a tree can reach depends on the shape:
+    :func:`unreachable_contexts`.
+
     Parameters
     ----------
     payload : dict
         ``{"target": {context: law}, "draft": {context: law}}`` (a ``"vocab"`` entry is allowed);
         ``ValueError`` for another layout or an unreadable context.
+    source : str or None
+        Where the payload comes from (a file name), the first words of every message.
 
     Returns
     -------
     tuple of (NextTokenLaw, NextTokenLaw)
-        ``(target, draft)``.
+        ``(target, draft)``; each carries ``contexts``, the parsed keys of its table (``"*"`` kept).
 
     >>> t, d = laws_from_json({"target": {"*": [0.5, 0.5]}, "draft": {"": [1, 0], "*": [0, 1]}})
     >>> t((1, 0)).tolist(), d(()).tolist(), d((0,)).tolist()
     ([0.5, 0.5], [1.0, 0.0], [0.0, 1.0])
     """
+    at = f"{source}: " if source else ""
     if not isinstance(payload, dict) or set(payload) - {"target", "draft", "vocab"} or len(payload) < 2:
         raise ValueError(
-            'the laws file must hold a JSON object {"target": {context: law}, "draft": {context: law}}'
+            f'{at}the laws must be a JSON object {{"target": {{context: law}}, "draft": {{context: law}}}}'
+            + (f"; got keys {sorted(map(str, payload))}" if isinstance(payload, dict) else "")
         )
-    out = []
+    vocab = payload.get("vocab")
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2):
+        raise ValueError(f'{at}"vocab" must be an int >= 2 (the length of every law), got {vocab!r}')
+    out, tables = [], {}
     for name in ("target", "draft"):
         table = payload.get(name)
         if not isinstance(table, dict) or not table:
-            raise ValueError(f'"{name}" must map contexts ("" , "0", "0,2", or "*") to laws')
-        laws = {}
+            raise ValueError(f'{at}"{name}" must map contexts ("", "0", "0,2", or "*") to laws')
+        laws, keys = {}, {}
         for key, law in table.items():
-            if key == "*":
-                laws["*"] = law
-                continue
-            text = str(key).replace(" ", "")
-            try:
-                ctx = tuple(int(t) for t in text.split(",")) if text else ()
-            except ValueError:
+            ctx = _parse_context(key, f'{at}"{name}"')
+            if ctx in laws:
                 raise ValueError(
-                    f'{name}: cannot read context {key!r}; write token ids joined by commas ("0,2"), '
-                    f'"" for the empty context or "*" for every other one'
-                ) from None
-            laws[ctx] = law
-        out.append(NextTokenLaw(_table_law(name, laws), name))
+                    f'{at}"{name}" lists context {keys[ctx]!r} twice (also as {key!r}); '
+                    f"keep one law per context"
+                )
+            where = f'{at}"{name}" law at context {key!r}'
+            arr = _law_array(law, where)
+            if vocab is None:
+                vocab = int(arr.size)
+            if arr.size != vocab:
+                raise ValueError(
+                    f'{where} has {arr.size} probabilities, another law (or "vocab") has {vocab}: every law '
+                    f"needs one probability per token of the same vocabulary"
+                )
+            laws[ctx], keys[ctx] = arr, key
+        tables[name] = (laws, keys)
+    for name, (laws, keys) in tables.items():
+        for ctx, key in keys.items():
+            if ctx != "*" and any(not 0 <= t < vocab for t in ctx):
+                raise ValueError(
+                    f'{at}"{name}" context {key!r} names a token outside the vocabulary 0..{vocab - 1}; no '
+                    f"tree can reach it"
+                )
+        law = NextTokenLaw(_table_law(f'{at}"{name}"' if at else name, laws), name)
+        law.contexts = {ctx: keys[ctx] for ctx in laws}
+        out.append(law)
     return out[0], out[1]
+
+
+def _parse_context(key, where: str):
+    """A laws table's key as a tuple of token ids (``"*"`` kept): ``"0,2"`` -> ``(0, 2)``."""
+    if key == "*":
+        return "*"
+    text = str(key).replace(" ", "")
+    try:
+        return tuple(int(t) for t in text.split(",")) if text else ()
+    except ValueError:
+        raise ValueError(
+            f'{where}: cannot read context {key!r}; write token ids joined by commas ("0,2"), "" for the '
+            f'empty context or "*" for every other one'
+        ) from None
+
+
+def _law_array(law, where: str) -> np.ndarray:
+    """One law of a laws table as a validated float64 vector (``ValueError`` naming ``where``)."""
+    if not isinstance(law, (list, tuple)) or not law:
+        raise ValueError(f"{where} must be a non-empty list of probabilities, got {json_repr(law)}")
+    bad = [x for x in law if isinstance(x, bool) or not isinstance(x, (int, float))]
+    if bad:
+        raise ValueError(f"{where} holds {json_repr(bad[0])}; every entry must be a number (a probability)")
+    try:
+        arr = check_probabilities(np.array(law, dtype=np.float64), "it")
+    except ValueError as exc:
+        why = str(exc).split("; pass normalize=True")[0]  # a Python option, not the file's
+        raise ValueError(
+            f"{where}: {why}" + ("; fix the law in the file" if "sums to" in why else "")
+        ) from None
+    arr.setflags(write=False)
+    return arr
+
+
+def json_repr(x) -> str:
+    """A short JSON-like rendering of a value for a message."""
+    import json
+
+    try:
+        text = json.dumps(x)
+    except (TypeError, ValueError):
+        text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def unreachable_contexts(target, draft, shape, scheme) -> list:
+    """The listed contexts of laws tables (:func:`laws_from_json`) that no drafted tree of ``shape``
+    under ``scheme`` (at the empty context) can use: deeper than the tree (a target law is read at
+    paths of up to ``depth`` tokens, a draft law at paths of fewer), or reached only through a token
+    the draft law at an earlier context gives probability 0 (for ``top_n``: a token it never drafts
+    there). Returns ``[(table name, key, reason)]``.
+
+    Parameters
+    ----------
+    target, draft : NextTokenLaw
+        From :func:`laws_from_json`.
+    shape : str, sequence of int or TreeShape
+    scheme : str or DraftScheme
+
+    Returns
+    -------
+    list of tuple
+    """
+    shape = parse_shape(shape)
+    scheme = get_scheme(scheme)
+    depth = shape.depth
+    out = []
+    for law, deepest in ((target, depth), (draft, depth - 1)):
+        for ctx, key in getattr(law, "contexts", {}).items():
+            if ctx == "*":
+                continue
+            if len(ctx) > deepest:
+                role = "target laws are read" if law is target else "draft laws are read"
+                most = f"{deepest} token{'' if deepest == 1 else 's'}"
+                out.append((law.name, key, f"{role} at paths of at most {most} in a {shape.label} tree"))
+                continue
+            for k in range(len(ctx)):
+                if ctx[k] not in _drawable(draft, ctx[:k], shape.branching[k], scheme):
+                    out.append(
+                        (
+                            law.name,
+                            key,
+                            f"token {ctx[k]} is never drafted after {list(ctx[:k])} under {scheme.name!r}",
+                        )
+                    )
+                    break
+    return out
+
+
+def _drawable(draft, ctx: tuple, b: int, scheme) -> set:
+    """Tokens a node at ``ctx`` drafts with positive probability (``b`` children)."""
+    try:
+        q = draft(ctx)
+    except ValueError:  # no law there: the enumeration reports it if a tree needs it
+        return set()
+    if scheme.name == "top_n":
+        return set(top_tokens(q, min(b, q.size)).tolist())
+    return set(np.flatnonzero(q > 0).tolist())  # every other scheme can draft any such token
 
 
 def _table_law(name: str, laws: dict):
     def law(ctx):
         if ctx in laws:
-            return np.asarray(laws[ctx], dtype=np.float64)
+            return laws[ctx]
         if "*" in laws:
-            return np.asarray(laws["*"], dtype=np.float64)
+            return laws["*"]
         raise ValueError(
             f"{name} has no law for context {','.join(map(str, ctx)) or '(empty)'!r} and no '*' entry"
         )
