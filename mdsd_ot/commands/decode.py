@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from . import _ray
 from ._inputs import add_sampling_list
@@ -112,12 +113,15 @@ def run(args) -> int:
         return _run_on_ray(config, args, t0)
     with _store.one_line_warnings("mdsd-ot decode"):
         run_shard(config, args.shard, args.out, progress=not args.no_progress)
-        if args.shard is None and args.cost_ratio is not None:
+        whole = args.shard is None or (Path(args.out) / "summary.json").exists()  # "0/1" is whole too
+        if whole and args.cost_ratio is not None:
             write_report(args.out, cost_ratio=args.cost_ratio)
+        if args.shard is not None:  # a shard writes no summary: its ratio is kept for the merge
+            from ..decode.report import record_cost_ratio
+
+            record_cost_ratio(args.out, args.cost_ratio)
     print(f"decode written to {args.out} in {time.time() - t0:.1f} s")
     if args.shard is None:
-        from pathlib import Path
-
         print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     return 0
 

@@ -99,18 +99,38 @@ def measured_cost_ratio(rows) -> float | None:
     return per_draft / per_target if per_target > 0 else None
 
 
+#: A shard run given ``--cost-ratio`` writes no summary (its rows are part of a run); it records the
+#: ratio here, ``{"cost_ratio": c}``, for :func:`given_cost_ratio` (the merge) to find.
+COST_RATIO_FILE = "cost_ratio.json"
+
+
+def record_cost_ratio(out, cost_ratio: float | None) -> None:
+    """Record the ``--cost-ratio`` a shard ran with in its folder (None: remove a stale record, the
+    latest run measured)."""
+    path = Path(out) / COST_RATIO_FILE
+    if cost_ratio is None:
+        path.unlink(missing_ok=True)
+        return
+    _store.atomic_write(path, json.dumps({"cost_ratio": float(cost_ratio)}), step=COST_RATIO_FILE)
+
+
 def given_cost_ratio(folders) -> float | None:
-    """The cost ratio every folder's summary was written with when all were given the same one
-    (``--cost-ratio``), else None (the merged rows' measured ratio applies)."""
+    """The cost ratio every folder was given when all were given the same one (``--cost-ratio``): read
+    from its summary (a whole run) or, for a shard, which writes none, from :data:`COST_RATIO_FILE`;
+    else None (the merged rows' measured ratio applies)."""
     seen = set()
     for f in folders:
         path = Path(f) / "summary.json"
-        if not path.exists():
+        if path.exists():
+            table = json.loads(path.read_text())
+            if not table or table[0].get("cost_ratio_source") != "given":
+                return None
+            seen.add(table[0]["cost_ratio"])
+            continue
+        try:
+            seen.add(float(json.loads((Path(f) / COST_RATIO_FILE).read_text())["cost_ratio"]))
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        table = json.loads(path.read_text())
-        if not table or table[0].get("cost_ratio_source") != "given":
-            return None
-        seen.add(table[0]["cost_ratio"])
     return seen.pop() if len(seen) == 1 else None
 
 

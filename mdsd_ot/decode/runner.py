@@ -430,6 +430,9 @@ def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=N
         "prompts": prompts_identity(records),
     }
     ident.update(config.key())
+    recorded = prev.get("verifiers", ident["verifiers"])
+    if recorded != ident["verifiers"] and config.same_verifiers(recorded):
+        ident["verifiers"] = recorded  # another spelling of the same verifiers in every cell: same run
     return ident
 
 
@@ -512,7 +515,12 @@ def run_decode(
         ident = identity
         if ident is None:
             ident = decode_identity(
-                config, records, target=target_model, draft=draft_model, tokenizer=tokenizer
+                config,
+                records,
+                target=target_model,
+                draft=draft_model,
+                tokenizer=tokenizer,
+                previous=(_store.peek_config(out) or {}).get("identity"),
             )
         return open_decode(out, config, records, identity=ident, shard=shard, meta=meta)
 
