@@ -226,6 +226,8 @@ def _no_times(r):
         (dict(max_new_tokens=0), "max_new_tokens"),
         (dict(top_k=2, trees=["4x4"]), "top_k"),
         (dict(verifiers=["nope"]), "verifier"),
+        (dict(verifiers=[]), "name at least one verifier"),
+        (dict(verifiers=" , "), "name at least one verifier"),
     ],
 )
 def test_config_errors_are_actionable(kw, match):
@@ -283,6 +285,23 @@ def test_resume_compares_resolved_verifiers_not_spellings(tmp_path, no_plots):
     assert first.same_verifiers(again.verifiers) and not first.same_verifiers(["rrs"])
     run_decode(target, draft, records, b, again, progress=False)
     assert json.loads((b / "config.json").read_text())["identity"]["verifiers"] == ["naive", "rrs", "spechub"]
+
+
+def test_cost_ratio_is_checked_before_anything_is_written(tmp_path):
+    from mdsd_ot.decode.report import check_cost_ratio
+
+    assert check_cost_ratio(None) is None and check_cost_ratio(0) == 0.0 and check_cost_ratio(0.5) == 0.5
+    for bad, exc in (
+        (float("nan"), ValueError),
+        (-1.0, ValueError),
+        (float("inf"), ValueError),
+        ("0.5", TypeError),
+    ):
+        with pytest.raises(exc, match="cost ratio"):
+            check_cost_ratio(bad)
+        with pytest.raises(exc, match="cost ratio"):
+            merge([tmp_path / "a"], tmp_path / "m", cost_ratio=bad)
+    assert not (tmp_path / "m").exists()
 
 
 def test_merge_of_shards_keeps_the_cost_ratio_they_were_given(tmp_path, monkeypatch, no_plots):

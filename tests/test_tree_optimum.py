@@ -478,6 +478,25 @@ def test_class_refusal_never_suggests_the_scheme_in_use():
     assert "'with_replacement' (" not in str(err.value) and "'greedy' (at most 125 classes)" in str(err.value)
 
 
+def test_contexts_are_token_ids_never_converted():
+    """A float, bool, string or negative context is refused (1.5 was read as 1, "12" as (1, 2));
+    numpy and torch integers are token ids."""
+    half = lambda c: [0.5, 0.5]  # noqa: E731
+    for ctx, exc, match in (
+        ((1.5,), TypeError, r"context\[0\] = 1.5 is not an integer"),
+        ((2.0,), TypeError, "not an integer"),
+        ((True,), TypeError, "is a bool"),
+        ("12", TypeError, "sequence of token ids"),
+        ((-1,), ValueError, "negative"),
+        (None, TypeError, "sequence of token ids"),
+    ):
+        with pytest.raises(exc, match=match):
+            tree_optimum(half, half, (1,), "with_replacement", context=ctx)
+    assert enumerate_classes(half, half, (1,), "with_replacement", context=np.array([1, 0])).context == (1, 0)
+    with pytest.raises(TypeError, match="target's context"):
+        enumerate_classes(half, half, (1,), "with_replacement").target((0.5,))
+
+
 def test_simplex_and_interior_point_agree():
     target, draft = ToyLM(4, 140, zeros=True), ToyLM(4, 141, conc=0.5)
     a = tree_optimum(target, draft, (2, 1), "without_replacement", solver="simplex")
@@ -505,6 +524,8 @@ def test_torch_models_through_model_law():
     assert r1.success
     with pytest.raises(ValueError, match="non-empty prompt"):
         tree_optimum(tgt, drf, (1,), "with_replacement")
+    with pytest.raises(ValueError, match=r"token 5 of context \[5\] is outside the model's vocabulary"):
+        tree_optimum(tgt, drf, (1,), "with_replacement", context=(5,))  # was an IndexError traceback
 
 
 # ------------------------------------------------------------------------------ compare_tree and CLI

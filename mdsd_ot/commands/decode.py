@@ -82,8 +82,10 @@ def add_arguments(parser):
 def run(args) -> int:
     from .. import _store
     from ..decode import DecodeConfig, run_shard, write_report
+    from ..decode.report import check_cost_ratio
     from .study import _floats
 
+    check_cost_ratio(args.cost_ratio)  # before anything runs
     _ray.check(args)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     config = DecodeConfig(

@@ -163,7 +163,14 @@ class DecodeConfig:
         if self.verifiers is not None:
             from ..trees import canonical_verifier, verifier_names
 
+            if isinstance(self.verifiers, str):
+                self.verifiers = [v.strip() for v in self.verifiers.split(",") if v.strip()]
             self.verifiers = sorted({canonical_verifier(v) for v in self.verifiers})
+            if not self.verifiers:
+                raise ValueError(
+                    "verifiers: name at least one verifier (e.g. 'rrs,traversal'), or leave them out "
+                    "for every valid one"
+                )
             # spelled out as the default (every name, or exactly what the default evaluates in every
             # cell): the same run, the same identity
             if self.verifiers == sorted(verifier_names()) or self.same_verifiers(None):

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import numbers
 from pathlib import Path
 
 from .. import _store
@@ -134,6 +135,21 @@ def given_cost_ratio(folders) -> float | None:
     return seen.pop() if len(seen) == 1 else None
 
 
+def check_cost_ratio(cost_ratio) -> float | None:
+    """``cost_ratio`` as a float: None, or a finite number >= 0 (``ValueError`` / ``TypeError``
+    otherwise: a NaN, infinite or negative ratio would print NaN or negative speedups)."""
+    if cost_ratio is None:
+        return None
+    if isinstance(cost_ratio, bool) or not isinstance(cost_ratio, numbers.Real):
+        raise TypeError(f"cost ratio must be a number, got {type(cost_ratio).__name__} {cost_ratio!r}")
+    c = float(cost_ratio)
+    if not (math.isfinite(c) and c >= 0.0):
+        raise ValueError(
+            f"cost ratio must be a finite number >= 0 (draft forward time / target forward time), got {c!r}"
+        )
+    return c
+
+
 def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
 
@@ -155,7 +171,8 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
         One per (T, tree, scheme, method), sorted by T and tree size: ``mean``, ``ci95``, ``calls``,
         ``records``, ``failed``, ``cost_ratio`` (and its source) and ``speedup`` (None without a ratio).
     """
-    c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
+    cost_ratio = check_cost_ratio(cost_ratio)
+    c = measured_cost_ratio(rows) if cost_ratio is None else cost_ratio
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["T"], r["tree"], r["scheme"]), []).append(r)

@@ -663,8 +663,9 @@ def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)", cost_
     pathlib.Path
         ``dest``.
     """
-    from .report import given_cost_ratio, write_report
+    from .report import check_cost_ratio, given_cost_ratio, write_report
 
+    cost_ratio = check_cost_ratio(cost_ratio)  # before anything is written
     dest = Path(dest)
     if cost_ratio is None:
         cost_ratio = given_cost_ratio(sources)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ __all__ = [
     "NextTokenLaw",
     "model_law",
     "as_next_token_law",
+    "as_context",
     "toy_models",
     "laws_from_json",
     "unreachable_contexts",
@@ -74,7 +76,9 @@ class NextTokenLaw:
         self.fn, self.name, self.vocab, self._memo = fn, name, None, {}
 
     def __call__(self, context) -> np.ndarray:
-        ctx = tuple(int(t) for t in context)
+        ctx = context if type(context) is tuple and all(type(t) is int for t in context) else None
+        if ctx is None or any(t < 0 for t in ctx):
+            ctx = as_context(context, f"{self.name}'s context")
         law = self._memo.get(ctx)
         if law is None:
             law = check_probabilities(self.fn(ctx), f"{self.name}({list(ctx)})")
@@ -92,6 +96,44 @@ class NextTokenLaw:
 
     def __repr__(self) -> str:
         return f"<NextTokenLaw {self.name}, V={self.vocab}>"
+
+
+def as_context(context, what: str = "context") -> tuple:
+    """A context as a tuple of token ids: ints (numpy and torch integers too) >= 0. A string, a bool,
+    a float (``1.5``, also ``2.0``) or a negative id is refused (``TypeError`` / ``ValueError``), never
+    converted.
+
+    Parameters
+    ----------
+    context : sequence of int
+    what : str
+        Named in the messages.
+
+    Returns
+    -------
+    tuple of int
+
+    Examples
+    --------
+    >>> as_context([3, 1])
+    (3, 1)
+    """
+    if isinstance(context, (str, bytes)) or not hasattr(context, "__iter__"):
+        raise TypeError(
+            f"{what} must be a sequence of token ids (ints), got {type(context).__name__} {context!r}"
+        )
+    out = []
+    for k, t in enumerate(context):
+        if isinstance(t, (bool, np.bool_)):
+            raise TypeError(f"{what}[{k}] = {t!r} is a bool, not a token id")
+        try:
+            t = operator.index(t)
+        except TypeError:
+            raise TypeError(f"{what}[{k}] = {t!r} is not an integer token id") from None
+        if t < 0:
+            raise ValueError(f"{what}[{k}] = {t} is negative; token ids are >= 0")
+        out.append(t)
+    return tuple(out)
 
 
 def _is_torch_module(obj) -> bool:
@@ -131,11 +173,18 @@ def model_law(model, temperature: float = 1.0, *, name: str = "model") -> NextTo
         device = next(model.parameters()).device
     except StopIteration:
         device = "cpu"
+    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+    vocab = getattr(embeddings, "num_embeddings", None)
 
     def law(ctx):
         if not ctx:
             raise ValueError(
                 f"{name}: a causal LM needs a non-empty prompt; pass context=(token ids of the prompt)"
+            )
+        if vocab is not None and max(ctx) >= vocab:
+            raise ValueError(
+                f"{name}: token {max(ctx)} of context {list(ctx)} is outside the model's vocabulary "
+                f"(ids 0 to {vocab - 1})"
             )
         with torch.no_grad():
             out = model(torch.tensor([list(ctx)], dtype=torch.long, device=device))
@@ -558,7 +607,7 @@ def enumerate_trees(
     draft = as_next_token_law(draft, "draft")
     shape = parse_shape(shape)
     scheme = get_scheme(scheme)
-    context = tuple(int(t) for t in context)
+    context = as_context(context)
     V = target(context).size
     if draft(context).size != V:
         raise ValueError(f"target and draft must have the same vocabulary; got {V} and {draft(context).size}")
