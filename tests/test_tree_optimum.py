@@ -478,6 +478,33 @@ def test_class_refusal_never_suggests_the_scheme_in_use():
     assert "'with_replacement' (" not in str(err.value) and "'greedy' (at most 125 classes)" in str(err.value)
 
 
+def test_iid_drafts_are_enumerated_by_counts_not_tuples(monkeypatch):
+    """13 i.i.d. drafts from 3 tokens: 7 classes (the non-empty sets drawn), from the 105 count vectors
+    of the multinomial law, never the 3^13 = 1.6 million ordered tuples (13 s and 22 s before); the
+    class probabilities against inclusion-exclusion in exact rationals, the ordered count 3^13."""
+    from fractions import Fraction
+
+    from mdsd_ot.drafts.scheme import DraftScheme
+
+    def no_tuples(self, q, n):
+        raise AssertionError("an i.i.d. enumeration listed draft tuples")
+
+    monkeypatch.setattr(DraftScheme, "tuple_law", no_tuples)
+    q = [0.5, 0.375, 0.125]
+    e = enumerate_classes(lambda c: [1 / 3, 1 / 3, 1 / 3], lambda c: q, (13,), "with_replacement")
+    assert e.n_trees() == 3**13
+    got = {frozenset(w[0] for w in c.paths[1:]): c.probability for c in e.classes}
+    subsets = [frozenset(s) for r in (1, 2, 3) for s in itertools.combinations(range(3), r)]
+    assert set(got) == set(subsets)
+    for S in subsets:  # P(the drawn set is S) = sum over T in S of (-1)^|S - T| q(T)^13
+        exact = sum(
+            (-1) ** (len(S) - r) * sum(Fraction(q[y]) for y in T) ** 13
+            for r in range(1, len(S) + 1)
+            for T in itertools.combinations(sorted(S), r)
+        )
+        assert abs(got[S] - float(exact)) <= 1e-15, (S, got[S], float(exact))
+
+
 def test_contexts_are_token_ids_never_converted():
     """A float, bool, string or negative context is refused (1.5 was read as 1, "12" as (1, 2));
     numpy and torch integers are token ids."""
