@@ -463,6 +463,8 @@ def test_class_limit_is_exact_and_checked_while_enumerating():
     for bad, exc in ((0, ValueError), ("100", TypeError), (True, TypeError)):
         with pytest.raises(exc, match="max_classes"):
             enumerate_classes(coin, coin, "1x2", "with_replacement", max_classes=bad)
+        with pytest.raises(exc, match="max_trees"):
+            compare_tree(coin, coin, "1x2", "with_replacement", max_trees=bad)
 
 
 def test_class_refusal_never_suggests_the_scheme_in_use():

@@ -172,6 +172,10 @@ def compare_tree(
     >>> [(r.verifier, round(9 * r.tokens, 9)) for r in t], round(9 * t.optimum.value, 9)
     ([('rrs', 19.0), ('block', 20.0), ('lp', 20.0)], 20.0)
     """
+    if isinstance(max_trees, bool) or not isinstance(max_trees, int) or max_trees < 1:
+        raise (ValueError if isinstance(max_trees, int) and not isinstance(max_trees, bool) else TypeError)(
+            f"max_trees must be an int >= 1, got {max_trees!r}"
+        )
     e = enumerate_trees(target, draft, shape, scheme, context=context, max_classes=max_classes)
     if verifiers is None:
         names = valid_verifiers(e.scheme, shape=e.shape)
