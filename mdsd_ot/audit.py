@@ -47,6 +47,14 @@ Cost: ``sum_t R_t <= trials + T * min_runs`` calls of ``verify`` (``T`` tuples);
 takes ~20-50 us per call. ``T`` is at most ``max_tuples`` (``V^n`` with replacement): beyond it, a
 ``ValueError`` says how many tuples the scheme has.
 
+Tree verifiers
+--------------
+:func:`audit_tree` does the same for a tree verifier, whose output is a string of tokens (a path of the
+drafted tree, then one token): it compares the law of the first ``k`` tokens streamed by chained calls
+with the target's, exactly from ``law(tree)`` (every drafted tree of every call enumerated at tiny
+``V``) or by sampling ``verify(tree, rng)``, with the same verdict fields (``lossless``, the largest
+deviation, where it shows) and the same exit statuses on the command line (docs/tree-decoding.md).
+
 Example
 -------
 >>> from mdsd_ot.audit import audit, registry_verify
@@ -1072,7 +1080,7 @@ class TreeAuditResult:
             lines.append(
                 f"  {self.trials:,} sampled streams per case; a bias of "
                 f"{max(c.detectable for c in self.cases):.3g} on one cell (a {self.k}-token string) is "
-                f"detected with probability {conf} in every case"
+                f"detected with probability about {conf} (noncentral chi-square) in every case"
             )
         cols = ["pair", "V", "shape", "scheme", "max dev.", "tokens/call", "optimum"]
         if self.mode == "sample":

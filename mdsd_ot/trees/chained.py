@@ -137,8 +137,21 @@ def autoregressive_law(target: Callable, k: int, context=()) -> dict:
 
 
 def prefix_laws(law: dict) -> dict:
-    """Every prefix's probability (lengths ``1..k``) from a law of ``k``-token strings (summed with
-    ``math.fsum``)."""
+    """Every prefix's probability from a law of ``k``-token strings, summed with ``math.fsum``.
+
+    Parameters
+    ----------
+    law : dict
+        ``{tuple of k tokens: probability}``.
+
+    Returns
+    -------
+    dict
+        ``{prefix: probability}`` for every prefix of length ``1..k`` of a string of ``law``.
+
+    >>> prefix_laws({(0, 1): 0.25, (0, 0): 0.75})[(0,)]
+    1.0
+    """
     parts: dict = {}
     for s, pr in law.items():
         for j in range(1, len(s) + 1):
@@ -147,10 +160,24 @@ def prefix_laws(law: dict) -> dict:
 
 
 def prefix_deviation(law: dict, reference: dict, *, tol: float | None = None) -> tuple:
-    """``(max_deviation, prefix)``: the largest ``|law(s) - reference(s)|`` over every prefix ``s`` of
-    length ``1..k`` (the laws of ``k``-token strings summed to their prefixes), and the shortest prefix
-    attaining the largest deviation among the shortest lengths that deviate by more than ``tol``
-    (default ``LAW_TOL`` = 1e-12; ``None`` when none does).
+    r"""The largest prefix deviation between two laws of ``k``-token strings, and where it shows first.
+
+    .. math:: \max_{1 \le |s| \le k} |L(s) - R(s)|
+
+    with ``L(s)``, ``R(s)`` the probabilities that a string begins with ``s`` (:func:`prefix_laws`).
+
+    Parameters
+    ----------
+    law, reference : dict
+        ``{tuple of k tokens: probability}``.
+    tol : float or None
+        Deviations up to ``tol`` are rounding (default ``LAW_TOL`` = 1e-12).
+
+    Returns
+    -------
+    (float, tuple or None)
+        The largest deviation, and the shortest prefix deviating by more than ``tol`` (among the
+        shortest, the one deviating most; ``None`` when none does).
 
     >>> prefix_deviation({(0, 0): 0.5, (1, 1): 0.5}, {(0, 0): 0.25, (0, 1): 0.25, (1, 0): 0.25,
     ...                   (1, 1): 0.25})

@@ -136,7 +136,7 @@ class GBVVerifier(TreeVerifier):
     name = "gbv"
     paper = (
         "Thomas, Pal. Greedy multi-path block verification for faster decoding in speculative sampling. "
-        "2026 (arXiv 2602.16961)"
+        "arXiv 2602.16961, 2026"
     )
 
     def why_not(self, shape, scheme) -> str | None:
