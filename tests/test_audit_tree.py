@@ -28,7 +28,7 @@ from mdsd_ot.trees import (
     valid_verifiers,
     verify_tree,
 )
-from mdsd_ot.trees.verifiers.gbv import GBVVerifier
+from mdsd_ot.trees.verifiers.gbv import GBVVerifier, clipped_ratio_order
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_FILE = ROOT / "examples" / "biased_tree_verifiers.py"
@@ -312,6 +312,20 @@ def test_gbv_equals_block_at_k_1():
             a, b = outcome_law(tree, "gbv"), outcome_law(tree, "block")
             assert max(abs(a.get(e, 0.0) - b.get(e, 0.0)) for e in set(a) | set(b)) <= LAW_TOL
             assert abs(expected_tokens(tree, "gbv") - expected_tokens(tree, "block")) <= LAW_TOL
+
+
+def test_clipped_ratio_order_is_one_order_with_ties_by_token_id():
+    """The order GBV's path choice and skewed law share: ascending (min(1, p/q), token id), against numpy's
+    lexsort on explicit keys; small integer weights make exact ties (p = q, and p >= q clipped to 1)."""
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        V = int(rng.integers(2, 40))
+        p, q = rng.integers(0, 4, V).astype(float), rng.integers(0, 4, V).astype(float)
+        p[0] += p.sum() == 0
+        q[-1] += q.sum() == 0
+        p, q = p / p.sum(), q / q.sum()
+        r = [min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0) for y in range(V)]
+        assert clipped_ratio_order(p, q).tolist() == np.lexsort((np.arange(V), r)).tolist()
 
 
 def test_gbv_is_registered_and_refuses_other_trees():

@@ -19,6 +19,14 @@ from .block import BlockVerifier
 __all__ = ["GBVVerifier", "clipped_ratio_order", "best_of_k_law"]
 
 
+def _clipped_ratio(p: np.ndarray, s: np.ndarray, tokens=None) -> np.ndarray:
+    """``min(1, p / s)`` (1 where ``s = 0 < p``, 0 where both are 0), at ``tokens`` or everywhere: the
+    one computation the path choice and the order share."""
+    if tokens is not None:
+        p, s = p[tokens], s[tokens]
+    return np.minimum(np.divide(p, s, out=(p > 0).astype(np.float64), where=s > 0), 1.0)
+
+
 def clipped_ratio_order(p: np.ndarray, s: np.ndarray) -> np.ndarray:
     """The tokens from lowest to highest rank at a node: by the clipped ratio ``r(y) = min(1, p(y) /
     s(y))``, ties (every token with ``p >= s`` has ``r = 1``) by token id.
@@ -40,9 +48,45 @@ def clipped_ratio_order(p: np.ndarray, s: np.ndarray) -> np.ndarray:
     >>> clipped_ratio_order(np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])).tolist()
     [2, 0, 1]
     """
-    r = np.divide(p, s, out=(p > 0).astype(np.float64), where=s > 0)
-    r = np.minimum(r, 1.0)
-    return np.lexsort((np.arange(p.size), r)).astype(np.int64)
+    r = _clipped_ratio(p, s)
+    below = np.flatnonzero(r < 1.0)  # the tokens with r = 1 come last, by id; only the others are sorted
+    key = r[below]
+    idx = np.argsort(key)  # introsort; a stable sort (ties by id) only when two ratios tie exactly
+    ranked = key[idx]
+    if np.any(ranked[1:] == ranked[:-1]):
+        idx = np.argsort(key, kind="stable")
+    return np.concatenate((below[idx], np.flatnonzero(r >= 1.0))).astype(np.int64)
+
+
+def _ranked_masses(s: np.ndarray, order: np.ndarray):
+    """``(F, F-)``: the ``s``-mass of the tokens ranked at or below each token, and strictly below it
+    (running sums in rank order)."""
+    cum = np.cumsum(s[order])
+    upper = np.empty_like(s)
+    lower = np.empty_like(s)
+    upper[order] = cum
+    lower[order[0]] = 0.0
+    lower[order[1:]] = cum[:-1]
+    return upper, lower
+
+
+def _best_of_k(s, upper, lower, a: float, K: int) -> np.ndarray:
+    """:func:`best_of_k_law` from the ranked masses: ``s(y) S_{K-1}(y) / sum_{j<K} z^j`` with
+    ``S_0 = 1``, ``S_m = W S_{m-1} + U^m`` (positive terms only)."""
+    if K == 1 or not math.isfinite(a):
+        return s.copy()
+    u = (a + upper) / (a + 1.0)
+    w = (a + lower) / (a + 1.0)
+    z = a / (a + 1.0)
+    acc = np.ones_like(s)
+    power = np.ones_like(s)
+    for _ in range(K - 1):
+        power *= u
+        acc *= w
+        acc += power
+    den = math.fsum(z**j for j in range(K))
+    out = s * acc / den
+    return out / out.sum()
 
 
 def best_of_k_law(s: np.ndarray, order: np.ndarray, a: float, K: int) -> np.ndarray:
@@ -78,23 +122,8 @@ def best_of_k_law(s: np.ndarray, order: np.ndarray, a: float, K: int) -> np.ndar
     >>> best_of_k_law(s, np.array([0, 1]), 0.0, 2).tolist()  # max of two fair coins: 1 w.p. 3/4
     [0.25, 0.75]
     """
-    if K == 1 or not math.isfinite(a):
-        return s.copy()
-    ranked = s[order]
-    upper = np.empty_like(s)
-    lower = np.empty_like(s)
-    cum = np.cumsum(ranked)
-    upper[order] = cum
-    lower[order] = np.concatenate(([0.0], cum[:-1]))
-    u = (a + upper) / (a + 1.0)
-    low = (a + lower) / (a + 1.0)
-    z = a / (a + 1.0)
-    j = np.arange(K)
-    num = np.sum(u[:, None] ** j[None, :] * low[:, None] ** (K - 1 - j)[None, :], axis=1)
-    den = float(np.sum(z**j))
-    out = s * num / den
-    total = out.sum()
-    return out / total
+    upper, lower = _ranked_masses(s, order)
+    return _best_of_k(s, upper, lower, a, K)
 
 
 # -------------------------------------------------------------------------------------------- gbv
@@ -168,24 +197,19 @@ class GBVVerifier(TreeVerifier):
         K, L = int(tree.shape.branching[0]), tree.shape.depth
         scheme = tree.scheme
 
-        laws: dict = {}
-
         def law(v):
-            """The law of ``v``'s children (validating their tokens), and the clipped-ratio order."""
-            if v not in laws:
-                s = child_draft_laws(scheme, Q[v], tokens[children[v]])[0]
-                laws[v] = s, clipped_ratio_order(P[v], s)
-            return laws[v]
+            """The law ``v``'s children were drawn from (their tokens validated)."""
+            return child_draft_laws(scheme, Q[v], tokens[children[v]])[0]
 
-        # 1. the greedy walk: keep the candidates carrying the highest-ranked token at each depth
+        # 1. the greedy walk: keep the candidates carrying the highest-ranked token, by the key
+        #    (clipped ratio, token id) of the order (compared on the candidates' tokens only)
         cands = [int(c) for c in children[0]]
         at = 0  # a node whose context is the prefix kept so far
         for d in range(L):
-            s, order = law(at)
-            rank = np.empty(order.size, dtype=np.int64)
-            rank[order] = np.arange(order.size)
-            best = max(rank[tokens[c]] for c in cands)
-            cands = [c for c in cands if rank[tokens[c]] == best]
+            toks = tokens[cands]
+            r = _clipped_ratio(P[at], law(at), toks)
+            best = max(zip(r.tolist(), toks.tolist()))[1]
+            cands = [c for c, t in zip(cands, toks.tolist()) if t == best]
             if d + 1 < L:
                 at = cands[0]
                 cands = [int(children[c][0]) for c in cands]
@@ -198,11 +222,12 @@ class GBVVerifier(TreeVerifier):
         qts = []
         a = 0.0
         for d in range(L):
-            s, order = law(path[d])
-            qts.append(best_of_k_law(s, order, a, K))
+            s = law(path[d])
+            order = clipped_ratio_order(P[path[d]], s)
+            upper, lower = _ranked_masses(s, order)
+            qts.append(_best_of_k(s, upper, lower, a, K))
             x = int(tokens[path[d + 1]])
-            below = float(s[order[: int(np.flatnonzero(order == x)[0])]].sum())
-            a = (a + below) / float(s[x])
+            a = (a + float(lower[x])) / float(s[x])
         chain = DraftTree(
             f"1x{L}",
             "with_replacement",
