@@ -1476,7 +1476,7 @@ def audit_tree(
 
     Examples
     --------
-    >>> r = audit_tree("traversal", ["2x1", "2,2"], "with_replacement", k=2, optimum=False)
+    >>> r = audit_tree("traversal", ["2x1", "2x2"], "with_replacement", k=2, optimum=False)
     >>> r.lossless, r.max_deviation < 1e-12, len(r.cases)
     (True, True, 12)
     """
