@@ -802,6 +802,11 @@ def _freeze(tree) -> None:
 
 def _emission(value, tree, paths: set, where: str, what: str) -> tuple:
     """``value`` as a tuple of ints that is a path of ``tree`` followed by one token."""
+    if callable(getattr(value, "items", None)):
+        raise VerifierError(
+            f"{what} is a {type(value).__name__}, not a list of tokens: a law(tree) is audited with "
+            f"kind='law' (--law on the command line) ({where})"
+        )
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise VerifierError(
             f"{what} must be a sequence of tokens, got {type(value).__name__} {value!r} ({where})"

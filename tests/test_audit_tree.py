@@ -408,6 +408,8 @@ def test_a_verifier_that_raises_or_returns_garbage_is_named_with_the_tree():
             audit_tree(bad, "2x1", kind="law", pairs=[PAIRS["sun"]], k=1, optimum=False)
     with pytest.raises(VerifierError, match="not a path"):
         audit_tree(lambda t, rng: [1, 1, 1, 1], "2x1", pairs=[PAIRS["sun"]], k=1, trials=2, optimum=False)
+    with pytest.raises(VerifierError, match="kind='law'"):  # a law audited as a sampler
+        audit_tree(lambda t, rng: ex.hsd(t), "1x2", pairs=[PAIRS["sun"]], k=1, trials=2, optimum=False)
     with pytest.raises(ValueError, match="kind='law'"):
         audit_tree(lambda t, rng: [0], "2x1", mode="exact")
     with pytest.raises(ValueError, match="kind must be"):
