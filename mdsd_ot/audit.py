@@ -1495,6 +1495,10 @@ def audit_tree(
         raise ValueError(f"trials must be an int >= 2, got {trials!r}")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
         raise ValueError(f"level must be a float in (0, 1), e.g. 0.01; got {level!r}")
+    if isinstance(max_trees, bool) or not isinstance(max_trees, (int, np.integer)) or max_trees < 1:
+        raise ValueError(f"max_trees must be an int >= 1, got {max_trees!r}")
+    if not isinstance(optimum, bool):
+        raise TypeError(f"optimum must be True or False, got {optimum!r}")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 <= tol < 1.0:
         raise ValueError(f"tol must be a float in [0, 1), e.g. 1e-12; got {tol!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
