@@ -263,14 +263,17 @@ def test_run_decode_refuses_ids_outside_the_models_vocabulary(tmp_path):
 
 def test_resume_compares_resolved_verifiers_not_spellings(tmp_path, no_plots):
     """A run made with the default verifiers resumes when they are written out as the default resolves
-    them (here naive, rrs, spectr, optimal, traversal), and a folder made with one spelling resumes
-    with another of the same verifiers per cell; a list that evaluates other verifiers is refused."""
+    them (naive, rrs, spectr, optimal, traversal, gbv on 2x2 i.i.d. trees), and a folder made with one
+    spelling resumes with another of the same verifiers per cell; a list that evaluates other verifiers
+    is refused."""
     from mdsd_ot._store import IdentityMismatch
 
     target, draft = tiny("qwen2", 41), tiny("qwen2", 42)
     records = [{"id": "v0", "prompt_ids": [3, 1]}]
     default = _cells_config(max_new_tokens=2)
-    spelled = _cells_config(max_new_tokens=2, verifiers=["naive", "rrs", "spectr", "optimal", "traversal"])
+    names = valid_verifiers("with_replacement", shape="2x2")  # the issue's five, and gbv since it came
+    assert {"naive", "rrs", "spectr", "optimal", "traversal"} <= set(names)
+    spelled = _cells_config(max_new_tokens=2, verifiers=names[::-1])
     assert default.verifiers is None and spelled.verifiers is None  # the same run, the same identity
     a = run_decode(target, draft, records, tmp_path / "a", default, progress=False)
     rows = _store.read_rows(a)
