@@ -11,6 +11,7 @@ from .compare import Comparison, compare
 from .drafts import SCHEMES, DraftScheme, get_scheme
 from .logits import to_distribution
 from .result import AcceptanceResult
+from .top_k import TopKBounds, optimal_acceptance_top_k
 from .verifiers import VERIFIERS, verifier_acceptance
 
 __version__ = "0.1.0"
@@ -28,4 +29,6 @@ __all__ = [
     "compare",
     "Comparison",
     "to_distribution",
+    "optimal_acceptance_top_k",
+    "TopKBounds",
 ]

@@ -308,18 +308,28 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
     _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
     written.update(md=out / "summary.md", csv=out / "summary.csv", json=out / "summary.json")
     if plots:
-        written.update(plot_summary(table, out))
+        from ..plots import run_names, run_title
+
+        prompts = len({r["record"] for r in rows})
+        counts = f"{prompts} prompt{'' if prompts == 1 else 's'}, {_calls(rows):,} target calls"
+        written.update(
+            plot_summary(
+                table,
+                out,
+                title=run_title(title, **run_names(out), counts=counts, value="mean tokens per target call"),
+            )
+        )
     return written
 
 
-def plot_summary(table, out) -> dict:
-    """``block_efficiency_vs_temperature.png`` (one panel per tree and scheme, a line per verifier)
-    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme), drawn by
-    :func:`mdsd_ot.plots.plot_decode` (fixed style per verifier, one shared legend); {} without
-    matplotlib."""
+def plot_summary(table, out, *, title: str | None = None) -> dict:
+    """``block_efficiency_vs_temperature.png`` (a panel per tree and scheme, a line per verifier; bars
+    with one temperature) and ``block_efficiency_vs_tree_size.png`` (a panel per temperature and
+    scheme, points per shape), drawn by :func:`mdsd_ot.plots.plot_decode` (fixed style per verifier,
+    one shared legend) under ``title``; {} without matplotlib."""
     from .. import plots
 
     try:
-        return plots.plot_decode(table, out)
+        return plots.plot_decode(table, out, title=title)
     except ImportError:
         return {}
