@@ -56,22 +56,21 @@ def add_arguments(parser):
         default=TREE_OPTIMUM_MAX_CLASSES,
         metavar="N",
         help="refuse more path-set classes of drafted trees than this (the LP's tree blocks; default "
-        f"{TREE_OPTIMUM_MAX_CLASSES:,})",
+        "%(default)s)",
     )
     parser.add_argument(
         "--max-trees",
         type=int,
         default=TREE_COMPARE_MAX_TREES,
         metavar="N",
-        help=f"refuse more ordered drafted trees than this (each verifier runs on each; default "
-        f"{TREE_COMPARE_MAX_TREES:,})",
+        help="refuse more ordered drafted trees than this (each verifier runs on each; default %(default)s)",
     )
     parser.add_argument(
         "--max-columns",
         type=int,
         default=TREE_OPTIMUM_MAX_COLUMNS,
         metavar="N",
-        help=f"refuse a causal LP of more columns than this (default {TREE_OPTIMUM_MAX_COLUMNS:,})",
+        help="refuse a causal LP of more columns than this (default %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
