@@ -157,6 +157,18 @@ def capped_ratio(w: float, a: float, b: float) -> float:
     tree verifiers (block, traversal) go through it, so a per-tree value does not depend on the order
     of a multiplication and a division.
 
+    Parameters
+    ----------
+    w : float
+        The running weight (a sequence-level acceptance), ``>= 0``.
+    a, b : float
+        The target and draft probabilities of the token, ``a >= 0``, ``b > 0``.
+
+    Returns
+    -------
+    float
+        ``min(1, w a / b)``, correctly rounded up to two roundings of the mantissas.
+
     Examples
     --------
     >>> capped_ratio(2.0**-600, 2.0**-600, 2.0**-1000) == 2.0**-200, 2.0**-600 * 2.0**-600 / 2.0**-1000
