@@ -154,19 +154,42 @@ class _Timer:
         self.last = int(context_ids[-1])
         self.vocab = int(model.get_output_embeddings().weight.shape[0])
 
-    def time(self, n: int) -> float:
+    def time(self, n: int) -> tuple[float, float]:
         """Seconds of one forward over ``n`` positions: the last context token (pending) and ``n - 1``
         distinct tree nodes at depth 1 (a forward's cost depends on its positions, not on the tree's
-        shape: the attention mask is dense). The cache is cut back to the context afterwards."""
+        shape: the attention mask is dense). The cache is cut back to the context afterwards.
+        Returns ``(wall seconds, CPU seconds of this process)``."""
         lm = self.lm
         lm.pending = [self.last]
         paths = [(t,) for t in range(1000, 1000 + n - 1)]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         lm.forward(paths)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         lm.cache.crop(-n)  # back to the context: the next forward sees the same length
         lm.committed, lm.slots, lm.tree_len, lm.pending = self.base, {}, 0, []
-        return dt
+        return dt, dc
+
+
+def matmul_seconds(torch, rounds: int = 5) -> dict:
+    """CPU seconds (best of ``rounds``, interleaved) of the MLP matmul of the 1.5B target, a 64 x 1536
+    by 1536 x 8960 product, in float32 and bfloat16, and their ratio."""
+    a = {dt: torch.randn(64, 1536).to(dt) for dt in (torch.float32, torch.bfloat16)}
+    b = {dt: torch.randn(1536, 8960).to(dt) for dt in (torch.float32, torch.bfloat16)}
+    best = {torch.float32: math.inf, torch.bfloat16: math.inf}
+    for dt in best:
+        a[dt] @ b[dt]  # warm-up
+    for _ in range(rounds):
+        for dt in best:
+            t0 = time.process_time()
+            for _ in range(10):
+                a[dt] @ b[dt]
+            best[dt] = min(best[dt], (time.process_time() - t0) / 10)
+    return {
+        "shape": "64x1536 @ 1536x8960",
+        "float32_cpu_s": best[torch.float32],
+        "bfloat16_cpu_s": best[torch.bfloat16],
+        "bfloat16_over_float32": best[torch.bfloat16] / best[torch.float32],
+    }
 
 
 def measure(args) -> int:
@@ -209,8 +232,17 @@ def measure(args) -> int:
         rng.shuffle(order)
         for role, n in order:
             load = _loadavg()
-            dt = timers[role].time(n)
-            rows.append({"rep": rep, "model": role, "positions": n, "seconds": dt, "loadavg1": load})
+            dt, dc = timers[role].time(n)
+            rows.append(
+                {
+                    "rep": rep,
+                    "model": role,
+                    "positions": n,
+                    "seconds": dt,
+                    "cpu_seconds": dc,
+                    "loadavg1": load,
+                }
+            )
         print(f"round {rep + 1}/{args.reps} done (load {_loadavg():.2f})", flush=True)
     med = []
     for role in timers:
@@ -222,6 +254,9 @@ def measure(args) -> int:
                     "model": role,
                     "positions": n,
                     "median_s": statistics.median(xs),
+                    "median_cpu_s": statistics.median(
+                        r["cpu_seconds"] for r in rows if r["model"] == role and r["positions"] == n
+                    ),
                     "min_s": min(xs),
                     "max_s": max(xs),
                     "median_loadavg1": statistics.median(ld),
@@ -238,6 +273,7 @@ def measure(args) -> int:
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "reps": args.reps,
+        "matmul": matmul_seconds(torch),
         "medians": med,
         "measurements": rows,
     }
@@ -270,15 +306,24 @@ def show_cost(cost: dict) -> None:
         f"load average during the measurements: median {statistics.median(loads):.2f}, "
         f"max {max(loads):.2f}"
     )
-    print("| positions | target (ms) | draft (ms) | draft / target |")
-    print("|---|---|---|---|")
+    cpu = {(m["model"], m["positions"]): m.get("median_cpu_s", float("nan")) for m in cost["medians"]}
+    print("| positions | target (ms) | draft (ms) | draft / target | target CPU (ms) | draft CPU (ms) |")
+    print("|---|---|---|---|---|---|")
     for n in sorted(med["target"]):
         t, d = med["target"][n], med["draft"].get(n, float("nan"))
-        print(f"| {n} | {1000 * t:.1f} | {1000 * d:.1f} | {d / t:.3f} |")
+        ct, cd = cpu.get(("target", n), float("nan")), cpu.get(("draft", n), float("nan"))
+        print(f"| {n} | {1000 * t:.1f} | {1000 * d:.1f} | {d / t:.3f} | {1000 * ct:.1f} | {1000 * cd:.1f} |")
     print(
         f"slope between 16 and 192 positions: target {slope_ms(cost, 'target'):.2f} ms, "
         f"draft {slope_ms(cost, 'draft'):.2f} ms per position"
     )
+    if "matmul" in cost:
+        mm = cost["matmul"]
+        print(
+            f"matmul {mm['shape']}: float32 {1000 * mm['float32_cpu_s']:.2f} ms, bfloat16 "
+            f"{1000 * mm['bfloat16_cpu_s']:.2f} ms of CPU "
+            f"(bfloat16 / float32 = {mm['bfloat16_over_float32']:.3f})"
+        )
 
 
 def main(argv=None) -> int:
