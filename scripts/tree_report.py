@@ -229,6 +229,12 @@ def weighting_of_differences(by_call, by_problem):
         f"T = {moves[0][1][1]:g}); differences between verifiers on the same tree (no scheme comparison): "
         "largest " + f"{max(m for m, k in moves if ' - with' not in k[0] and ' - without' not in k[0]):.3f}."
     ]
+    signs = [k for k in keys if (by_call[k][0] > 0) != (by_problem[k][0] > 0)]
+    if signs:
+        low = min(min(by_call[k][4], by_problem[k][4]) for k in signs)
+        out.append(
+            f"The sign differs in {len(signs)} of them, all with p >= {math.floor(low * 100) / 100:.2f}."
+        )
     out.append(f"Sign or significance at the 5% level differs in {len(flips)} of them:")
     for k in sorted(flips):
         a, b = by_call[k], by_problem[k]
