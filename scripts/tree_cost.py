@@ -25,12 +25,20 @@ Subcommands::
     python scripts/tree_cost.py show [docs/results/trees2/cost.json]
 
 ``measure`` loads the report's pair (``scripts/prepare_qwen_models.py``; ``$MODELS``) in bfloat16
-with 2 threads, and times forwards of ``n`` positions for every size, draft and target interleaved in
-a shuffled order, ``--reps`` rounds, each forward after one untimed warm-up per size, on a fixed
-context (a HumanEval prompt cut or padded to ``--context`` tokens). Each measurement records the
-1-minute load average (``/proc/loadavg``): the machine is shared, so the summary takes medians and
-says how loaded it was; rerun at a quieter moment if the load is high. It refuses, as
-``run_tree_report.sh`` does, on a CPU without native bfloat16 matmuls.
+and times forwards of ``n`` positions for every size, draft and target interleaved in a shuffled
+order, ``--reps`` rounds, after one untimed warm-up per size, on a fixed context (a HumanEval prompt
+repeated to ``--context`` tokens). Each measurement records its wall and CPU seconds and the 1-minute
+load average (``/proc/loadavg``); the summary takes medians. It refuses, as ``run_tree_report.sh``
+does, on a CPU without native bfloat16 matmuls.
+
+Why one thread and CPU seconds by default: on a machine whose two cores are shared with other jobs,
+a two-thread forward's wall time (and even its CPU time: its threads wait for each other) varies by
+several times from one measurement to the next, while a one-thread forward's CPU time does not (on
+this project's machines under a load average of 10-12, it grew smoothly with the positions). The
+model reads these CPU seconds, a load-free cost of one core; the report's runs use two threads,
+which shortens large forwards more than small ones, so on a quiet two-core machine the measured-cost
+speedups of big trees are, if anything, slightly pessimistic. ``--threads 2 --basis wall`` measures
+the other way on a quiet machine.
 """
 
 from __future__ import annotations
@@ -70,10 +78,12 @@ def _interp(table: dict, n: float, what: str) -> float:
 
 
 def medians(cost: dict) -> dict:
-    """``{"target": {n: seconds}, "draft": {n: seconds}}``: the median of every (model, size)."""
+    """``{"target": {n: seconds}, "draft": {n: seconds}}``: the median of every (model, size), in the
+    file's ``basis``: ``"cpu"`` (CPU seconds of the process, the default of ``measure``) or ``"wall"``."""
+    key = "median_cpu_s" if cost.get("basis", "wall") == "cpu" else "median_s"
     out: dict = {"target": {}, "draft": {}}
     for m in cost["medians"]:
-        out[m["model"]][int(m["positions"])] = float(m["median_s"])
+        out[m["model"]][int(m["positions"])] = float(m[key])
     return out
 
 
@@ -273,6 +283,7 @@ def measure(args) -> int:
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "reps": args.reps,
+        "basis": args.basis,
         "matmul": matmul_seconds(torch),
         "medians": med,
         "measurements": rows,
@@ -302,20 +313,29 @@ def show_cost(cost: dict) -> None:
     loads = [r["loadavg1"] for r in cost["measurements"]]
     print(
         f"{cost['cpu']['model_name']} ({cost['cpu']['cores']} cores), {cost['dtype']}, "
-        f"{cost['threads']} threads, context {cost['context_tokens']} tokens, {cost['reps']} rounds; "
+        f"{cost['threads']} thread(s), model basis {cost.get('basis', 'wall')}, "
+        f"context {cost['context_tokens']} tokens, {cost['reps']} rounds; "
         f"load average during the measurements: median {statistics.median(loads):.2f}, "
         f"max {max(loads):.2f}"
     )
-    cpu = {(m["model"], m["positions"]): m.get("median_cpu_s", float("nan")) for m in cost["medians"]}
-    print("| positions | target (ms) | draft (ms) | draft / target | target CPU (ms) | draft CPU (ms) |")
+    wall = medians(dict(cost, basis="wall"))
+    cpu = medians(dict(cost, basis="cpu")) if "median_cpu_s" in cost["medians"][0] else None
+    print(
+        "| positions | target wall (ms) | draft wall (ms) | target CPU (ms) | draft CPU (ms) "
+        f"| draft / target ({cost.get('basis', 'wall')}) |"
+    )
     print("|---|---|---|---|---|---|")
     for n in sorted(med["target"]):
         t, d = med["target"][n], med["draft"].get(n, float("nan"))
-        ct, cd = cpu.get(("target", n), float("nan")), cpu.get(("draft", n), float("nan"))
-        print(f"| {n} | {1000 * t:.1f} | {1000 * d:.1f} | {d / t:.3f} | {1000 * ct:.1f} | {1000 * cd:.1f} |")
+        wt, wd = wall["target"][n], wall["draft"].get(n, float("nan"))
+        ct = cpu["target"][n] if cpu else float("nan")
+        cd = cpu["draft"].get(n, float("nan")) if cpu else float("nan")
+        print(
+            f"| {n} | {1000 * wt:.1f} | {1000 * wd:.1f} | {1000 * ct:.1f} | {1000 * cd:.1f} | {d / t:.3f} |"
+        )
     print(
-        f"slope between 16 and 192 positions: target {slope_ms(cost, 'target'):.2f} ms, "
-        f"draft {slope_ms(cost, 'draft'):.2f} ms per position"
+        f"slope between 16 and 192 positions ({cost.get('basis', 'wall')}): target "
+        f"{slope_ms(cost, 'target'):.2f} ms, draft {slope_ms(cost, 'draft'):.2f} ms per position"
     )
     if "matmul" in cost:
         mm = cost["matmul"]
@@ -340,7 +360,13 @@ def main(argv=None) -> int:
     m.add_argument("--reps", type=int, default=5)
     m.add_argument("--sizes", default=",".join(map(str, SIZES)))
     m.add_argument("--context", type=int, default=256, help="cached context length in tokens")
-    m.add_argument("--threads", type=int, default=2)
+    m.add_argument("--threads", type=int, default=1, help="torch threads (default 1: see the docstring)")
+    m.add_argument(
+        "--basis",
+        default="cpu",
+        choices=("cpu", "wall"),
+        help="which times the speedup model reads: CPU seconds (default) or wall seconds",
+    )
     m.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--force", action="store_true", help="measure even without native bfloat16")
