@@ -12,7 +12,8 @@ main run, over the problems both hold, with a t interval over problems and its t
 (paired by problem: the calls differ, the problems are the same). Also the driven run's sampled
 tokens against its own exact value (paired per call), and its measured wall time per generated token
 (drafting and the target forward; the exact values of every verifier, which decoding does not need,
-left out) against plain decoding's (``t_T(1)`` of ``cost.json``), the speedup a real decoder got.
+left out) against plain decoding's (``t_T(1)`` of a two-thread wall-time ``cost.json`` measured on
+the same machine, ``--cost``), the speedup a real decoder got.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def wall_per_token(driven, cost) -> list[str]:
     decoding at ``cost``'s ``t_T(1)``."""
     from tree_cost import medians
 
-    plain = medians(cost)["target"][1] if cost else None
+    # like for like only: the runs' two-thread wall seconds against a two-thread wall-time baseline
+    same = cost and cost.get("basis", "wall") == "wall" and cost.get("threads") == 2
+    plain = medians(cost)["target"][1] if same else None
     out = []
     for T in sorted({r["T"] for r in driven}):
         calls = [r for r in driven if r["T"] == T and "emitted" in r]
@@ -123,6 +126,12 @@ def wall_per_token(driven, cost) -> list[str]:
         text = f"- T = {T:g}: {1000 * per:.1f} ms per generated token over {toks} tokens ({len(calls)} calls)"
         if plain:
             text += f", speedup over plain decoding {plain / per:.2f} (t_T(1) = {1000 * plain:.1f} ms)"
+        elif cost:
+            text += (
+                " (no speedup: cost.json is not a two-thread wall-time measurement; measure the baseline "
+                "on the run's machine with scripts/tree_cost.py measure --threads 2 --basis wall --out FILE "
+                "and pass --cost FILE)"
+            )
         out.append(text)
     return out
 
