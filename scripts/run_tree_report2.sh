@@ -15,6 +15,9 @@
 #   driven-block      1x4 i.i.d. chains decoded by block verification      } at the driver's positions
 #   chat              MT-Bench's 80 first turns as chat prompts (scripts/prepare_chat_prompts.py), the
 #                     main cells, $CHAT_TOKENS (64) new tokens
+#   cost              two-thread wall-time forward costs on this machine, the baseline of real decoding's
+#                     speedup (scripts/tree_cost.py measure --threads 2 --basis wall; $RUNS/cost_wall2.json;
+#                     scripts/tree_driven.py --cost), best run while the machine is otherwise idle
 #   all               every part above in turn (each resumes where it stopped)
 #   trial             every part on $TRIAL_RECORDS problems and $TRIAL_TOKENS tokens in a scratch
 #                     folder, then the wall-time estimate of each full part (scripts/tree_trials.py)
@@ -43,7 +46,7 @@ SUBSET="${SUBSET:-64}"
 CHAT_TOKENS="${CHAT_TOKENS:-64}"
 BOUND_ARGS="${BOUND_ARGS:-}"
 part="${1:-}"
-[ -n "$part" ] || { sed -n '2,35p' "$0"; exit 2; }
+[ -n "$part" ] || { sed -n '2,38p' "$0"; exit 2; }
 shift
 
 if [ "${FORCE:-0}" != 1 ]; then  # the rows are bfloat16 (the first edition's identity): refuse elsewhere
@@ -92,13 +95,15 @@ run_part() {  # run_part PART ROOT [extra args]: the part's decode into ROOT/PAR
             [ -f "$PROMPTS/mtbench.jsonl" ] || { echo "run_tree_report2.sh: $PROMPTS/mtbench.jsonl missing: python scripts/prepare_chat_prompts.py" >&2; return 2; }
             decode "$root/chat" --prompts "$PROMPTS/mtbench.jsonl" "${MAIN_CELLS[@]}" \
                 --max-new-tokens "$CHAT_TOKENS" "$@" ;;
+        cost) python scripts/tree_cost.py measure --threads 2 --basis wall --models "$MODELS" \
+                --out "$root/cost_wall2.json" ;;  # the decode arguments do not apply
         *) echo "run_tree_report2.sh: unknown part '$p'" >&2; return 2 ;;
     esac
 }
 
 PARTS=(main driven-rrs driven-optimal driven-lookahead driven-traversal driven-block chat)
 case "$part" in
-    all) for p in "${PARTS[@]}"; do run_part "$p" "$RUNS" "$@"; done ;;
+    all) for p in "${PARTS[@]}" cost; do run_part "$p" "$RUNS" "$@"; done ;;
     trial)
         trial="${TRIAL_DIR:-$RUNS/trial}"
         for p in "${PARTS[@]}"; do
