@@ -4,14 +4,21 @@
     python scripts/tree_report.py docs/results/trees > docs/results/trees/tables.md
 
 Sections: tokens per target call of every (temperature, shape, scheme, verifier) with intervals
-clustered by problem; paired differences on the same calls (block vs token-level RRS on the chain,
-traversal vs the scheme's node-wise verifier on trees, without vs with replacement, greedy vs i.i.d.);
-the speedup model at the measured draft/target cost ratio. Every number comes from the rows
-(``scripts/tree_rows.py`` verifies them against SHA256SUMS first).
+clustered by problem; the weighting (per call against per problem); the driver's sampled tokens
+against its exact value (paired); paired differences on the same calls with their two-sided p-values
+(block vs token-level RRS on the chain, traversal vs the scheme's node-wise verifier on trees, without
+vs with replacement, greedy vs i.i.d. and vs without replacement), relative gains; the figures the
+report compares with published claims; the wall time per machine; the speedup model at the measured
+draft/target cost ratio and, when ``docs/results/trees2/cost.json`` exists, with measured forward costs
+(``scripts/tree_cost.py``). Every number comes from the rows (``scripts/tree_rows.py`` verifies them
+against SHA256SUMS first).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -19,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from study_rows import load_rows  # noqa: E402
 
 from mdsd_ot.decode.report import format_table, measured_cost_ratio, summarize  # noqa: E402
-from mdsd_ot.intervals import cluster_mean_ci, interval_note  # noqa: E402
+from mdsd_ot.intervals import cluster_mean_ci, interval_note, t_quantile  # noqa: E402
 from mdsd_ot.trees import parse_shape  # noqa: E402
 
 #: The scheme's own node-wise verifier, the baseline traversal is compared with.
@@ -27,15 +34,32 @@ NODE_WISE = {"with_replacement": "rrs", "without_replacement": "rrs_without_repl
              "greedy": "greedy"}  # fmt: skip
 
 
-def _fmt(mean, ci):
-    return f"{mean:+.3f} ± {ci:.3f}" if ci == ci else f"{mean:+.3f}"
+def _fmt(mean, ci, p=None):
+    text = f"{mean:+.3f} ± {ci:.3f}" if ci == ci else f"{mean:+.3f}"
+    return text if p is None else f"{text} (p {_fmt_p(p)})"
 
 
-def paired(rows, left, right):
-    """Mean of left - right over the calls where both exist, clustered by problem.
+def _fmt_p(p):
+    return "< 0.001" if p < 0.001 else f"= {p:.3f}" if p < 0.01 else f"= {p:.2f}"
+
+
+def p_value(mean, ci, clusters):
+    """Two-sided p-value of the clustered t-test of ``mean = 0`` (``ci`` = t(G-1) * se)."""
+    from scipy.stats import t
+
+    if clusters < 2 or not ci > 0:
+        return float("nan")
+    se = ci / t_quantile(clusters)
+    return float(2.0 * t.sf(abs(mean) / se, clusters - 1))
+
+
+def paired(rows, left, right, *, per_problem: bool = False):
+    """Mean of left - right over the calls where both exist, clustered by problem, with its interval,
+    the number of calls and problems and the two-sided p-value: ``{T: (mean, ci, calls, G, p)}``.
 
     ``left`` / ``right``: ``(tree, scheme, key)``; the two values of one call come from the rows of
-    the same (record, T, call)."""
+    the same (record, T, call). ``per_problem``: each problem weighs 1 (the mean of its calls'
+    differences), with a t interval over problems, instead of each call weighing 1."""
     index = {}
     for r in rows:
         index[(r["record"], r["T"], r["call"], r["tree"], r["scheme"])] = r
@@ -47,12 +71,20 @@ def paired(rows, left, right):
         if other is None or r.get(left[2]) is None or other.get(right[2]) is None:
             continue
         out.setdefault(T, []).append((r[left[2]] - other[right[2]], rec))
-    return {
-        T: cluster_mean_ci([d for d, _ in v], [g for _, g in v]) + (len(v),) for T, v in sorted(out.items())
-    }
+    res = {}
+    for T, v in sorted(out.items()):
+        if per_problem:
+            by: dict = {}
+            for d, g in v:
+                by.setdefault(g, []).append(d)
+            v = [(math.fsum(ds) / len(ds), g) for g, ds in by.items()]
+        mean, ci = cluster_mean_ci([d for d, _ in v], [g for _, g in v])
+        G = len({g for _, g in v})
+        res[T] = (mean, ci, len(v), G, p_value(mean, ci, G))
+    return res
 
 
-def comparisons(rows):
+def comparisons(rows, *, per_problem: bool = False, collect=None):
     trees = sorted({r["tree"] for r in rows}, key=lambda t: parse_shape(t).size)
     schemes = sorted({r["scheme"] for r in rows})
     temps = sorted({r["T"] for r in rows})
@@ -60,10 +92,16 @@ def comparisons(rows):
              "|---|" + "---|" * len(temps)]  # fmt: skip
 
     def add(label, left, right):
-        res = paired(rows, left, right)
-        if res:
+        res = paired(rows, left, right, per_problem=per_problem)
+        if collect is not None:
+            collect.update({(label, T): v for T, v in res.items()})
+        if res and all(abs(res[T][0]) < 1e-9 for T in res):
+            lines.append(f"| {label} | " + " | ".join("0 (equal up to rounding)" for _ in temps) + " |")
+        elif res:
             lines.append(
-                f"| {label} | " + " | ".join(_fmt(*res[T][:2]) if T in res else "" for T in temps) + " |"
+                f"| {label} | "
+                + " | ".join(_fmt(res[T][0], res[T][1], res[T][4]) if T in res else "" for T in temps)
+                + " |"
             )
 
     for tree in trees:
@@ -90,6 +128,271 @@ def comparisons(rows):
             (tree, "greedy", "exact:traversal"),
             (tree, "with_replacement", "exact:traversal"),
         )
+        add(
+            f"{tree}: greedy - without replacement (traversal)",
+            (tree, "greedy", "exact:traversal"),
+            (tree, "without_replacement", "exact:traversal"),
+        )
+        add(
+            f"{tree}: greedy (greedy verifier) - without replacement (rrs_without_replacement)",
+            (tree, "greedy", "exact:greedy"),
+            (tree, "without_replacement", "exact:rrs_without_replacement"),
+        )
+    return "\n".join(lines)
+
+
+def relative_gains(rows):
+    """Traversal over the scheme's node-wise verifier, in percent of the node-wise mean (same calls),
+    for the i.i.d. and without-replacement trees with several children per node, and the range."""
+    table = {(t["T"], t["tree"], t["scheme"], t["method"]): t["mean"] for t in summarize(rows)}
+    trees = sorted({r["tree"] for r in rows}, key=lambda t: parse_shape(t).size)
+    temps = sorted({r["T"] for r in rows})
+    lines = [
+        "| tree | scheme | " + " | ".join(f"T={T:g}" for T in temps) + " |",
+        "|---|---|" + "---|" * len(temps),
+    ]
+    gains = []
+    for tree in trees:
+        if parse_shape(tree).branching[0] == 1:
+            continue  # one chain: traversal is block verification (the table above)
+        for scheme in ("with_replacement", "without_replacement"):
+            base = NODE_WISE[scheme]
+            res = paired(rows, (tree, scheme, "exact:traversal"), (tree, scheme, f"exact:{base}"))
+            cells = []
+            for T in temps:
+                m = table.get((T, tree, scheme, f"exact:{base}"))
+                if T not in res or not m:
+                    cells.append("")
+                    continue
+                g = 100.0 * res[T][0] / m
+                gains.append(g)
+                cells.append(f"{g:+.2f}%")
+            lines.append(f"| {tree} | {scheme} (traversal / {base}) | " + " | ".join(cells) + " |")
+    if gains:
+        lines.append("")
+        lines.append(f"Range over these cells: {min(gains):+.2f}% to {max(gains):+.2f}%.")
+    return "\n".join(lines)
+
+
+def weighting(rows, limit: int = 12):
+    """Per-call means (each call weighs 1, the report's tables) against per-problem means (each
+    problem weighs 1: the mean of its calls' values, averaged over problems, with a t interval over
+    problems), for every (T, tree, scheme, method); the largest differences and the maximum."""
+    cells: dict = {}
+    for r in rows:
+        for k, v in r.items():
+            if v is None or not (k.startswith("exact:") or k == "emitted"):
+                continue
+            key = (r["T"], r["tree"], r["scheme"], k)
+            cells.setdefault(key, {}).setdefault(r["record"], []).append(float(v))
+    out = []
+    for key, per in cells.items():
+        allv = [v for vs in per.values() for v in vs]
+        per_call = math.fsum(allv) / len(allv)
+        means = [math.fsum(vs) / len(vs) for vs in per.values()]
+        G = len(means)
+        per_prob = math.fsum(means) / G
+        sd = statistics.stdev(means) if G > 1 else float("nan")
+        ci = t_quantile(G) * sd / math.sqrt(G) if G > 1 else float("nan")
+        out.append((key, per_call, per_prob, ci, per_prob - per_call))
+    out.sort(key=lambda x: -abs(x[4]))
+    lines = [
+        "| T | tree | scheme | method | per call | per problem | per problem - per call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (T, tree, scheme, k), pc, pp, ci, d in out[:limit]:
+        name = "sampled" if k == "emitted" else k.split(":", 1)[1]
+        lines.append(f"| {T:g} | {tree} | {scheme} | {name} | {pc:.3f} | {pp:.3f} ± {ci:.3f} | {d:+.3f} |")
+    diffs = [abs(x[4]) for x in out]
+    lines.append("")
+    lines.append(
+        f"{len(out)} (T, tree, scheme, method) means; |per problem - per call|: largest "
+        f"{max(diffs):.3f}, median {statistics.median(diffs):.3f}, "
+        f"{sum(d >= 0.05 for d in diffs)} of {len(diffs)} at 0.05 or more."
+    )
+    return "\n".join(lines), out
+
+
+def weighting_of_differences(by_call, by_problem):
+    """How much the paired differences move between the two weightings: the largest change, and the
+    comparisons whose sign or significance at the 5% level differs."""
+    keys = [k for k in by_call if k in by_problem and abs(by_call[k][0]) >= 1e-9]
+    moves = sorted(((abs(by_problem[k][0] - by_call[k][0]), k) for k in keys), reverse=True)
+    flips = [
+        k for k in keys
+        if (by_call[k][4] < 0.05) != (by_problem[k][4] < 0.05)
+        or (by_call[k][0] > 0) != (by_problem[k][0] > 0) and min(by_call[k][4], by_problem[k][4]) < 0.05
+    ]  # fmt: skip
+    out = [
+        f"{len(keys)} paired differences; |per problem - per call|: median "
+        f"{statistics.median(m for m, _ in moves):.3f}, largest {moves[0][0]:.3f} ({moves[0][1][0]}, "
+        f"T = {moves[0][1][1]:g}); differences between verifiers on the same tree (no scheme comparison): "
+        "largest " + f"{max(m for m, k in moves if ' - with' not in k[0] and ' - without' not in k[0]):.3f}."
+    ]
+    signs = [k for k in keys if (by_call[k][0] > 0) != (by_problem[k][0] > 0)]
+    if signs:
+        low = min(min(by_call[k][4], by_problem[k][4]) for k in signs)
+        out.append(
+            f"The sign differs in {len(signs)} of them, all with p >= {math.floor(low * 100) / 100:.2f}."
+        )
+    out.append(f"Sign or significance at the 5% level differs in {len(flips)} of them:")
+    for k in sorted(flips):
+        a, b = by_call[k], by_problem[k]
+        out.append(
+            f"- {k[0]}, T = {k[1]:g}: per call {_fmt(a[0], a[1], a[4])}, per problem {_fmt(b[0], b[1], b[4])}"
+        )
+    return "\n".join(out)
+
+
+def sampled_vs_exact(rows):
+    """The driving cell's sampled tokens (``emitted``, before the last call's cut) minus its exact
+    value of the driver, paired per call, clustered by problem, with the two-sided p-value."""
+    per: dict = {}
+    for r in rows:
+        if "emitted" in r and r.get(f"exact:{r['driver']}") is not None:
+            per.setdefault(r["T"], []).append((r["emitted"] - r[f"exact:{r['driver']}"], r["record"]))
+    lines = ["| T | sampled - exact (driver) | calls | problems |", "|---|---|---|---|"]
+    for T, v in sorted(per.items()):
+        mean, ci = cluster_mean_ci([d for d, _ in v], [g for _, g in v])
+        G = len({g for _, g in v})
+        lines.append(f"| {T:g} | {_fmt(mean, ci, p_value(mean, ci, G))} | {len(v)} | {G} |")
+    return "\n".join(lines)
+
+
+#: The one problem run on the AVX2-only machine before run_tree_report.sh refused such CPUs (its
+#: median target forward took 55 s); the first 84 problems of done.txt ran on the Intel AMX machines
+#: (this one excepted), the rest on the AMD EPYC with AVX512-BF16 (git history of docs/results/trees).
+AVX2_RECORDS = ("HumanEval/83",)
+AMX_FIRST = 84
+
+
+def wall_time(folder, rows):
+    """Wall time of the calls per machine (the rows' own timings: draft + target + exact values)."""
+    order = [json.loads(line)["id"] for line in (Path(folder) / "done.txt").read_text().splitlines() if line]
+    where = {}
+    for i, rec in enumerate(order):
+        where[rec] = "AVX2" if rec in AVX2_RECORDS else "AMX" if i < AMX_FIRST else "AVX512-BF16"
+    calls: dict = {}
+    for r in rows:
+        if "emitted" in r:
+            calls.setdefault(where[r["record"]], []).append(r)
+    lines = [
+        "| machine | problems | calls | hours of calls | median call (s) | draft | target | exact values "
+        "| 90th percentile (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("AMX", "AVX2", "AVX512-BF16"):
+        cs = calls.get(name, [])
+        if not cs:
+            continue
+        tot = sorted(r["t_draft"] + r["t_target"] + r["t_exact"] for r in cs)
+        q = statistics.quantiles(tot, n=10, method="inclusive")[-1]
+        med = {k: statistics.median(r[k] for r in cs) for k in ("t_draft", "t_target", "t_exact")}
+        lines.append(
+            f"| {name} | {len({r['record'] for r in cs})} | {len(cs)} | {math.fsum(tot) / 3600:.2f} | "
+            f"{statistics.median(tot):.2f} | {med['t_draft']:.2f} | {med['t_target']:.2f} | "
+            f"{med['t_exact']:.2f} | {q:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def literature(rows):
+    """The figures the report sets against published claims, from the rows."""
+    table = {(t["T"], t["tree"], t["scheme"], t["method"]): t for t in summarize(rows)}
+    lines = []
+
+    def get(T, tree, scheme, method):
+        t = table.get((T, tree, scheme, method))
+        return None if t is None else t["mean"]
+
+    for T in sorted({r["T"] for r in rows}):
+        one = get(T, "1x4", "with_replacement", "exact:rrs")
+        spectr = get(T, "4x4", "with_replacement", "exact:spectr")
+        rrs = get(T, "4x4", "with_replacement", "exact:rrs")
+        block = get(T, "1x4", "with_replacement", "exact:block")
+        if None in (one, spectr, rrs, block):
+            continue
+        lines.append(
+            f"- T = {T:g}: one 4-token draft (1x4, rrs) {one:.3f}; 4x4 i.i.d. spectr {spectr:.3f} "
+            f"({100 * (spectr / one - 1):+.1f}%), rrs {rrs:.3f} ({100 * (rrs / one - 1):+.1f}%); "
+            f"1x4 block {block:.3f} ({100 * (block / one - 1):+.1f}% over token-level)"
+        )
+    ceiling = {}
+    for r in rows:
+        if "emitted" in r:
+            cap = parse_shape(r["tree"]).depth + 1
+            ceiling.setdefault(r["T"], []).append(r["emitted"] == cap)
+    lines.append(
+        "- calls of the driver ([4,2,2,1], at most 5 tokens) that emitted 5 tokens: "
+        + ", ".join(f"{100 * sum(v) / len(v):.1f}% at T = {T:g}" for T, v in sorted(ceiling.items()))
+    )
+    return "\n".join(lines)
+
+
+def selected_per_problem(rows):
+    """The report's selected rows with both weightings: per call (each call weighs 1) and per
+    problem (each problem weighs 1)."""
+    sel = [("1x4", "with_replacement", "rrs"), ("1x4", "with_replacement", "block"),
+           ("4x4", "with_replacement", "rrs"), ("4x4", "with_replacement", "spectr"),
+           ("4x4", "with_replacement", "optimal"), ("4x4", "with_replacement", "traversal"),
+           ("4x4", "without_replacement", "traversal"), ("4,2,2,1", "with_replacement", "rrs"),
+           ("4,2,2,1", "with_replacement", "optimal"), ("4,2,2,1", "with_replacement", "traversal"),
+           ("4,2,2,1", "with_replacement", "sampled"), ("4,2,2,1", "without_replacement", "traversal"),
+           ("4,2,2,1", "greedy", "greedy"), ("4,2,2,1", "top_n", "traversal")]  # fmt: skip
+    _, out = weighting(rows, limit=0)
+    index = {(k[0], k[1], k[2], "sampled" if k[3] == "emitted" else k[3].split(":", 1)[1]): (pc, pp, ci)
+             for k, pc, pp, ci, _ in out}  # fmt: skip
+    temps = sorted({r["T"] for r in rows})
+    head = " | ".join(f"T={T:g} per call / per problem" for T in temps)
+    lines = ["| tree | scheme | verifier | " + head + " |", "|---|---|---|" + "---|" * len(temps)]
+    for tree, scheme, name in sel:
+        cells = []
+        for T in temps:
+            v = index.get((T, tree, scheme, name))
+            cells.append("" if v is None else f"{v[0]:.3f} / {v[1]:.3f}")
+        lines.append(f"| {tree} | {scheme} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def measured_speedups(table, cost):
+    """Speedup over plain decoding with measured forward costs (``scripts/tree_cost.py``), per cell
+    at its best exact verifier and at the scheme's node-wise one."""
+    from tree_cost import call_cost, measured_speedup
+
+    best: dict = {}
+    for t in table:
+        if t["method"].startswith("exact:"):
+            k = (t["T"], t["tree"], t["scheme"])
+            if k not in best or t["mean"] > best[k]["mean"]:
+                best[k] = t
+    temps = sorted({k[0] for k in best})
+    lines = [
+        "| tree | scheme | best verifier | " + " | ".join(f"T={T:g}" for T in temps) + " | cost of a call "
+        "(plain steps, at T=0.7) |",
+        "|---|---|---|" + "---|" * len(temps) + "---|",
+    ]
+    keys = sorted({k[1:] for k in best}, key=lambda k: (parse_shape(k[0]).size, k[0], k[1]))
+    plain = None
+    for tree, scheme in keys:
+        cells, names = [], set()
+        for T in temps:
+            t = best.get((T, tree, scheme))
+            if t is None:
+                cells.append("")
+                continue
+            names.add(t["method"].split(":", 1)[1])
+            cells.append(f"{measured_speedup(t['mean'], tree, cost):.2f}")
+        t07 = best.get((0.7, tree, scheme))
+        steps = ""
+        if t07 is not None:
+            from tree_cost import medians
+
+            plain = medians(cost)["target"][1]
+            d, g = call_cost(tree, cost, t07["mean"])
+            steps = f"{(d + g) / plain:.2f}"
+        lines.append(
+            f"| {tree} | {scheme} | {'/'.join(sorted(names))} | " + " | ".join(cells) + f" | {steps} |"
+        )
     return "\n".join(lines)
 
 
@@ -111,12 +414,60 @@ def main(argv=None) -> int:
     print("## Paired differences (tokens per call, same calls)\n")
     print(comparisons(rows))
     print()
-    print(f"## Speedup model at the measured cost ratio c = {c:.3f}\n")
+    print("## Relative gain of traversal over the node-wise verifier (same calls)\n")
+    print(relative_gains(rows))
+    print()
+    print("## Weighting: per call (the tables above) against per problem\n")
+    print(weighting(rows)[0])
+    print()
+    print(selected_per_problem(rows))
+    print()
+    print(
+        "Paired differences with each problem weighing 1 (the mean of its calls' differences; "
+        "t interval over problems):\n"
+    )
+    by_call, by_problem = {}, {}
+    comparisons(rows, collect=by_call)
+    print(comparisons(rows, per_problem=True, collect=by_problem))
+    print()
+    print(weighting_of_differences(by_call, by_problem))
+    print()
+    print("## The driver's sampled tokens against its exact value (paired per call)\n")
+    print(sampled_vs_exact(rows))
+    print()
+    print("## Figures compared with published claims\n")
+    print(literature(rows))
+    print()
+    print("## Wall time of the calls per machine\n")
+    print(wall_time(folder, rows))
+    print()
+    print(f"## Speedup model at the measured cost ratio c = {c:.3f} (the first edition's model)\n")
     print(
         format_table(
             [dict(t, mean=t["speedup"], ci95=float("nan")) for t in table if t["speedup"] is not None]
         )
     )
+    cost_file = Path(__file__).resolve().parent.parent / "docs" / "results" / "trees2" / "cost.json"
+    if cost_file.exists():
+        cost = json.loads(cost_file.read_text(encoding="utf-8"))
+        print()
+        print("## Speedup over plain decoding with measured forward costs (scripts/tree_cost.py)\n")
+        from tree_cost import medians, slope_ms
+
+        med = medians(cost)
+        basis = {"cpu": "CPU seconds", "wall": "wall seconds"}[cost.get("basis", "wall")]
+        print(
+            f"Costs: {cost['cpu']['model_name']}, {cost['dtype']}, {cost['threads']} thread(s), {basis}, "
+            f"context {cost['context_tokens']} tokens, median of {cost['reps']} interleaved rounds "
+            f"(docs/results/trees2/cost.json): target {1000 * med['target'][1]:.0f} ms for one position, "
+            f"+{slope_ms(cost, 'target'):.1f} ms per position (least squares, 16-192 positions); draft "
+            f"{1000 * med['draft'][1]:.0f} ms, +{slope_ms(cost, 'draft'):.1f} ms per position. Speedup = "
+            "tokens per call x t_target(1) / (the call's draft forwards + its target forward over the "
+            "pending tokens and the tree's nominal nodes), each cell at its best exact verifier; the last "
+            "column is a call's cost in plain decoding steps (target forwards of one position)."
+        )
+        print()
+        print(measured_speedups(table, cost))
     return 0
 
 

@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""Does driving change the answer? A verifier decoded on its own against the same cell at the
+traversal driver's positions (the second edition's driven runs, ``run_tree_report2.sh driven-*``).
+
+    python scripts/tree_driven.py DRIVEN [DRIVEN ...] --main MAIN [--cost docs/results/trees2/cost.json]
+
+``DRIVEN``: decode folders (or committed row folders) of one cell each, decoded by one verifier;
+``MAIN``: the union run whose driver is traversal on ``[4,2,2,1]`` i.i.d. (``docs/results/trees`` or
+the second edition's ``main``). For every driven folder, temperature and verifier evaluated in both:
+the per-problem mean tokens per call in the driven run minus the same cell's per-problem mean in the
+main run, over the problems both hold, with a t interval over problems and its two-sided p-value
+(paired by problem: the calls differ, the problems are the same). Also the driven run's sampled
+tokens against its own exact value (paired per call), and its measured wall time per generated token
+(drafting and the target forward; the exact values of every verifier, which decoding does not need,
+left out) against plain decoding's (``t_T(1)`` of a two-thread wall-time ``cost.json`` measured on
+the same machine, ``--cost``), the speedup a real decoder got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from mdsd_ot.intervals import cluster_mean_ci, t_quantile  # noqa: E402
+
+
+def _rows(folder: Path) -> list[dict]:
+    if (folder / "SHA256SUMS").exists():
+        from study_rows import load_rows
+
+        return load_rows(folder)
+    from mdsd_ot import _store
+
+    return _store.read_rows(folder)
+
+
+def _p(mean: float, ci: float, G: int) -> float:
+    from scipy.stats import t
+
+    if G < 2 or not ci > 0:
+        return float("nan")
+    return float(2.0 * t.sf(abs(mean) / (ci / t_quantile(G)), G - 1))
+
+
+def _fmt(mean, ci, p) -> str:
+    ptxt = "< 0.001" if p < 0.001 else f"= {p:.3f}" if p < 0.01 else f"= {p:.2f}"
+    return f"{mean:+.3f} ± {ci:.3f} (p {ptxt})"
+
+
+def per_problem(rows, T, tree, scheme, key) -> dict:
+    """``{record: mean of key over its calls}`` of one cell."""
+    out: dict = {}
+    for r in rows:
+        if r["T"] == T and r["tree"] == tree and r["scheme"] == scheme and r.get(key) is not None:
+            out.setdefault(r["record"], []).append(float(r[key]))
+    return {g: math.fsum(v) / len(v) for g, v in out.items()}
+
+
+def compare(driven, main) -> list[str]:
+    cell = {(r["tree"], r["scheme"]) for r in driven if "emitted" in r}
+    if len(cell) != 1:
+        raise ValueError(f"a driven folder decodes one cell; found {sorted(cell)}")
+    tree, scheme = cell.pop()
+    driver = next(r["driver"] for r in driven if "emitted" in r)
+    temps = sorted({r["T"] for r in driven})
+    keys = sorted(
+        {k for r in driven if (r["tree"], r["scheme"]) == (tree, scheme) for k in r if k.startswith("exact:")}
+    )
+    lines = [
+        f"### {tree} {scheme}, decoded by {driver}",
+        "",
+        "| verifier | " + " | ".join(f"T={T:g}: driven - at traversal's positions" for T in temps) + " |",
+        "|---|" + "---|" * len(temps),
+    ]
+    for key in keys:
+        cells = []
+        for T in temps:
+            a, b = per_problem(driven, T, tree, scheme, key), per_problem(main, T, tree, scheme, key)
+            common = sorted(set(a) & set(b))
+            if len(common) < 2:
+                cells.append("")
+                continue
+            d = [a[g] - b[g] for g in common]
+            mean, ci = cluster_mean_ci(d, common)
+            cells.append(f"{_fmt(mean, ci, _p(mean, ci, len(common)))}, {len(common)} problems")
+        lines.append(f"| {key.split(':', 1)[1]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for T in temps:
+        v = [
+            (r["emitted"] - r[f"exact:{driver}"], r["record"])
+            for r in driven
+            if r["T"] == T and "emitted" in r and r.get(f"exact:{driver}") is not None
+        ]
+        if v:
+            mean, ci = cluster_mean_ci([x for x, _ in v], [g for _, g in v])
+            G = len({g for _, g in v})
+            lines.append(
+                f"- T = {T:g}: sampled - exact ({driver}), paired per call: {_fmt(mean, ci, _p(mean, ci, G))}"
+            )
+    return lines
+
+
+def wall_per_token(driven, cost) -> list[str]:
+    """Wall seconds of drafting + the target forward per generated token, and the speedup over plain
+    decoding at ``cost``'s ``t_T(1)``."""
+    from tree_cost import medians
+
+    # like for like only: the runs' two-thread wall seconds against a two-thread wall-time baseline
+    same = cost and cost.get("basis", "wall") == "wall" and cost.get("threads") == 2
+    plain = medians(cost)["target"][1] if same else None
+    out = []
+    for T in sorted({r["T"] for r in driven}):
+        calls = [r for r in driven if r["T"] == T and "emitted" in r]
+        secs = math.fsum(r["t_draft"] + r["t_target"] for r in calls)
+        toks = sum(len(r.get("tokens", [])) for r in calls)
+        if not toks:
+            continue
+        per = secs / toks
+        text = f"- T = {T:g}: {1000 * per:.1f} ms per generated token over {toks} tokens ({len(calls)} calls)"
+        if plain:
+            text += f", speedup over plain decoding {plain / per:.2f} (t_T(1) = {1000 * plain:.1f} ms)"
+        elif cost:
+            text += (
+                " (no speedup: cost.json is not a two-thread wall-time measurement; measure the baseline "
+                "on the run's machine with scripts/tree_cost.py measure --threads 2 --basis wall --out FILE "
+                "and pass --cost FILE)"
+            )
+        out.append(text)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("driven", nargs="+")
+    parser.add_argument("--main", default=str(ROOT / "docs" / "results" / "trees"))
+    parser.add_argument("--cost", default=str(ROOT / "docs" / "results" / "trees2" / "cost.json"))
+    args = parser.parse_args(argv)
+    main_rows = _rows(Path(args.main))
+    cost = json.loads(Path(args.cost).read_text()) if Path(args.cost).exists() else None
+    for folder in args.driven:
+        rows = _rows(Path(folder))
+        if not rows:
+            print(f"{folder}: no finished problems yet")
+            continue
+        try:
+            print("\n".join(compare(rows, main_rows)))
+        except ValueError as exc:
+            print(f"tree_driven.py: {folder}: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(wall_per_token(rows, cost)))
+        print(f"({len({r['record'] for r in rows})} problems)")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
