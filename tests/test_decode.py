@@ -292,7 +292,7 @@ def test_optimal_is_reported_at_full_vocabulary(tmp_path, no_plots):
     assert {r["scheme"] for r in rows} == {"with_replacement", "greedy", "top_n"}
     for r in rows:
         reported = {k.split(":")[1] for k in r if k.startswith("exact:")}
-        want = set(valid_verifiers(r["scheme"])) | {"traversal"}  # node-wise ones and traversal
+        want = set(valid_verifiers(r["scheme"])) | {"traversal", "lookahead"}  # node-wise and tree-level
         assert reported == want, (r["scheme"], reported)
         assert "errors" not in r
         depth = 1 if r["tree"] == "2x1" else 2

@@ -38,15 +38,19 @@ from __future__ import annotations
 
 from .base import TreeVerifier, child_draft_laws
 from .block import BlockVerifier
+from .lookahead import LookaheadVerifier
 from .traversal import TraversalVerifier
 
 __all__ = [
     "TreeVerifier",
     "BlockVerifier",
     "TraversalVerifier",
+    "LookaheadVerifier",
     "TREE_VERIFIERS",
     "child_draft_laws",
 ]
 
 #: name -> tree-level verifier (docs/math.md#tree-level-verification).
-TREE_VERIFIERS: dict[str, TreeVerifier] = {v.name: v for v in (BlockVerifier(), TraversalVerifier())}
+TREE_VERIFIERS: dict[str, TreeVerifier] = {
+    v.name: v for v in (BlockVerifier(), TraversalVerifier(), LookaheadVerifier())
+}
