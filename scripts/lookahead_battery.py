@@ -29,11 +29,12 @@ from mdsd_ot.trees.verifiers.lookahead import LookaheadVerifier
 
 #: the lookahead variants evaluated (name -> verifier)
 VARIANTS = {
-    "lookahead": LookaheadVerifier(),
-    "la_scaled": LookaheadVerifier(coupling="scaled"),
-    "la_quality": LookaheadVerifier(order="quality"),
-    "la_value": LookaheadVerifier(order="value"),
-    "la_value_sym": LookaheadVerifier(order="value", symmetric=True),
+    "lookahead": LookaheadVerifier(),  # the registry's default: value order, orbit average
+    "soc": LookaheadVerifier(order="draft", symmetric=False),
+    "soc_scaled": LookaheadVerifier(coupling="scaled", order="draft", symmetric=False),
+    "value_no_orbit": LookaheadVerifier(order="value", symmetric=False),
+    "quality": LookaheadVerifier(order="quality"),
+    "rsd_scaled": LookaheadVerifier(coupling="scaled", one_step="rrs_without_replacement"),
 }
 
 #: (V, shape) groups, each under both schemes
@@ -78,10 +79,13 @@ def run_case(case, variants, cache):
     else:
         names = list(variants)
     terms = {n: [] for n in names}
+    names = [n for n in names if n not in variants or variants[n].why_not(e.shape, e.scheme.name) is None]
+    terms = {n: [] for n in names}
     for tree, prob in e.trees(max_trees=200_000):
         for n in names:
             terms[n].append(prob * expected_tokens(tree, variants.get(n, n)))
     vals = {n: math.fsum(t) for n, t in terms.items()}
+    vals.update({n: None for n in variants if n not in vals})
     if known is None:
         known = cache[_key(case)] = dict(opt=lp.value, library={n: vals[n] for n in library})
     return dict(case, opt=known["opt"], library=known["library"], **{n: vals[n] for n in variants})
@@ -89,9 +93,10 @@ def run_case(case, variants, cache):
 
 def summarize(records, variants):
     def gap(r, value):
-        return 100.0 * (1.0 - value / r["opt"])
+        return None if value is None else 100.0 * (1.0 - value / r["opt"])
 
     def cell(values):
+        values = [x for x in values if x is not None]
         return f"{np.median(values):.2f} / {np.max(values):.2f}" if values else "-"
 
     groups = {}
@@ -114,15 +119,19 @@ def summarize(records, variants):
         row.append(cell([gap(r, r["library"]["traversal"]) for r in rs]))
         row.append(cell([gap(r, b) for r, b in zip(rs, best)]))
         row += [cell([gap(r, r[v]) for r in rs]) for v in variants]
-        row += [f"{sum(r[v] > b + FLOOR for r, b in zip(rs, best))}/{len(rs)}" for v in variants]
         for v in variants:
-            below = sum(
-                r[v] < r["library"]["optimal"] - FLOOR or r[v] < r["library"]["traversal"] - FLOOR for r in rs
-            )
-            row.append(f"{below}/{len(rs)}")
+            have = [(r, b) for r, b in zip(rs, best) if r[v] is not None]
+            row.append(f"{sum(r[v] > b + FLOOR for r, b in have)}/{len(have)}" if have else "-")
+        for v in variants:
+            have = [r for r in rs if r[v] is not None]
+            lib = [(r[v], r["library"]) for r in have]
+            below = sum(x < b["optimal"] - FLOOR or x < b["traversal"] - FLOOR for x, b in lib)
+            row.append(f"{below}/{len(have)}" if have else "-")
         print("| " + " | ".join(row) + " |")
     for r in records:
         for v in variants:
+            if r[v] is None:
+                continue
             a, b = floors[v]
             floors[v] = (min(a, r[v] - r["library"]["optimal"]), min(b, r[v] - r["library"]["traversal"]))
     for v, (a, b) in floors.items():
@@ -165,7 +174,7 @@ def main(argv=None):
         if out:
             out.write(json.dumps(r) + "\n")
             out.flush()
-        gaps = " ".join(f"{v} {100 * (1 - r[v] / r['opt']):.2f}" for v in variants)
+        gaps = " ".join(f"{v} {100 * (1 - r[v] / r['opt']):.2f}" for v in variants if r[v] is not None)
         best = 100 * (1 - max(r["library"].values()) / r["opt"])
         print(
             f"V={r['V']} {r['shape']:6s} {r['scheme']} T={r['temperature']} noise={r['noise']}: "

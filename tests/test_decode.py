@@ -111,7 +111,7 @@ def test_rows_exact_values_and_summary(tmp_path):
     for r in rows:
         depth = 2 if r["tree"] == "2x2" else 3
         valid = {"with_replacement": {"naive", "rrs", "spectr", "optimal"}, "top_n": {"naive", "optimal"}}
-        names = valid[r["scheme"]] | {"traversal"} | ({"block"} if r["tree"] == "1x3" else set())
+        names = valid[r["scheme"]] | {"traversal", "lookahead"} | ({"block"} if r["tree"] == "1x3" else set())
         assert {k.split(":")[1] for k in r if k.startswith("exact:")} == names
         for k in r:
             if k.startswith("exact:") or k == "bound":

@@ -94,8 +94,18 @@ class LookaheadVerifier(TreeVerifier):
     name = "lookahead"
     paper = "soft one-step couplings (mdsd_ot; docs/math.md#lookahead-verification)"
 
-    def __init__(self, coupling: str = "thin", order: str = "draft", symmetric: bool = False):
+    def __init__(
+        self, coupling: str = "thin", order: str = "value", symmetric: bool = True, one_step: str = "optimal"
+    ):
+        from ...verifiers import get_verifier
+
         self.coupling = check_choice(coupling, "coupling", COUPLINGS)
+        self.one_step = get_verifier(one_step).name
+        if self.one_step != "optimal" and self.coupling != "scaled":
+            raise ValueError(
+                f"one_step={one_step!r} needs coupling='scaled' (the thinned coupling uses node-wise "
+                f"'optimal', whose pass masses it knows)"
+            )
         self.order = check_choice(order, "order", ORDERS)
         self.symmetric = bool(symmetric)
 
@@ -107,6 +117,11 @@ class LookaheadVerifier(TreeVerifier):
 
         shape = parse_shape(shape)
         s = get_scheme(scheme)
+        if self.one_step != "optimal":
+            from ...verifiers import get_verifier
+
+            if s.name not in get_verifier(self.one_step).schemes and any(b > 1 for b in shape.branching):
+                return f"its one-step verifier {self.one_step!r} does not verify {s.name!r} drafts"
         if s.fixed_n is not None and any(b != s.fixed_n for b in shape.branching):
             return f"{s.name} drafts exactly {s.fixed_n} children per node, the shape {shape.label} does not"
         return None
@@ -118,7 +133,9 @@ class LookaheadVerifier(TreeVerifier):
         from ..shape import parse_shape
 
         name = get_scheme(scheme).name
-        if get_verifier("optimal").covers(name):
+        one_step = get_verifier(self.one_step)
+        covers = getattr(one_step, "covers", None)
+        if covers is None or covers(name):
             return True
         return shape is not None and all(b == 1 for b in parse_shape(shape).branching)
 
@@ -131,14 +148,15 @@ class LookaheadVerifier(TreeVerifier):
         return cache[key]
 
     def _scaled(self, tree, v: int, w: float):
-        cache, key = tree._cache_key(("lookahead:scaled", w), v)
+        cache, key = tree._cache_key(("lookahead:scaled", self.one_step, w), v)
         if key not in cache:
             from ...verifiers import get_verifier
 
             p = np.append(w * tree.p[v], 1.0 - w)
             q = np.append(tree.q[v], 0.0)
             b = int(tree.children[v].size)
-            cache[key] = get_verifier("optimal").prepare(p, q, b, sampling=tree.scheme.name, normalize=True)
+            one_step = get_verifier(self.one_step)
+            cache[key] = one_step.prepare(p, q, b, sampling=tree.scheme.name, normalize=True)
         return cache[key]
 
     def _masses(self, tree, v: int, w: float):
@@ -157,7 +175,7 @@ class LookaheadVerifier(TreeVerifier):
             if not Z > 0.0 or a >= 1.0:
                 return np.array([a]), np.zeros(p.size), (1.0 - a)
             return np.array([a]), (1.0 - a) * res / Z, (1.0 - a) * (1.0 - w) / Z
-        if self.coupling == "scaled" and w < 1.0:
+        if self.coupling == "scaled" and (w < 1.0 or self.one_step != "optimal"):
             law, _ = self._scaled(tree, v, w).output_law(drafts)
             rest = law[: p.size].copy()
             rest[toks] = 0.0
@@ -223,7 +241,8 @@ class LookaheadVerifier(TreeVerifier):
         if self.order == "value":
             import itertools
 
-            tables = [self._value_proxy(tree, int(c)) for c in kids.tolist()]
+            # a child with no share is never entered: no table (and no prepare) for it
+            tables = [self._value_proxy(tree, int(c)) if share[k] > 0.0 else None for k, c in enumerate(kids)]
             best, best_order = -np.inf, None
             for perm in itertools.permutations(range(kids.size)):
                 left, total = 1.0, 0.0
@@ -246,7 +265,7 @@ class LookaheadVerifier(TreeVerifier):
         return np.argsort(np.array(keys), kind="stable")
 
     def _plan(self, tree, v: int, w: float) -> _Plan:
-        key = ("lookahead:plan", self.coupling, self.order, self.symmetric, v, w)
+        key = ("lookahead:plan", self.coupling, self.one_step, self.order, self.symmetric, v, w)
         plan = tree._prepared.get(key)  # per tree (the plan depends on the drafted children)
         if plan is None:
             plan = tree._prepared[key] = self._new_plan(tree, v, w)
