@@ -3,8 +3,8 @@
 docs/math.md#tree-level-verification. A node-wise verifier (:data:`mdsd_ot.verifiers.VERIFIERS`)
 decides at each node from that node's ``(p_v, q_v)`` and children alone; a tree-level verifier sees
 the whole drafted tree (every ``p_v``, ``q_v`` and token) and decides which root-to-node path to keep
-and which token to add after it. One module per verifier (:mod:`.block`, :mod:`.traversal`), the shared
-parts in :mod:`.base`. Registry :data:`TREE_VERIFIERS`:
+and which token to add after it. One module per verifier (:mod:`.block`, :mod:`.traversal`,
+:mod:`.lookahead`), the shared parts in :mod:`.base`. Registry :data:`TREE_VERIFIERS`:
 
 =============  ==================================  ================================================
 name           trees                               method
@@ -14,6 +14,10 @@ name           trees                               method
 ``traversal``  every shape; every scheme but       traversal verification (Weng et al., NeurIPS
                ``conditional_poisson`` with more   2025), leaf to root with sequence-level
                than one child                      acceptance; equals ``block`` on chains
+``lookahead``  every shape and scheme (``hub``: two  soft one-step couplings (this library): weighted
+               children per node); full V where   nodes, thinned node-wise ``optimal`` couplings;
+               node-wise ``optimal`` is, and on   ``block`` on chains, never below node-wise
+               chains under every scheme          ``optimal`` in the mean over drafted trees
 =============  ==================================  ================================================
 
 Each computes, from one drafted tree, the exact law of the tokens one call emits

@@ -16,9 +16,10 @@ __all__ = ["LookaheadVerifier", "COUPLINGS", "ORDERS"]
 #: ``optimal``) or ``"scaled"`` (the optimal verifier prepared anew on the scaled target at every node).
 COUPLINGS = ("thin", "scaled")
 
-#: ``LookaheadVerifier(order=...)``: the order in which a node tries its children: ``"draft"`` (draft
-#: order) or ``"quality"`` (ascending one-draft acceptance ``sum min(p_c, q_c)`` of the child's own laws,
-#: leaves last; ties in draft order).
+#: ``LookaheadVerifier(order=...)``: the order in which a node tries its children: ``"value"`` (the
+#: order maximising an estimate of the children's value from their own laws;
+#: docs/math.md#lookahead-verification), ``"draft"`` (draft order) or ``"quality"`` (ascending one-draft
+#: acceptance ``sum min(p_c, q_c)`` of the child's own laws, leaves last; ties in draft order).
 ORDERS = ("draft", "quality", "value")
 
 #: the weights at which a child's one-step acceptance ``alpha_c(w)`` is tabulated for ``order="value"``
@@ -46,9 +47,9 @@ class LookaheadVerifier(TreeVerifier):
 
     Every node ``v`` is entered with a weight ``w`` in ``[0, 1]`` (the root with 1). It takes a valid
     one-step verifier of the *scaled* target ``p' = (w p_v, 1 - w)`` against ``q' = (q_v, 0)`` (one
-    extra "stop" token that is never drafted), whose output law ``L(. | t)`` given the drafted children
+    extra "stop" symbol that is never drafted), whose output law ``L(. | t)`` given the drafted children
     ``t`` gives child ``k`` the share ``l_k = L(x_k | t) / #{copies of x_k in t}``. The children are
-    tried in turn; child ``k`` is entered with weight
+    tried one at a time; child ``k`` is entered with weight
 
     .. math:: \\omega_k = \\frac{l_k}{1 - \\sum_{j \\text{ tried before } k} l_j}
 
@@ -58,28 +59,34 @@ class LookaheadVerifier(TreeVerifier):
     undrafted tokens (``rest``); otherwise control returns to its parent. A leaf entered with ``w``
     stops with probability ``w`` and adds a token drawn from its target law.
 
-    The one-step verifier (``coupling``): ``"thin"`` (default) thins the node-wise ``optimal``
-    verifier's coupling: a drafted token ``y`` passes with ``L_1(y | t) min(1, w p_v(y) / rho(y))``,
-    ``rho(y)`` its mean pass mass at ``w = 1``, the rest is drawn from ``((w p_v - rho)_+, 1 - w)``;
-    optimal at every ``w`` when ``rho`` is the lexicographically optimal pass vector (i.i.d. drafts
-    up to the pooling of the full-V construction, greedy, hub, ``top_n``, one child), and it passes
-    every token at least ``w`` times as often as node-wise ``optimal``, which makes the mean over
-    drafted trees never below node-wise ``optimal``'s. ``"scaled"`` prepares the optimal verifier on
-    ``(p', q')`` at every node (optimal one-step acceptance at every ``w``, no such guarantee).
+    ``coupling="thin"`` (default): ``L`` thins a kernel ``pi(y | t)`` with the pass masses ``rho`` of
+    node-wise ``optimal``: a drafted ``y`` passes with ``pi(y | t) min(1, w p_v(y) / rho(y))`` and the
+    failing mass is drawn from ``((w p_v - rho)_+, 1 - w)``. Every token then passes at least ``w rho``
+    in the mean, which makes the mean over drafted trees never below node-wise ``optimal``'s; the
+    one-step acceptance is ``alpha*(w)`` where ``rho`` is scale-free (greedy, hub, ``top_n``, one child;
+    i.i.d. drafts up to the full-V construction's pooling). ``coupling="scaled"``: the one-step
+    verifier ``one_step`` prepared on ``(p', q')`` at every node (no such guarantee).
 
-    Lossless by a node lemma; on chains it is block verification, on one level node-wise
-    ``optimal`` (docs/math.md#lookahead-verification). Cost with ``"thin"``: node-wise ``optimal``'s
-    ``prepare`` per internal node (cached per path, so shared with it) plus O(V) per node;
-    nodes with one child (chains) need no ``prepare`` (speculative sampling), for every scheme.
-    Full vocabulary where the optimal verifier has a construction for the scheme (:meth:`covers`);
+    Lossless by a node lemma; block verification on chains, node-wise ``optimal`` on one level, optimal
+    on ``top_n`` trees (docs/math.md#lookahead-verification). Cost with ``"thin"``: node-wise
+    ``optimal``'s ``prepare`` at every internal node that is entered (cached per path, so shared with
+    it), O(V) per node for the thinning and the order; one-child nodes need no ``prepare`` under any
+    scheme. Full vocabulary where the optimal verifier has a construction for the scheme (:meth:`covers`),
     its LP elsewhere (``without_replacement``, ``conditional_poisson`` with two or more children).
 
     Parameters
     ----------
     coupling : {"thin", "scaled"}
-    order : {"draft", "quality"}
-        The order of the tries (:data:`ORDERS`); it may depend on the children's tokens and laws,
-        never on their drafted subtrees.
+        :data:`COUPLINGS`.
+    order : {"value", "draft", "quality"}
+        The order of the tries (:data:`ORDERS`; it may depend on the children's tokens and laws, never
+        on their drafted subtrees): ``"value"`` maximises ``sum_k R_k J_k(omega_k)`` over the orders,
+        ``J_c(omega) = omega + kappa_c alpha_c(omega)`` an estimate from the child's own laws.
+    symmetric : bool
+        Average the kernel over the orderings of the drafted tokens (i.i.d. and sequential drafts):
+        the conditional expectation given the drafted multiset, same ``rho``.
+    one_step : str
+        The node-wise verifier of ``coupling="scaled"`` (default ``"optimal"``).
 
     Examples
     --------
@@ -95,7 +102,11 @@ class LookaheadVerifier(TreeVerifier):
     paper = "soft one-step couplings (mdsd_ot; docs/math.md#lookahead-verification)"
 
     def __init__(
-        self, coupling: str = "thin", order: str = "value", symmetric: bool = True, one_step: str = "optimal"
+        self,
+        coupling: str = "thin",
+        order: str = "value",
+        symmetric: bool = True,
+        one_step: str = "optimal",
     ):
         from ...verifiers import get_verifier
 
@@ -265,7 +276,15 @@ class LookaheadVerifier(TreeVerifier):
         return np.argsort(np.array(keys), kind="stable")
 
     def _plan(self, tree, v: int, w: float) -> _Plan:
-        key = ("lookahead:plan", self.coupling, self.one_step, self.order, self.symmetric, v, w)
+        key = (
+            "lookahead:plan",
+            self.coupling,
+            self.one_step,
+            self.order,
+            self.symmetric,
+            v,
+            w,
+        )
         plan = tree._prepared.get(key)  # per tree (the plan depends on the drafted children)
         if plan is None:
             plan = tree._prepared[key] = self._new_plan(tree, v, w)
