@@ -421,10 +421,10 @@ def _orbit_kernel(prepared, scheme: str, drafts, toks):
         if scheme == "with_replacement":
             w = 1.0
         else:
-            w, left = 1.0, 1.0
-            for x in perm:
-                w *= q[x] / left
-                left -= q[x]
+            w, rest = 1.0, q.copy()
+            for x in perm:  # each draw's law given the earlier ones: q over what is left (direct sums)
+                w *= q[x] / float(rest.sum())
+                rest[x] = 0.0
         kernel, u = _drafted_kernel(prepared, np.array(perm), toks)
         L += w * kernel
         und += w * u
