@@ -111,7 +111,7 @@ def test_rows_exact_values_and_summary(tmp_path):
     for r in rows:
         depth = 2 if r["tree"] == "2x2" else 3
         valid = {"with_replacement": {"naive", "rrs", "spectr", "optimal"}, "top_n": {"naive", "optimal"}}
-        names = valid[r["scheme"]] | {"traversal"} | ({"block"} if r["tree"] == "1x3" else set())
+        names = valid[r["scheme"]] | {"traversal", "lookahead"} | ({"block"} if r["tree"] == "1x3" else set())
         if r["tree"] == "1x3" or r["scheme"] == "with_replacement":  # K x L i.i.d. paths, or one path
             names |= {"gbv"}
         assert {k.split(":")[1] for k in r if k.startswith("exact:")} == names
@@ -391,7 +391,7 @@ def test_optimal_is_reported_at_full_vocabulary(tmp_path, no_plots):
     assert {r["scheme"] for r in rows} == {"with_replacement", "greedy", "top_n"}
     for r in rows:
         reported = {k.split(":")[1] for k in r if k.startswith("exact:")}
-        want = set(valid_verifiers(r["scheme"])) | {"traversal"}  # node-wise ones and traversal
+        want = set(valid_verifiers(r["scheme"])) | {"traversal", "lookahead"}  # node-wise and tree-level
         if r["scheme"] == "with_replacement":  # and GBV on K x L trees of i.i.d. paths
             want.add("gbv")
         assert reported == want, (r["scheme"], reported)

@@ -513,8 +513,8 @@ def test_bound_estimate_is_a_deprecated_alias():
 
 # -------------------------------------------------------------------------- registry, names, errors
 def test_registry_names_and_validity():
-    assert list(TREE_VERIFIERS) == ["block", "traversal", "gbv"]
-    assert verifier_names() == list(VERIFIERS) + ["block", "traversal", "gbv"]
+    assert list(TREE_VERIFIERS) == ["block", "traversal", "gbv", "lookahead"]
+    assert verifier_names() == list(VERIFIERS) + ["block", "traversal", "gbv", "lookahead"]
     assert canonical_verifier("rsd") == "rrs_without_replacement"
     assert canonical_verifier("traversal") == "traversal"
     with pytest.raises(ValueError, match="traversal"):  # the message lists every name
@@ -524,12 +524,13 @@ def test_registry_names_and_validity():
     assert valid_verifiers("with_replacement") == [
         v for v in VERIFIERS if "with_replacement" in VERIFIERS[v].schemes
     ]
-    assert valid_verifiers("with_replacement", shape="1x3")[-3:] == ["block", "traversal", "gbv"]
-    assert valid_verifiers("with_replacement", shape="2x3")[-2:] == ["traversal", "gbv"]
+    assert valid_verifiers("with_replacement", shape="1x3")[-4:] == ["block", "traversal", "gbv", "lookahead"]
+    assert valid_verifiers("with_replacement", shape="2x3")[-3:] == ["traversal", "gbv", "lookahead"]
     assert "block" not in valid_verifiers("with_replacement", shape="2x3")
-    assert valid_verifiers("hub", shape="2,2") == ["naive", "spechub", "optimal", "traversal"]
-    assert valid_verifiers("conditional_poisson", shape="2,1") == ["naive", "optimal"]
-    assert valid_verifiers("conditional_poisson", shape="1x2")[-3:] == ["block", "traversal", "gbv"]
+    assert valid_verifiers("hub", shape="2,2") == ["naive", "spechub", "optimal", "traversal", "lookahead"]
+    assert valid_verifiers("conditional_poisson", shape="2,1") == ["naive", "optimal", "lookahead"]
+    chains_cp = valid_verifiers("conditional_poisson", shape="1x2")
+    assert chains_cp[-4:] == ["block", "traversal", "gbv", "lookahead"]
     assert valid_verifiers("top_n", ["naive", "block"], shape="1x2") == ["naive", "block"]
     with pytest.raises(ValueError, match="shape="):
         valid_verifiers("with_replacement", ["rrs", "block"])

@@ -67,9 +67,9 @@ def _proven_note(table) -> str:
     ):
         shape = parse_shape(tree)
         name = split_method(t["method"])[1]
-        if scheme == "top_n" and name == "naive":
+        if scheme == "top_n" and name in ("naive", "lookahead"):  # both attain the top_n optimum
             why = "yes (membership is optimal on deterministic trees)"
-        elif all(b == 1 for b in shape.branching) and name == "block":
+        elif all(b == 1 for b in shape.branching) and name in ("block", "lookahead"):  # lookahead = block
             why = "yes (block verification is optimal on a chain)"
         else:
             why = "best known (no proven optimum at this size)"

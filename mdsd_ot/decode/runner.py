@@ -82,14 +82,16 @@ def _np(t):
     return t.detach().to("cpu").numpy()
 
 
-def runs_at(verifier, scheme, vocab: int) -> bool:
+def runs_at(verifier, scheme, vocab: int, *, shape=None) -> bool:
     """Whether the decoder evaluates ``verifier`` exactly on trees of ``scheme`` at vocabulary ``vocab``.
 
     Asked of the verifier, not of its name: a verifier with a ``covers(sampling)`` method (the
     ``optimal`` verifier) that does not cover ``scheme`` would solve an LP per node (over every draft
     set), so it runs only up to :data:`mdsd_ot._config.DECODE_OPTIMAL_MAX_V` tokens; every other
     verifier, and ``optimal`` where its scheme has a full-vocabulary construction
-    (``DraftScheme.optimal_at_full_v``; docs/math.md#optimal-verifier-full-v), runs at any size.
+    (``DraftScheme.optimal_at_full_v``; docs/math.md#optimal-verifier-full-v), runs at any size. A
+    tree-level verifier with a ``covers(scheme, shape)`` method (``lookahead``, whose nodes use the
+    optimal verifier) is asked the same way, with the tree's shape.
 
     Parameters
     ----------
@@ -99,6 +101,8 @@ def runs_at(verifier, scheme, vocab: int) -> bool:
         Draft scheme name.
     vocab : int
         Vocabulary size V.
+    shape : TreeShape, str or None
+        The tree's shape, for tree-level verifiers (None: any shape).
 
     Returns
     -------
@@ -111,8 +115,9 @@ def runs_at(verifier, scheme, vocab: int) -> bool:
     from ..verifiers import get_verifier
 
     name = canonical_verifier(verifier) if isinstance(verifier, str) else None
-    if name in TREE_VERIFIERS:
-        return True  # tree-level verifiers: O(N V) per tree at any vocabulary
+    if name in TREE_VERIFIERS:  # O(N V) per tree at any vocabulary, unless its nodes need an LP
+        covers = getattr(TREE_VERIFIERS[name], "covers", None)
+        return covers is None or covers(scheme, shape) or int(vocab) <= DECODE_OPTIMAL_MAX_V
     v = get_verifier(verifier)
     covers = getattr(v, "covers", None)
     if covers is None or covers(scheme):
@@ -187,7 +192,7 @@ def decode_prompt(
         t2 = time.perf_counter()
         row = {"record": record, "T": T, "tree": tree_label, "scheme": scheme, "call": call, "driver": driver}
         for name in names:
-            if not runs_at(name, scheme, tree.vocab):
+            if not runs_at(name, scheme, tree.vocab, shape=tree.shape):
                 continue
             try:
                 row[exact_key(name)] = expected_tokens(tree, name)
@@ -233,7 +238,7 @@ def _exact_values(row, tree, names, scheme, config):
     """Every verifier's exact expected tokens on ``tree`` (and the heuristic when asked) into ``row``;
     a failure is recorded under ``errors``, never silent."""
     for name in names:
-        if not runs_at(name, scheme, tree.vocab):
+        if not runs_at(name, scheme, tree.vocab, shape=tree.shape):
             continue
         try:
             row[exact_key(name)] = expected_tokens(tree, name)

@@ -53,7 +53,7 @@ def verifier_names() -> list[str]:
     followed by the tree-level one (:data:`mdsd_ot.trees.TREE_VERIFIERS`).
 
     >>> verifier_names()[-3:]
-    ['block', 'traversal', 'gbv']
+    ['block', 'traversal', 'gbv', 'lookahead']
     """
     from ..verifiers import VERIFIERS
     from .verifiers import TREE_VERIFIERS
@@ -124,7 +124,7 @@ def valid_verifiers(scheme, names=None, *, shape=None) -> list[str]:
     >>> valid_verifiers("top_n")
     ['naive', 'optimal']
     >>> valid_verifiers("with_replacement", shape="1x4")[-3:]
-    ['block', 'traversal', 'gbv']
+    ['block', 'traversal', 'gbv', 'lookahead']
     >>> valid_verifiers("without_replacement", ["rsd", "block", "traversal"], shape="2x2")
     ['rrs_without_replacement', 'traversal']
     """

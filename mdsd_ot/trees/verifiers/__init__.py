@@ -4,7 +4,7 @@ docs/math.md#tree-level-verification. A node-wise verifier (:data:`mdsd_ot.verif
 decides at each node from that node's ``(p_v, q_v)`` and children alone; a tree-level verifier sees
 the whole drafted tree (every ``p_v``, ``q_v`` and token) and decides which root-to-node path to keep
 and which token to add after it. One module per verifier (:mod:`.block`, :mod:`.traversal`,
-:mod:`.gbv`), the shared parts in :mod:`.base`. Registry :data:`TREE_VERIFIERS`:
+:mod:`.gbv`, :mod:`.lookahead`), the shared parts in :mod:`.base`. Registry :data:`TREE_VERIFIERS`:
 
 =============  ==================================  ================================================
 name           trees                               method
@@ -18,6 +18,10 @@ name           trees                               method
                (``with_replacement``); ``1xL``     Pal, 2026): block verification of the highest
                under every scheme ``block``        drafted path with the law of the highest of K
                accepts                             i.i.d. paths; equals ``block`` at K = 1
+``lookahead``  every shape and scheme (``hub``:   soft one-step couplings (this library):
+               two children per node); full V     weighted nodes, thinned node-wise ``optimal``
+               where node-wise ``optimal`` is,    couplings; ``block`` on chains, never below
+               and on chains under every scheme   node-wise ``optimal`` in the mean over trees
 =============  ==================================  ================================================
 
 Each computes, from one drafted tree, the exact law of the tokens one call emits
@@ -43,6 +47,7 @@ from __future__ import annotations
 from .base import TreeVerifier, child_draft_laws
 from .block import BlockVerifier
 from .gbv import GBVVerifier
+from .lookahead import LookaheadVerifier
 from .traversal import TraversalVerifier
 
 __all__ = [
@@ -50,11 +55,12 @@ __all__ = [
     "BlockVerifier",
     "TraversalVerifier",
     "GBVVerifier",
+    "LookaheadVerifier",
     "TREE_VERIFIERS",
     "child_draft_laws",
 ]
 
 #: name -> tree-level verifier (docs/math.md#tree-level-verification).
 TREE_VERIFIERS: dict[str, TreeVerifier] = {
-    v.name: v for v in (BlockVerifier(), TraversalVerifier(), GBVVerifier())
+    v.name: v for v in (BlockVerifier(), TraversalVerifier(), GBVVerifier(), LookaheadVerifier())
 }

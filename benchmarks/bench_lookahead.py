@@ -1,0 +1,178 @@
+"""The lookahead tree verifier at full vocabulary: its cost per tree and its value against node-wise
+``optimal`` and ``traversal`` (docs/performance.md#the-lookahead-verifier-benchmarksbench_lookaheadpy).
+
+Trees of shape [4, 2, 2, 1] (45 nodes, 29 internal), i.i.d. drafts, V = 152,064. At every path ``u``
+the target is ``softmax(s z_u)`` and the draft ``softmax(s z_u + noise e_u)``, ``z_u, e_u`` standard
+normal vectors drawn from a seed and the path (LLM-like: a sharp head, a long tail; the draft a noisy
+copy of the target).
+
+* **Cost** (``--cost-trees``, CPU time of this process, interleaved per tree): the exact value of one
+  tree by node-wise ``optimal`` and by each lookahead variant, each on a fresh copy of the tree (its
+  own ``prepare`` per internal node), and by ``lookahead`` after node-wise ``optimal`` on the same tree
+  (the decoder's case: the node-wise ``prepare`` is cached per path and shared), as a ratio to one
+  ``np.argsort`` of a V-vector timed in the same loop (median of three per tree); with ``--target``,
+  also one forward of that model over a 16-node tree (``bench_trees.py``'s baseline), CPU, one thread.
+* **Value** (``--trees`` per setting): exact tokens per call of ``optimal``, ``traversal`` and every
+  lookahead variant on the same trees, mean +- standard error over the trees, and the paired
+  differences (mean +- s.e.).
+
+    NUMBA_NUM_THREADS=1 python benchmarks/bench_lookahead.py [--trees 48] [--cost-trees 5] [--target DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import header  # noqa: E402
+
+from mdsd_ot.trees import DraftTree, draft_tree, expected_tokens  # noqa: E402
+from mdsd_ot.trees.verifiers.lookahead import LookaheadVerifier  # noqa: E402
+
+V = 152_064
+SHAPE = "4,2,2,1"
+SETTINGS = [(3.0, 1.0), (4.0, 1.0), (6.0, 1.0), (4.0, 0.5), (4.0, 2.0)]
+VARIANTS = {
+    "lookahead": None,  # the registry's default instance
+    "value order, no orbit average": LookaheadVerifier(order="value", symmetric=False),
+    "soc (draft order)": LookaheadVerifier(order="draft", symmetric=False),
+    "soc scaled": LookaheadVerifier(coupling="scaled", order="draft", symmetric=False),
+}
+
+
+def softmax(z):
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+class Laws:
+    """Target and draft laws by path, drawn from a seed and the path (memoised)."""
+
+    def __init__(self, seed, scale, noise):
+        self.seed, self.scale, self.noise, self.memo = seed, scale, noise, {}
+
+    def __call__(self, path):
+        if path not in self.memo:
+            rng = np.random.default_rng([self.seed, len(path), *path])
+            z, e = rng.standard_normal(V), rng.standard_normal(V)
+            self.memo[path] = (softmax(self.scale * z), softmax(self.scale * z + self.noise * e))
+        return self.memo[path]
+
+    def target(self, paths):
+        return np.array([self(tuple(p))[0] for p in paths])
+
+    def draft(self, paths):
+        return np.array([self(tuple(p))[1] for p in paths])
+
+
+def make_tree(seed, scale, noise):
+    laws = Laws(seed, scale, noise)
+    return draft_tree(
+        SHAPE, "with_replacement", laws.draft, np.random.default_rng([seed, 99]), target=laws.target
+    )
+
+
+def fresh(tree):
+    """The same drafted tree with no cached verifier state."""
+    copy = DraftTree(tree.shape, tree.scheme, tree.tokens, tree.parent, tree.q, checked=True)
+    return copy.set_target(tree.p, checked=True)
+
+
+def cpu(fn):
+    t0 = time.process_time()
+    out = fn()
+    return time.process_time() - t0, out
+
+
+def argsort_time(rng):
+    a = rng.random(V)
+    ts = []
+    for _ in range(3):
+        t, _ = cpu(lambda: np.argsort(a))
+        ts.append(t)
+    return float(np.median(ts))
+
+
+def cost(n_trees, target=None):
+    rng = np.random.default_rng(0)
+    forward = None
+    if target:  # one 1.5B target forward over 1 pending + 16 tree positions, as bench_trees.py times it
+        from bench_trees import target_forward_time
+
+        forward, _ = target_forward_time(target, 64, 1)
+    rows = []
+    for i in range(n_trees):
+        tree = make_tree(1000 + i, 4.0, 1.0)
+        a0 = argsort_time(rng)
+        t_opt, _ = cpu(lambda: expected_tokens(fresh(tree), "optimal"))
+        row = {"optimal": t_opt}
+        for name, ver in VARIANTS.items():
+            t, _ = cpu(lambda: expected_tokens(fresh(tree), ver or name))
+            row[name] = t
+        shared = fresh(tree)
+        expected_tokens(shared, "optimal")
+        row["lookahead after optimal"], _ = cpu(lambda: expected_tokens(shared, "lookahead"))
+        a1 = argsort_time(rng)
+        base = float(np.median([a0, a1]))
+        rows.append({k: v / base for k, v in row.items()} | {"argsort ms": 1e3 * base})
+        print(f"tree {i}: " + ", ".join(f"{k} {v:.1f}" for k, v in rows[-1].items()), flush=True)
+    keys = [k for k in rows[0] if k != "argsort ms"]
+    print("\n| per [4,2,2,1] tree (29 internal nodes) | argsorts, median over trees | per internal node |")
+    print("|---|---|---|")
+    for k in keys:
+        m = float(np.median([r[k] for r in rows]))
+        print(f"| {k} | {m:.1f} | {m / 29:.2f} |")
+    base = float(np.median([r["argsort ms"] for r in rows]))
+    print(f"| (one argsort of {V:,} floats, ms) | {base:.2f} | |")
+    if forward is not None:
+        ms = 1e3 * forward
+        print(f"| (one target forward, CPU ms, 1 thread) | {ms:.0f} = {ms / base:.0f} argsorts | |")
+
+
+def value(n_trees, settings):
+    names = ["optimal", "traversal"] + list(VARIANTS)
+    print(
+        "\n| scale, noise | trees | " + " | ".join(names) + " | lookahead - optimal | lookahead - traversal |"
+    )
+    print("|" + "---|" * (len(names) + 4))
+    for scale, noise in settings:
+        vals = {n: [] for n in names}
+        for i in range(n_trees):
+            tree = make_tree(7000 + i, scale, noise)
+            for n in names:
+                vals[n].append(expected_tokens(tree, VARIANTS.get(n) or n))
+        arr = {n: np.array(v) for n, v in vals.items()}
+
+        def ms(x):
+            return f"{x.mean():.3f} +- {x.std(ddof=1) / np.sqrt(x.size):.3f}"
+
+        cells = [ms(arr[n]) for n in names]
+        d1, d2 = arr["lookahead"] - arr["optimal"], arr["lookahead"] - arr["traversal"]
+        rel = 100 * d1.mean() / arr["optimal"].mean()
+        cells += [f"{ms(d1)} ({rel:+.1f}%)", ms(d2)]
+        print(f"| {scale:g}, {noise:g} | {n_trees} | " + " | ".join(cells) + " |", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trees", type=int, default=48, help="trees per setting for the value table")
+    ap.add_argument("--cost-trees", type=int, default=5, help="trees for the cost table")
+    ap.add_argument("--no-scaled", action="store_true", help="leave out the 'soc scaled' variant")
+    ap.add_argument("--target", default=None, help="target model folder: time one forward in the same run")
+    args = ap.parse_args(argv)
+    if args.no_scaled:
+        VARIANTS.pop("soc scaled")
+    print(header("The lookahead verifier at V = 152,064"))
+    if args.cost_trees:
+        cost(args.cost_trees, args.target)
+    if args.trees:
+        value(args.trees, SETTINGS)
+
+
+if __name__ == "__main__":
+    main()
