@@ -52,7 +52,7 @@ def verifier_names() -> list[str]:
     """Every verifier name a tree accepts: the node-wise registry (:data:`mdsd_ot.verifiers.VERIFIERS`)
     followed by the tree-level one (:data:`mdsd_ot.trees.TREE_VERIFIERS`).
 
-    >>> verifier_names()[-3:]
+    >>> verifier_names()[-4:]
     ['block', 'traversal', 'gbv', 'lookahead']
     """
     from ..verifiers import VERIFIERS
@@ -123,7 +123,7 @@ def valid_verifiers(scheme, names=None, *, shape=None) -> list[str]:
 
     >>> valid_verifiers("top_n")
     ['naive', 'optimal']
-    >>> valid_verifiers("with_replacement", shape="1x4")[-3:]
+    >>> valid_verifiers("with_replacement", shape="1x4")[-4:]
     ['block', 'traversal', 'gbv', 'lookahead']
     >>> valid_verifiers("without_replacement", ["rsd", "block", "traversal"], shape="2x2")
     ['rrs_without_replacement', 'traversal']
