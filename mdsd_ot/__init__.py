@@ -12,6 +12,7 @@ from .drafts import SCHEMES, DraftScheme, get_scheme
 from .logits import to_distribution
 from .result import AcceptanceResult
 from .verifiers import VERIFIERS, verifier_acceptance
+from .warmup import warmup
 
 __version__ = "0.1.0"
 
@@ -28,4 +29,5 @@ __all__ = [
     "compare",
     "Comparison",
     "to_distribution",
+    "warmup",
 ]

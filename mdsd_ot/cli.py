@@ -21,6 +21,7 @@ COMMANDS = {
     "decode": "decode",
     "trees": "trees",
     "tiny-models": "tiny_models",
+    "warmup": "warmup",
 }
 
 
