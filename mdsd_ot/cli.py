@@ -77,6 +77,33 @@ def _os_error(exc: OSError) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+#: The library's messages name Python options; a command says its own flags instead, or, when it has
+#: none for that, what to do: (text, with the flag, without it).
+CLI_SPELLING = (
+    (
+        "convert them first: mdsd_ot.to_distribution(logits, temperature=1.0)",
+        "logits",
+        "pass --logits (and --temperature T)",
+        "convert them with a softmax first",
+    ),
+    (
+        "to rescale positive weights, pass normalize=True",
+        "normalize",
+        "to rescale positive weights, pass --normalize",
+        "rescale them to sum to one",
+    ),
+)
+
+
+def cli_spelling(message: str, args) -> str:
+    """``message`` with the Python spellings of :data:`CLI_SPELLING` replaced by the flags of the
+    command that ``args`` was parsed for (``normalize=True`` -> ``--normalize``)."""
+    for text, dest, flag, other in CLI_SPELLING:
+        if text in message:
+            message = message.replace(text, flag if hasattr(args, dest) else other)
+    return message
+
+
 def _closed_pipe() -> int:
     """The reader of stdout went away (``mdsd-ot ... | head``): stop quietly, status 0.
 
@@ -163,7 +190,7 @@ def main(argv=None) -> int:
         except BrokenPipeError:
             return _closed_pipe()
         except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
+            message = cli_spelling(" ".join(str(exc).split()) or type(exc).__name__, args)
             print(f"{prog}: error: {message}", file=sys.stderr)
             return 2
         except OSError as exc:

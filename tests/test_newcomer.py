@@ -388,9 +388,9 @@ def test_logits_passed_as_probabilities_get_a_hint():
         optimal_acceptance([2.0, -1.0, 0.5], [0.2, 0.3, 0.5], 2)
     with pytest.raises(ValueError, match=r"entries above 1, up to 3\.2.*to_distribution"):
         optimal_acceptance([3.2, 1.5, 0.5], [0.2, 0.3, 0.5], 2)
-    with pytest.raises(ValueError) as info:  # a sum off by a little: no logits hint
+    with pytest.raises(ValueError) as info:  # a sum off by a little: both ways out are named (issue 38)
         optimal_acceptance([0.5, 0.3, 0.1], [0.2, 0.3, 0.5], 2)
-    assert "logits" not in str(info.value)
+    assert "to_distribution(logits" in str(info.value) and "normalize=True" in str(info.value)
     # a truncated q: the shape message, not the sum message
     with pytest.raises(ValueError, match="same shape"):
         optimal_acceptance([0.5, 0.3, 0.2], [0.2, 0.3], 2)

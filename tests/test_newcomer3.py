@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from mdsd_ot import optimal_acceptance
 from mdsd_ot.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +146,88 @@ def test_warmup_runs_each_familys_calls_and_reports_them(monkeypatch):
     assert lines[1].startswith("[1/2] sequential: the sequential-sampling kernels")
     assert lines[-1].startswith("mdsd_ot warmup: done in")
     assert "MDSD_OT_QUIET" not in os.environ or os.environ["MDSD_OT_QUIET"]  # restored
+
+
+# ----------------------------------------------------------------- 2. inputs as they come
+
+
+def test_sum_tolerance_is_the_rounding_bound_of_a_low_precision_softmax():
+    """The bound of docs/math.md#sums-of-low-precision-input, recomputed in exact rational arithmetic."""
+    from fractions import Fraction as F
+
+    from mdsd_ot._config import SUM_TOL
+    from mdsd_ot._validate import sum_tolerance
+
+    u32 = F(1, 2**24)
+    for dtype, u_d, t_d in (("float32", F(0), F(0)), ("bfloat16", F(1, 2**8), F(1, 2**133))):
+        for V in (1_000, 152_064, 262_144):
+            gamma = (V - 1) * u32 / (1 - (V - 1) * u32)
+            exact = (1 + u32) ** 2 * (1 + u_d) / (1 - gamma) - 1 + V * (F(1, 2**149) + t_d) / 2
+            exact += 2 * V * F(1, 2**53)
+            assert math.isclose(sum_tolerance(dtype, V), float(exact), rel_tol=1e-12)
+    assert sum_tolerance("float64", 152_064) == sum_tolerance(np.float64, 10) == SUM_TOL
+    assert sum_tolerance("float32", 4) == SUM_TOL  # never below the float64 tolerance
+
+
+def test_a_float32_softmax_with_the_worst_summation_is_accepted_and_renormalised():
+    """A peaked float32 softmax (one e_i = 1, the others 1.5 * 2^-24: every addition rounds the
+    running sum up by half an ulp) with its sum accumulated left to right in float32 at V = 262,144
+    is off one by 7.6e-3, about half the bound: accepted, renormalised in float64, said so; alpha* for
+    n = 1 is sum(min(p, q)) of the renormalised float64 arrays (closed form, numpy). Twice as far off:
+    refused."""
+    from mdsd_ot._validate import sum_tolerance
+
+    V = 262_144
+    e = np.full(V, 1.5 * 2.0**-24, dtype=np.float32)
+    e[0] = 1.0
+    p = (e / np.add.accumulate(e, dtype=np.float32)[-1]).astype(np.float32)
+    q = np.random.default_rng(5).dirichlet(np.ones(V)).astype(np.float32)
+    off = float(p.astype(np.float64).sum()) - 1.0
+    assert 0.4 * sum_tolerance("float32", V) < -off < sum_tolerance("float32", V)
+    r = optimal_acceptance(p, q, 1)
+    p64, q64 = p.astype(np.float64), q.astype(np.float64)
+    p64, q64 = p64 / p64.sum(), q64 / q64.sum()
+    assert abs(r.value - float(np.minimum(p64, q64).sum())) <= 1e-12
+    assert "input renormalised in float64: p (float32) summed to 1 - 0.0076" in r.message
+    assert "exact for the renormalised float64 distributions" in r.message
+    assert "renormalised" not in optimal_acceptance(p64, q64, 1).message
+    far = p.copy()
+    far[0] -= np.float32(2.5 * sum_tolerance("float32", V))
+    with pytest.raises(ValueError, match="rounding bound of a float32 softmax of 262,144 tokens"):
+        optimal_acceptance(far, q, 1)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_torch_float32_and_bfloat16_softmax_are_accepted():
+    import torch
+
+    from mdsd_ot.backends import torch as tb
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 152_064, generator=gen) * 3
+    for dtype in (torch.float32, torch.bfloat16):
+        p, q = torch.softmax(logits.to(dtype), -1)
+        p64, q64 = p.double().numpy(), q.double().numpy()
+        expected = float(np.minimum(p64 / p64.sum(), q64 / q64.sum()).sum())  # n = 1: sum min(p, q)
+        r = optimal_acceptance(p, q, 1)
+        assert abs(r.value - expected) <= 1e-12 and f"p ({str(dtype)[6:]}) summed to 1" in r.message
+        assert abs(float(tb.sorted_prefix_bound(p, q, 1).value) - expected) <= 1e-12
+    wrong = torch.softmax(logits[0], -1)
+    wrong[0] += 0.05  # 5% extra mass: not a softmax
+    with pytest.raises(
+        ValueError, match=r"rounding bound of a float32 softmax of 152,064 tokens.*to_distribution"
+    ):
+        optimal_acceptance(wrong, q, 1)
+
+
+def test_refusals_name_to_distribution_and_the_cli_flags(capsys):
+    p, q = np.array([0.5, 0.3, 0.1]), np.array([0.5, 0.3, 0.2])
+    with pytest.raises(ValueError) as exc:
+        optimal_acceptance(p, q, 2)
+    assert "mdsd_ot.to_distribution(logits" in str(exc.value) and "pass normalize=True" in str(exc.value)
+    line = _one_line_error(
+        capsys, ["bound", "--p", "0.5,0.3,0.1", "--q", "0.5,0.3,0.2"], "--logits", "--normalize"
+    )
+    assert "normalize=True" not in line and "to_distribution" not in line
+    line = _one_line_error(capsys, ["compare", "--p", "5,3,1", "--q", "0.5,0.3,0.2"], "--normalize")
+    assert "normalize=True" not in line
