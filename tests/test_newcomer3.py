@@ -231,3 +231,26 @@ def test_refusals_name_to_distribution_and_the_cli_flags(capsys):
     assert "normalize=True" not in line and "to_distribution" not in line
     line = _one_line_error(capsys, ["compare", "--p", "5,3,1", "--q", "0.5,0.3,0.2"], "--normalize")
     assert "normalize=True" not in line
+
+
+# ---------------------------------------------------------------------------------- 3. --device
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+@pytest.mark.parametrize("command", ["study", "decode"])
+def test_an_unusable_device_is_refused_before_anything_is_loaded_or_written(tmp_path, capsys, command):
+    import torch
+
+    from mdsd_ot.runs.inputs import check_device
+
+    out = tmp_path / "out"
+    argv = [command, "--target", tmp_path / "t", "--draft", tmp_path / "d", "--prompts", tmp_path / "p.jsonl"]
+    _one_line_error(capsys, argv + ["--device", "cdua", "--out", out], "--device 'cdua' is not a device")
+    assert not out.exists()
+    if not torch.cuda.is_available():
+        _one_line_error(capsys, argv + ["--device", "cuda", "--out", out], "--device cuda:", "--device cpu")
+        assert not out.exists()
+        with pytest.raises(ValueError, match="--device cuda"):
+            check_device("cuda")
+        assert str(check_device("cuda:1", available=False)) == "cuda:1"  # the name alone (Ray workers)
+    assert check_device("auto") is None and str(check_device("cpu")) == "cpu"

@@ -81,7 +81,7 @@ def add_arguments(parser):
 def run(args) -> int:
     from .. import _store
     from ..decode import DecodeConfig, run_shard, write_report
-    from .study import _floats
+    from .study import _floats, check_device_option
 
     _ray.check(args)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
@@ -107,6 +107,7 @@ def run(args) -> int:
         dtype=args.dtype,
         threads=args.threads,
     ).validate()
+    check_device_option(args, "mdsd-ot decode")
     t0 = time.time()
     if args.ray is not None:
         return _run_on_ray(config, args, t0)
