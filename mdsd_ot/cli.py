@@ -69,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error_text(exc: BaseException) -> str:
+    """One line for an input error: a missing file as ``no such file: <path>`` and a folder given for
+    a file as ``<path> is a directory`` (as the commands' own checks say it), not Python's
+    ``[Errno 2] No such file or directory: '<path>'``; anything else its message on one line."""
+    filename = getattr(exc, "filename", None)
+    if isinstance(exc, FileNotFoundError) and exc.errno is not None and filename is not None:
+        return f"no such file: {filename}"
+    if isinstance(exc, IsADirectoryError) and exc.errno is not None and filename is not None:
+        return f"{filename} is a directory; give a file"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _os_error(exc: OSError) -> str:
     """One line naming the path: ``<path>: <reason>`` (disk full, permissions, bad paths)."""
     if exc.errno is not None and exc.strerror and exc.filename is not None:
@@ -190,7 +202,7 @@ def main(argv=None) -> int:
         except BrokenPipeError:
             return _closed_pipe()
         except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as exc:
-            message = cli_spelling(" ".join(str(exc).split()) or type(exc).__name__, args)
+            message = cli_spelling(_error_text(exc), args)
             print(f"{prog}: error: {message}", file=sys.stderr)
             return 2
         except OSError as exc:

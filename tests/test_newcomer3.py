@@ -7,6 +7,8 @@ import importlib.util
 import io
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -254,3 +256,123 @@ def test_an_unusable_device_is_refused_before_anything_is_loaded_or_written(tmp_
             check_device("cuda")
         assert str(check_device("cuda:1", available=False)) == "cuda:1"  # the name alone (Ray workers)
     assert check_device("auto") is None and str(check_device("cpu")) == "cpu"
+
+
+# ------------------------------------------------------------------------------- 6. minor items
+
+
+def test_no_progress_silences_the_model_loading_bars(monkeypatch):
+    """--no-progress: the hub's variable for transformers imported later, and the switches of
+    transformers and huggingface_hub when imported already (stand-ins here: no global state changes)."""
+    from types import SimpleNamespace
+
+    from mdsd_ot.commands.study import check_device_option
+
+    said = []
+    fake_tf = SimpleNamespace(
+        utils=SimpleNamespace(logging=SimpleNamespace(disable_progress_bar=lambda: said.append("tf")))
+    )
+    fake_hub = SimpleNamespace(utils=SimpleNamespace(disable_progress_bars=lambda: said.append("hub")))
+    monkeypatch.setitem(sys.modules, "transformers", fake_tf)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", fake_hub)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+
+    class Args:
+        no_progress, ray, device = True, "", "auto"
+
+    check_device_option(Args(), "mdsd-ot study")
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and said == ["tf", "hub"]
+
+
+def test_results_files_follow_the_umask(tmp_path):
+    from mdsd_ot import _store
+
+    old = os.umask(0o022)
+    try:
+        _store.atomic_write(tmp_path / "summary.csv", "a,b\n")
+        os.umask(0o077)
+        _store.atomic_write(tmp_path / "private.csv", "a,b\n")
+    finally:
+        os.umask(old)
+    if os.name == "posix":
+        assert (tmp_path / "summary.csv").stat().st_mode & 0o777 == 0o644
+        assert (tmp_path / "private.csv").stat().st_mode & 0o777 == 0o600
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_trees_names_the_shape_and_the_one_step_optimal(capsys):
+    code, out, err = _cli(capsys, ["trees", "--vocab", "2", "--shape", "2,1"])
+    assert code == 0, err
+    assert "tree 2x2 (branching 2,1: 2 chains of 2 draft tokens), with_replacement drafts" in out
+    assert "optimal (one-step)  node-wise" in out
+    assert "not the tree optimum (the lp row)" in out
+    _one_line_error(
+        capsys, ["trees", "--shape", "2,1", "--sampling", "hub"], "has 1 per node at depth 2; use 2,2"
+    )
+    _one_line_error(capsys, ["trees", "--laws", "nosuch.json"], "error: no such file: nosuch.json")
+
+
+def test_decode_tables_label_the_one_step_optimal_and_trees_need_spaces(capsys, tmp_path):
+    from mdsd_ot.decode.report import format_table
+
+    row = dict(T=1.0, tree="2x3", scheme="with_replacement", mean=2.0, ci95=0.1, calls=3, prompts=2)
+    text = format_table([dict(row, method="exact:optimal"), dict(row, method="exact:rrs")])
+    assert "| exact:optimal (one-step) |" in text and "| exact:rrs |" in text
+    argv = ["decode", "--target", "a", "--draft", "b", "--device", "cpu", "--out", tmp_path / "d"]
+    _one_line_error(capsys, argv + ["--trees", "2x3,4,2"], "several trees are separated by spaces")
+
+
+def test_a_slow_first_prompt_says_what_the_rest_costs(monkeypatch, capsys):
+    from mdsd_ot.runs import runner
+
+    assert runner.cost_note(19.0, 100) == "" and runner.cost_note(75.0, 0) == ""
+    assert "the 3 left take about 4 min" in runner.cost_note(75.0, 3)
+
+    class Folder:
+        def append(self, record, lines):
+            pass
+
+    monkeypatch.setattr(runner, "SLOW_FIRST_RECORD_S", 0.0)
+    runner.run_records(Folder(), ["a", "b", "c"], lambda item: (item, []))
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "the first prompt took 0 s; at this rate the 2 left" in err[0]
+
+
+def test_audit_says_what_bias_it_can_detect():
+    """detectable_tv against an independent check: Pearson's test simulated on N multinomial draws
+    from the hardest bias of that TV (mass moved between two halves of p) flags it in ~80% of runs."""
+    from scipy.stats import chi2
+
+    from mdsd_ot.audit import POWER, _detectable_tv, audit, registry_verify
+
+    N, level = 50_000.0, 0.01
+    p = np.array([0.5, 0.3, 0.2])
+    delta = _detectable_tv(N, len(p) - 1, level)
+    law = p + delta * np.array([1.0, -0.6, -0.4])  # TV delta, chi^2(law, p) = 4 delta^2
+    counts = np.random.default_rng(0).multinomial(int(N), law, size=4000)
+    stat = ((counts - N * p) ** 2 / (N * p)).sum(axis=1)
+    power = float(np.mean(stat > chi2.isf(level, len(p) - 1)))
+    assert abs(power - POWER) < 0.03, power
+    r = audit(registry_verify("rrs"), [0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4], 2, trials=2_000, seed=1)
+    assert r.lossless and r.detectable_tv > 0.03  # 2,000 trials: only large biases are seen
+    assert f"a bias of TV >= {r.detectable_tv:.2g} is flagged" in str(r)
+    assert r.to_dict()["detectable_tv"] == r.detectable_tv
+
+
+def test_schemes_print_readably():
+    from mdsd_ot import SCHEMES
+
+    text = repr(SCHEMES)
+    assert "<draft scheme 'greedy': the n-1 most likely tokens" in text
+    assert "function" not in text and len(text) < 1000
+
+
+def test_demo_results_inside_the_clone_stay_out_of_git():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    got = subprocess.run(
+        ["git", "check-ignore", "-q", "examples/cli/demo_out/demo_summary.md"], cwd=ROOT, capture_output=True
+    )
+    assert got.returncode == 0  # ignored: examples/cli/.gitignore
+    tracked = subprocess.run(["git", "check-ignore", "-q", "examples/cli/pair.json"], cwd=ROOT)
+    assert tracked.returncode == 1

@@ -84,6 +84,7 @@ def run(args) -> int:
     from .study import _floats, check_device_option
 
     _ray.check(args)
+    _check_trees(args.trees)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     config = DecodeConfig(
         target=args.target,
@@ -121,6 +122,19 @@ def run(args) -> int:
 
         print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     return 0
+
+
+def _check_trees(text: str) -> None:
+    """Each tree of ``--trees`` readable; else the error says how several trees are written."""
+    from ..trees.shape import parse_shape
+
+    for spec in text.split():
+        try:
+            parse_shape(spec)
+        except ValueError as exc:
+            raise ValueError(
+                f"--trees {text!r}: {exc}; several trees are separated by spaces, e.g. --trees '2x3 4,2'"
+            ) from None
 
 
 def _run_on_ray(config, args, t0) -> int:

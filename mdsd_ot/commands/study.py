@@ -124,11 +124,14 @@ def add_arguments(parser):
 def check_device_option(args, prefix: str) -> None:
     """``--device`` before anything is loaded or written (one line, exit status 2): the name always,
     and without ``--ray`` that this process can use it (with ``--ray`` the workers' devices count, not
-    the driver's)."""
+    the driver's). ``--no-progress`` also silences transformers' loading bars."""
     import importlib.util
 
     from ..runs.inputs import check_device, check_model_dependencies
+    from ..runs.shards import quiet_model_loading
 
+    if args.no_progress:
+        quiet_model_loading()
     if args.ray is None:
         check_model_dependencies(prefix)  # before the folder is made
         check_device(args.device)

@@ -61,6 +61,7 @@ def run(args) -> int:
             f"toy models: V = {args.vocab}, seed {args.seed}, draft temperature {args.temperature:g}, "
             f"noise {args.noise:g}"
         )
+    _check_fixed_n(args.shape, args.sampling)
     table = compare_tree(target, draft, args.shape, args.sampling, verifiers=args.verifiers)
     if args.json:
         out = json.loads(table.to_json())
@@ -70,3 +71,21 @@ def run(args) -> int:
         print(source)
         print(table)
     return 0
+
+
+def _check_fixed_n(shape, sampling) -> None:
+    """A scheme with a fixed number of drafts (hub: 2) drafts that many children at every depth: say
+    which depth of ``shape`` has another branching (instead of the scheme's "got n=1")."""
+    from ..drafts import get_scheme
+    from ..trees.shape import parse_shape
+
+    scheme, tree = get_scheme(sampling), parse_shape(shape)
+    fixed = scheme.fixed_n
+    bad = [(d, b) for d, b in enumerate(tree.branching, 1) if fixed is not None and b != fixed]
+    if bad:
+        d, b = bad[0]
+        raise ValueError(
+            f"the {scheme.name!r} scheme drafts exactly {fixed} children per node, but tree {shape} "
+            f"(branching {','.join(map(str, tree.branching))}) has {b} per node at depth {d}; use "
+            f"{','.join([str(fixed)] * tree.depth)} or another --sampling"
+        )
