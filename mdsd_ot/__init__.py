@@ -11,6 +11,7 @@ from .compare import Comparison, compare
 from .drafts import SCHEMES, DraftScheme, get_scheme
 from .logits import to_distribution
 from .result import AcceptanceResult
+from .top_k import TopKBounds, optimal_acceptance_top_k
 from .verifiers import VERIFIERS, verifier_acceptance
 from .warmup import warmup
 
@@ -30,4 +31,6 @@ __all__ = [
     "Comparison",
     "to_distribution",
     "warmup",
+    "optimal_acceptance_top_k",
+    "TopKBounds",
 ]

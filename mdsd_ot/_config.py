@@ -199,6 +199,14 @@ PYTHON_TWIN_BUDGET_S = 2.0
 #: for explicit residual arrays (theta + E / M would overflow).
 THETA_SAFE = 1e290
 
+# -- logits to distributions (mdsd_ot.to_distribution, mdsd_ot.backends.torch.to_distribution) ------
+
+#: top-p: a prefix of the sorted tokens whose mass lies within this much below ``top_p`` counts as
+#: reaching it. The masses are float64 softmax outputs whose last bits depend on the engine (numpy
+#: and torch differ by up to 2e-15 at V = 152,064), so without a band a ``top_p`` equal to a
+#: cumulative mass (0.75 after masses 0.5, 0.25) kept 2 tokens in one engine and 3 in the other.
+TOP_P_TIE = 1e-12
+
 # -- draft trees (mdsd_ot.trees, mdsd_ot.decode) -----------------------------------------------------
 
 #: Largest number of draft tokens (nodes below the root) a draft tree may hold: every node is one
@@ -235,6 +243,19 @@ TREE_ENUMERATION_MAX = 1_000_000
 
 #: Most ordered drafted trees ``compare_tree`` evaluates every verifier on (one recursion per tree).
 TREE_COMPARE_MAX_TREES = 50_000
+
+#: Most causal-LP columns ``mdsd-ot trees`` builds (its ``--max-columns``), checked on the size estimate
+#: before anything is enumerated: 196,141 columns took 11 s of HiGHS, and one class of a wide shape at a
+#: large vocabulary can ask for hundreds of millions.
+TREE_OPTIMUM_MAX_COLUMNS = 2_000_000
+
+#: ``mdsd-ot trees`` prints a one-line note before it starts when its estimate of the work exceeds this
+#: many seconds; the estimate takes TREE_SECONDS_PER_COLUMN per LP column and TREE_SECONDS_PER_TREE per
+#: ordered tree (measured on one core of an AMD EPYC: 22-33 us per column from 16k to 75k columns,
+#: 0.7 ms per ordered tree with five verifiers).
+TREE_NOTE_SECONDS = 5.0
+TREE_SECONDS_PER_COLUMN = 4e-5
+TREE_SECONDS_PER_TREE = 7e-4
 
 #: Columns of the causal LP above which HiGHS runs interior point (with crossover) instead of simplex.
 TREE_LP_IPM_COLUMNS = 10_000

@@ -7,8 +7,15 @@ applying temperature, top-k and top-p in the order and with the tie conventions 
 1. temperature ``T > 0``: the logits divided by ``T``, after subtracting the row maximum (no
    overflow); for probabilities ``p**(1/T)`` renormalised, zeros stay zero;
 2. top-k: exactly ``min(k, V)`` tokens kept, those with the largest logits, ties by lower index;
-3. top-p on the top-k renormalised distribution: tokens sorted by probability (ties by lower
-   index), the token at rank ``r`` kept iff the mass strictly before it is ``< top_p``;
+3. top-p on the top-k renormalised distribution: **keep the smallest prefix of the tokens, sorted by
+   probability (ties by lower index), whose mass reaches** ``top_p - TOP_P_TIE`` (``TOP_P_TIE`` =
+   1e-12): the token at rank ``r`` is kept iff ``r = 0`` or the mass strictly before it is
+   ``< top_p - 1e-12``. The tokens are ranked by the input itself (logits, or probabilities for
+   ``kind="probs"``), never by rounded softmax outputs; the masses are the softmax of the top-k
+   logits at the temperature (the input probabilities themselves when ``kind="probs"``, ``T = 1``
+   and no top-k, so exact binary fractions are decided exactly). The band makes the boundary a
+   property of the inputs rather than of an engine's last bits: a ``top_p`` equal to a cumulative
+   mass keeps that prefix in numpy and torch alike;
 4. one softmax over the surviving logits, in float64.
 
 Truncated tokens are exactly 0. Temperature does not commute with truncation: convert each
@@ -21,6 +28,7 @@ import math
 
 import numpy as np
 
+from ._config import TOP_P_TIE
 from ._validate import _as_float_array, check_bool, check_probabilities
 
 __all__ = ["to_distribution"]
@@ -79,7 +87,8 @@ def to_distribution(
         Keep the ``top_k`` most likely tokens (ties: lower index first). ``None``: all.
     top_p : float or None
         Nucleus mass in ``(0, 1]``: the smallest prefix of the sorted tokens whose mass reaches
-        ``top_p`` (a token is kept iff the mass strictly before it is ``< top_p``). ``None``: all.
+        ``top_p`` (within ``TOP_P_TIE`` = 1e-12 below it: the rule of the module docstring, shared
+        with the torch engine). ``None``: all.
     kind : {"logits", "probs"}
         How to read the input.
     normalize : bool
@@ -135,19 +144,23 @@ def to_distribution(
         # token of probability 0 at any positive T
         z = (base - base.max(axis=-1, keepdims=True)) / temperature
     V = z.shape[-1]
+    # rank by the input itself (logits, or the probabilities: log may round two apart to one value),
+    # the order of z without ties created by rounding; stable: equal inputs keep the lower index first
+    key = base if kind == "logits" else x
     if top_k is not None and top_k < V:
-        # rank by the unscaled logits (the order of z, without ties created by rounding); stable:
-        # equal logits keep the lower index first
-        order = np.argsort(-base, axis=-1, kind="stable")
+        order = np.argsort(-key, axis=-1, kind="stable")
         np.put_along_axis(z, order[..., top_k:], -np.inf, axis=-1)
     if top_p is not None and top_p < 1.0:
-        prob = _softmax(z)
-        order = np.argsort(-prob, axis=-1, kind="stable")
+        exact = kind == "probs" and temperature == 1.0 and (top_k is None or top_k >= V)
+        prob = x if exact else _softmax(z)
+        order = np.argsort(-np.where(z == -np.inf, -np.inf, key), axis=-1, kind="stable")
         sorted_p = np.take_along_axis(prob, order, axis=-1)
         before = np.concatenate(
             [np.zeros_like(sorted_p[..., :1]), np.cumsum(sorted_p, axis=-1)[..., :-1]], axis=-1
         )
+        cut = before >= top_p - TOP_P_TIE
+        cut[..., 0] = False  # the most likely token is always kept
         drop = np.zeros(z.shape, dtype=bool)
-        np.put_along_axis(drop, order, before >= top_p, axis=-1)
+        np.put_along_axis(drop, order, cut, axis=-1)
         z[drop] = -np.inf
     return _softmax(z)

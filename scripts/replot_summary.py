@@ -4,9 +4,9 @@
     python scripts/replot_summary.py docs/results/qwen_coder_humaneval/summary.json \
         docs/results/qwen_coder_humaneval --title "Qwen2.5-Coder 1.5B / 0.5B on HumanEval"
 
-One colour per bound and the verifiers built for its draft scheme; methods evaluated on a subsample of
-the positions (``mdsd-ot study --every``) are drawn hollow and labelled with their position counts.
-Writes ``acceptance_vs_temperature.png`` and ``gap_to_bound.png`` into the output folder.
+One hue per bound and the verifiers built for its draft scheme (a shade each); methods evaluated on a
+subsample of the positions (``mdsd-ot study --every``) are drawn hollow and labelled with their
+position counts. Writes ``acceptance_vs_temperature.png`` and ``gap_to_bound.png`` into the output folder.
 """
 
 from __future__ import annotations

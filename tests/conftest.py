@@ -134,7 +134,7 @@ def no_plots(monkeypatch):
     from mdsd_ot.decode import report as decode_report
     from mdsd_ot.study import report as study_report
 
-    monkeypatch.setattr(decode_report, "plot_summary", lambda table, out: {})
+    monkeypatch.setattr(decode_report, "plot_summary", lambda table, out, **kw: {})
     monkeypatch.setattr(study_report, "plot_summary", lambda table, out, title=None: {})
 
 

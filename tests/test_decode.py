@@ -112,6 +112,8 @@ def test_rows_exact_values_and_summary(tmp_path):
         depth = 2 if r["tree"] == "2x2" else 3
         valid = {"with_replacement": {"naive", "rrs", "spectr", "optimal"}, "top_n": {"naive", "optimal"}}
         names = valid[r["scheme"]] | {"traversal"} | ({"block"} if r["tree"] == "1x3" else set())
+        if r["tree"] == "1x3" or r["scheme"] == "with_replacement":  # K x L i.i.d. paths, or one path
+            names |= {"gbv"}
         assert {k.split(":")[1] for k in r if k.startswith("exact:")} == names
         for k in r:
             if k.startswith("exact:") or k == "bound":
@@ -226,6 +228,8 @@ def _no_times(r):
         (dict(max_new_tokens=0), "max_new_tokens"),
         (dict(top_k=2, trees=["4x4"]), "top_k"),
         (dict(verifiers=["nope"]), "verifier"),
+        (dict(verifiers=[]), "name at least one verifier"),
+        (dict(verifiers=" , "), "name at least one verifier"),
     ],
 )
 def test_config_errors_are_actionable(kw, match):
@@ -245,6 +249,101 @@ def test_default_driver_is_the_schemes_own_verifier():
         assert DEFAULT_DRIVER[name] == (scheme.reference_verifier or "naive"), name
         assert DEFAULT_DRIVER[name] in valid_verifiers(name), name
         DecodeConfig(schemes=[name], trees=["2,2"]).validate()
+
+
+def test_run_decode_refuses_ids_outside_the_models_vocabulary(tmp_path):
+    """In memory: the smaller of the two models' logit counts bounds the ids, checked before any folder
+    is made (torch would raise an IndexError deep in the embedding)."""
+    target, draft = tiny("qwen2", 31), tiny("qwen2", 32, vocab=V + 4)
+    for bad, match in (([1, V], rf"prompt_ids\[1\] = {V} is outside .*ids 0 to {V - 1}"), ([0.5], "integer")):
+        with pytest.raises(ValueError, match=match):
+            run_decode(target, draft, [{"id": "x", "prompt_ids": bad}], tmp_path / "o", _cells_config())
+    assert not (tmp_path / "o").exists()
+
+
+def test_resume_compares_resolved_verifiers_not_spellings(tmp_path, no_plots):
+    """A run made with the default verifiers resumes when they are written out as the default resolves
+    them (naive, rrs, spectr, optimal, traversal, gbv on 2x2 i.i.d. trees), and a folder made with one
+    spelling resumes with another of the same verifiers per cell; a list that evaluates other verifiers
+    is refused."""
+    from mdsd_ot._store import IdentityMismatch
+
+    target, draft = tiny("qwen2", 41), tiny("qwen2", 42)
+    records = [{"id": "v0", "prompt_ids": [3, 1]}]
+    default = _cells_config(max_new_tokens=2)
+    names = valid_verifiers("with_replacement", shape="2x2")  # the issue's five, and gbv since it came
+    assert {"naive", "rrs", "spectr", "optimal", "traversal"} <= set(names)
+    spelled = _cells_config(max_new_tokens=2, verifiers=names[::-1])
+    assert default.verifiers is None and spelled.verifiers is None  # the same run, the same identity
+    a = run_decode(target, draft, records, tmp_path / "a", default, progress=False)
+    rows = _store.read_rows(a)
+    run_decode(target, draft, records, a, spelled, progress=False)  # resumes: nothing left
+    assert _store.read_rows(a) == rows
+    with pytest.raises(IdentityMismatch, match="verifiers"):
+        run_decode(
+            target, draft, records, a, _cells_config(max_new_tokens=2, verifiers=["rrs"]), progress=False
+        )
+    # a recorded non-default spelling (spechub: no with-replacement cell evaluates it) and another one
+    first = _cells_config(max_new_tokens=2, verifiers=["naive", "rrs", "spechub"])
+    b = run_decode(target, draft, records, tmp_path / "b", first, progress=False)
+    again = _cells_config(max_new_tokens=2, verifiers=["rrs", "naive"])
+    assert first.same_verifiers(again.verifiers) and not first.same_verifiers(["rrs"])
+    run_decode(target, draft, records, b, again, progress=False)
+    assert json.loads((b / "config.json").read_text())["identity"]["verifiers"] == ["naive", "rrs", "spechub"]
+
+
+def test_cost_ratio_is_checked_before_anything_is_written(tmp_path):
+    from mdsd_ot.decode.report import check_cost_ratio
+
+    assert check_cost_ratio(None) is None and check_cost_ratio(0) == 0.0 and check_cost_ratio(0.5) == 0.5
+    for bad, exc in (
+        (float("nan"), ValueError),
+        (-1.0, ValueError),
+        (float("inf"), ValueError),
+        ("0.5", TypeError),
+    ):
+        with pytest.raises(exc, match="cost ratio"):
+            check_cost_ratio(bad)
+        with pytest.raises(exc, match="cost ratio"):
+            merge([tmp_path / "a"], tmp_path / "m", cost_ratio=bad)
+    assert not (tmp_path / "m").exists()
+
+
+def test_merge_of_shards_keeps_the_cost_ratio_they_were_given(tmp_path, monkeypatch, no_plots):
+    """``mdsd-ot decode --shard i/N --cost-ratio 0.5`` on every shard, then ``mdsd-ot merge`` without
+    one: the merged summary keeps 0.5 (given), not a newly measured ratio; a shard resumed without
+    --cost-ratio drops its record (the merge then measures). The models are in memory (run_shard
+    replaced by run_decode on them), the command line is the real one."""
+    import mdsd_ot.decode as decode_pkg
+    from mdsd_ot.cli import main
+    from mdsd_ot.decode.report import COST_RATIO_FILE
+    from mdsd_ot.runs.inputs import load_prompts
+
+    target, draft = tiny("qwen2", 43), tiny("llama", 44)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": f"c{i}", "prompt_ids": [i + 1, 2]}) + "\n" for i in range(2))
+    )
+
+    def shard_on_tiny_models(config, shard, out, *, progress=True):
+        run_decode(target, draft, load_prompts(config.prompts), out, config, shard=shard, progress=False)
+
+    monkeypatch.setattr(decode_pkg, "run_shard", shard_on_tiny_models)
+    base = ["decode", "--target", "t", "--draft", "d", "--prompts", str(prompts), "--trees", "2x2",
+            "--temperatures", "1", "--max-new-tokens", "2", "--no-progress"]  # fmt: skip
+    for i in range(2):
+        assert (
+            main([*base, "--shard", f"{i}/2", "--cost-ratio", "0.5", "--out", str(tmp_path / f"s{i}")]) == 0
+        )
+    assert json.loads((tmp_path / "s0" / COST_RATIO_FILE).read_text()) == {"cost_ratio": 0.5}
+    assert main(["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m")]) == 0
+    table = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert {(t["cost_ratio"], t["cost_ratio_source"]) for t in table} == {(0.5, "given")}
+    assert main([*base, "--shard", "0/2", "--out", str(tmp_path / "s0")]) == 0  # resumed, measured
+    assert not (tmp_path / "s0" / COST_RATIO_FILE).exists()
+    assert main(["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "m2")]) == 0
+    table = json.loads((tmp_path / "m2" / "summary.json").read_text())
+    assert {t["cost_ratio_source"] for t in table} == {"measured"}
 
 
 def test_command_line_decode_and_resume(tmp_path, capsys):
@@ -293,6 +392,8 @@ def test_optimal_is_reported_at_full_vocabulary(tmp_path, no_plots):
     for r in rows:
         reported = {k.split(":")[1] for k in r if k.startswith("exact:")}
         want = set(valid_verifiers(r["scheme"])) | {"traversal"}  # node-wise ones and traversal
+        if r["scheme"] == "with_replacement":  # and GBV on K x L trees of i.i.d. paths
+            want.add("gbv")
         assert reported == want, (r["scheme"], reported)
         assert "errors" not in r
         depth = 1 if r["tree"] == "2x1" else 2

@@ -236,9 +236,16 @@ def test_plot_families_share_colour_and_mark_subsamples(tmp_path):
         "bound:without_replacement",
         "verifier:rrs_without_replacement",
     }
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import rgb_to_hsv, to_rgb
+
+    def hue(c):
+        return rgb_to_hsv(to_rgb(c))[0]
+
     st = _styles(methods)
-    for m in methods:
-        assert st[m][0] == st[f"bound:{family(m)}"][0]  # one colour per family
+    for m in methods:  # one hue per family: each verifier a shade of its bound's colour
+        d = abs(hue(st[m][0]) - hue(st[f"bound:{family(m)}"][0]))
+        assert min(d, 1 - d) < 0.1, m
     colours = {st[f"bound:{s}"][0] for s in ("greedy", "with_replacement", "without_replacement")}
     assert len(colours) == 3
     assert st["verifier:greedy"][1:3] != st["verifier:spechub"][1:3]  # told apart by style/marker

@@ -423,3 +423,15 @@ def test_shard_must_be_two_integers(bad):
     with pytest.raises(ValueError, match="shard"):
         _parse_shard(bad)
     assert _parse_shard((np.int64(1), 3)) == (1, 3) and _parse_shard("1/3") == (1, 3)
+
+
+def test_run_study_refuses_ids_outside_the_models_vocabulary(models, tmp_path):
+    """As the decoder: ids every model can read are checked before any folder is made (torch would
+    raise an IndexError deep in the embedding)."""
+    target, draft = models
+    for field in ("prompt_ids", "completion_ids"):
+        rec = {"id": "x", "prompt_ids": [1, 2], "completion_ids": [3, 4]}
+        rec[field] = [1, V]
+        with pytest.raises(ValueError, match=rf"{field}\[1\] = {V} is outside .*ids 0 to {V - 1}"):
+            study.run_study(target, draft, [rec], tmp_path / "o", study.StudyConfig(ns=[2]), progress=False)
+    assert not (tmp_path / "o").exists()

@@ -260,6 +260,76 @@ def test_to_distribution_tie_conventions():
     assert got.tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0], abs=1e-15)
 
 
+def _dyadic_law(rng, V):
+    """Probabilities that are multiples of 2^-20 (cumulative sums exact in float64), in random order."""
+    w = rng.integers(1, 2**12, V).astype(float)
+    x = np.floor(w / w.sum() * 2**20) / 2**20
+    x[rng.integers(V)] += 1.0 - x.sum()  # exact: every term is a multiple of 2^-20
+    return x
+
+
+def test_top_p_boundary_is_one_rule_in_numpy_and_torch():
+    """top_p equal to a cumulative mass keeps exactly that prefix (numpy and torch, probabilities and
+    their logits); a mass within TOP_P_TIE below top_p counts as reaching it, 2e-12 below does not.
+    The sorted order ties by lower index. Masses are exact binary fractions."""
+    from mdsd_ot._config import TOP_P_TIE
+    from mdsd_ot.logits import to_distribution as np_to_distribution
+
+    rng = np.random.default_rng(34)
+    for _ in range(15):
+        V = int(rng.integers(2, 10))
+        x = _dyadic_law(rng, V)
+        order = np.argsort(-x, kind="stable")
+        mass = np.cumsum(x[order])  # exact
+        for r in range(V - 1):
+            for top_p, kept in ((mass[r], r + 1), (mass[r] + TOP_P_TIE / 2, r + 1), (mass[r] + 2e-12, r + 2)):
+                want = np.zeros(V, dtype=bool)
+                want[order[:kept]] = True
+                for kind, arr in (("probs", x), ("logits", np.log(x))):
+                    a = np_to_distribution(arr, kind=kind, top_p=float(top_p)) > 0
+                    b = tb.to_distribution(torch.tensor(arr), kind=kind, top_p=float(top_p)).numpy() > 0
+                    assert a.tolist() == want.tolist() == b.tolist(), (x, top_p, kind)
+    # ties: equal masses keep the lower index first
+    assert (np_to_distribution([0.25, 0.25, 0.25, 0.25], kind="probs", top_p=0.5) > 0).tolist() == [
+        1,
+        1,
+        0,
+        0,
+    ]
+
+
+def test_top_p_numpy_and_torch_agree_on_every_boundary():
+    """Differential sweep: random logits (V up to 2,000, temperatures, with and without top-k), top_p at
+    every kind of place (numpy's cumulative masses themselves, just above them, random): the same
+    kept tokens and the same values to 1e-12."""
+    from mdsd_ot.logits import to_distribution as np_to_distribution
+
+    rng = np.random.default_rng(35)
+    cases = 0
+    for _ in range(16):
+        V = int(rng.choice([3, 17, 200, 2000]))
+        z = rng.standard_normal((2, V)) * rng.uniform(0.5, 4.0)
+        z[:, rng.integers(V)] = z[:, rng.integers(V)]  # some equal logits
+        T = float(rng.choice([0.3, 1.0, 1.7]))
+        top_k = None if rng.random() < 0.5 else int(rng.integers(1, V + 1))
+        base = np_to_distribution(z, temperature=T, top_k=top_k)
+        for row in range(2):
+            order = np.argsort(-np.where(base[row] > 0, z[row], -np.inf), kind="stable")
+            mass = np.cumsum(base[row][order])
+            for r in rng.choice(V, min(V, 5), replace=False):
+                for top_p in (float(mass[r]), float(mass[r]) + 1e-15, float(rng.uniform(0.01, 1.0))):
+                    if not 0.0 < top_p <= 1.0:
+                        continue
+                    a = np_to_distribution(z[row], temperature=T, top_k=top_k, top_p=top_p)
+                    b = tb.to_distribution(
+                        torch.tensor(z[row]), temperature=T, top_k=top_k, top_p=top_p
+                    ).numpy()
+                    assert ((a > 0) == (b > 0)).all(), (V, T, top_k, top_p)
+                    assert np.abs(a - b).max() <= 1e-12
+                    cases += 1
+    assert cases > 150
+
+
 def test_to_distribution_low_precision_and_probs():
     z = torch.randn(3, 50, generator=torch.Generator().manual_seed(1))
     for dt in (torch.bfloat16, torch.float16, torch.float32):

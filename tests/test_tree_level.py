@@ -292,6 +292,104 @@ def test_exact_law_against_brute_force_coin_enumeration(verifier, scheme, shape)
         assert abs(expected_tokens(tree, verifier) - length) <= LAW_TOL
 
 
+def _underflow_chain():
+    """A 1x4 chain of token 0 whose weights are p_1 = 1e-200, p_2 = 1e-100 (p_1 P = 1e-400 underflows
+    before the division by Q = 1e-300), p_3 = p_4 = 1: every call emits 5 tokens."""
+    P = [[0.5e-200, 1.0], [1e-200, 1.0], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]
+    Q = [[0.5, 0.5], [1e-300, 1.0], [1e-101, 1.0], [0.25, 0.75]]
+    return DraftTree("1x4", "with_replacement", [-1, 0, 0, 0, 0], [-1, 0, 1, 2, 3], Q, P)
+
+
+def _wide_law(rng, V, zeros=False):
+    """A law with two entries of order one and the others spanning 1e-300..0.1 (log-uniform), some
+    exactly 0."""
+    x = 10.0 ** rng.uniform(-300, -1, V)
+    if zeros:
+        x[rng.random(V) < 0.3] = 0.0
+    x[rng.choice(V, 2, replace=False)] = rng.uniform(0.2, 1.0, 2)
+    return x / x.sum()
+
+
+def _jiggled(tree, rng):
+    """The same tree with every law entry moved by a relative 1e-13 (and renormalised)."""
+    q, p = (rows * (1.0 + 1e-13 * rng.uniform(-1, 1, rows.shape)) for rows in (tree.q, tree.p))
+    q, p = (rows / rows.sum(axis=1, keepdims=True) for rows in (q, p))
+    return DraftTree(tree.shape, tree.scheme, tree.tokens, tree.parent, q, p)
+
+
+@pytest.mark.parametrize("verifier", ["block", "traversal"])
+def test_tiny_weights_never_underflow_against_exact_rationals(verifier):
+    """Weights and residuals of tiny magnitude: the exact value (rationals, brute force over every coin)
+    on the chain above is 5 tokens (it was 1.0 when w P / Q was computed as (w P) / Q), and on random
+    trees whose laws span 1e-300..1 every value and law agrees with it to 1e-12."""
+    brute = block_brute_force if verifier == "block" else traversal_brute_force
+    tree = _underflow_chain()
+    exact = brute(tree)
+    assert float(sum(p * len(e) for e, p in exact.items())) == 5.0
+    assert expected_tokens(tree, verifier) == 5.0
+    assert law_distance(outcome_law(tree, verifier), {e: float(p) for e, p in exact.items()}) <= LAW_TOL
+    rng = np.random.default_rng(34)
+    skipped = checked = 0
+    shapes = [(1, 1, 1, 1)] if verifier == "block" else [(1, 1, 1, 1), (2, 1, 1), (2, 2)]
+    for shape, scheme in itertools.product(shapes, ["with_replacement", "without_replacement"]):
+        if verifier == "block" and scheme != "with_replacement":
+            continue
+        for _ in range(12 if verifier == "block" else 6):
+            t = _tiny_weight_tree(rng, shape, scheme, V=6)
+            exact = brute(t)
+            # a law that moves by more than 1e-9 when the inputs move by 1e-13 is ill conditioned
+            # (two near one-hot laws cancelling at their top token): beyond float64, skipped
+            moved = brute(_jiggled(t, rng))
+            if law_distance(*({e: float(x) for e, x in law.items()} for law in (exact, moved))) > 1e-9:
+                skipped += 1
+                continue
+            got = outcome_law(t, verifier)
+            assert law_distance(got, {e: float(x) for e, x in exact.items()}) <= LAW_TOL, (shape, scheme)
+            length = float(sum(x * len(e) for e, x in exact.items()))
+            assert abs(expected_tokens(t, verifier) - length) <= LAW_TOL, (shape, scheme, length)
+            checked += 1
+    assert checked >= 3 * skipped, (checked, skipped)
+
+
+def _tiny_weight_tree(rng, shape, scheme, V):
+    """A drafted tree whose chained weights ``w_c = w_v P(x) / Q(x)`` go down to 1e-150..1e-300 at odd
+    depths and back to 1e-10..1 at even ones, with ``Q(x)`` anywhere in 1e-300..0.1: ``w_v P(x)`` then
+    often underflows although ``w_c`` is of order one. Every node drafts distinct tokens (valid for
+    both schemes); the other tokens carry two entries of order one and some zeros."""
+    tokens, parent, depth, frontier = [-1], [-1], [0], [0]
+    for b in parse_shape(shape).branching:
+        nxt = []
+        for v in frontier:
+            for x in rng.choice(V, b, replace=False):
+                tokens.append(int(x))
+                parent.append(v)
+                depth.append(depth[v] + 1)
+                nxt.append(len(tokens) - 1)
+        frontier = nxt
+    weight = [0.0] * len(tokens)  # log10 of the exact chained weight (while the ratios stay below 1)
+    q, p = [], []
+    for v in range(len(tokens)):
+        kids = [c for c in range(len(tokens)) if parent[c] == v]
+        xs = [tokens[c] for c in kids]
+        others = [y for y in range(V) if y not in xs]
+        pv, qv = np.zeros(V), np.zeros(V)
+        for c, x in zip(kids, xs):
+            goal = -rng.uniform(150, 300) if depth[c] % 2 else -rng.uniform(0, 10)
+            log_q = rng.uniform(-300, -1)
+            log_p = float(np.clip(log_q + goal - weight[v], -300, -1))
+            qv[x], pv[x] = 10.0**log_q, 10.0**log_p
+            weight[c] = min(0.0, weight[v] + log_p - log_q)
+        big = rng.choice(others, 2, replace=False)
+        for row in (pv, qv):
+            row[big] = rng.uniform(0.2, 1.0, 2)
+            rest = [y for y in others if y not in big]
+            row[rest] = np.where(rng.random(len(rest)) < 0.5, 0.0, 10.0 ** rng.uniform(-300, -1, len(rest)))
+        p.append(pv / pv.sum())
+        if kids:
+            q.append(qv / qv.sum())
+    return DraftTree(shape, scheme, tokens, parent, q, p)
+
+
 # ------------------------------------------------------------------------------------------ simulation
 @pytest.mark.parametrize(
     "verifier, scheme, shape",
@@ -415,8 +513,8 @@ def test_bound_estimate_is_a_deprecated_alias():
 
 # -------------------------------------------------------------------------- registry, names, errors
 def test_registry_names_and_validity():
-    assert list(TREE_VERIFIERS) == ["block", "traversal"]
-    assert verifier_names() == list(VERIFIERS) + ["block", "traversal"]
+    assert list(TREE_VERIFIERS) == ["block", "traversal", "gbv"]
+    assert verifier_names() == list(VERIFIERS) + ["block", "traversal", "gbv"]
     assert canonical_verifier("rsd") == "rrs_without_replacement"
     assert canonical_verifier("traversal") == "traversal"
     with pytest.raises(ValueError, match="traversal"):  # the message lists every name
@@ -426,12 +524,12 @@ def test_registry_names_and_validity():
     assert valid_verifiers("with_replacement") == [
         v for v in VERIFIERS if "with_replacement" in VERIFIERS[v].schemes
     ]
-    assert valid_verifiers("with_replacement", shape="1x3")[-2:] == ["block", "traversal"]
-    assert valid_verifiers("with_replacement", shape="2x3")[-1] == "traversal"
+    assert valid_verifiers("with_replacement", shape="1x3")[-3:] == ["block", "traversal", "gbv"]
+    assert valid_verifiers("with_replacement", shape="2x3")[-2:] == ["traversal", "gbv"]
     assert "block" not in valid_verifiers("with_replacement", shape="2x3")
     assert valid_verifiers("hub", shape="2,2") == ["naive", "spechub", "optimal", "traversal"]
     assert valid_verifiers("conditional_poisson", shape="2,1") == ["naive", "optimal"]
-    assert valid_verifiers("conditional_poisson", shape="1x2")[-2:] == ["block", "traversal"]
+    assert valid_verifiers("conditional_poisson", shape="1x2")[-3:] == ["block", "traversal", "gbv"]
     assert valid_verifiers("top_n", ["naive", "block"], shape="1x2") == ["naive", "block"]
     with pytest.raises(ValueError, match="shape="):
         valid_verifiers("with_replacement", ["rrs", "block"])

@@ -363,9 +363,9 @@ def test_lp_verifier_refuses_other_trees_and_shapes():
 
 def test_too_many_classes_is_refused_with_the_count():
     target, draft = ToyLM(4, 1), ToyLM(4, 2)
-    with pytest.raises(ValueError, match=r"660 path-set classes.*limit 100"):
+    with pytest.raises(ValueError, match=r"more than max_classes = 100 path-set classes \(at least 660\)"):
         tree_optimum(target, draft, (2, 2), "with_replacement", max_classes=100)
-    with pytest.raises(ValueError, match=rf"limit {TREE_OPTIMUM_MAX_CLASSES:,}.*smaller vocabulary"):
+    with pytest.raises(ValueError, match=rf"max_classes = {TREE_OPTIMUM_MAX_CLASSES:,}.*smaller vocabulary"):
         tree_optimum(ToyLM(6, 1), ToyLM(6, 2), (2, 2), "with_replacement")  # 6,951 classes
     with pytest.raises(ValueError, match="unknown solver"):
         tree_optimum(target, draft, (1,), "with_replacement", solver="cplex")
@@ -373,6 +373,157 @@ def test_too_many_classes_is_refused_with_the_count():
         tree_optimum(ToyLM(3, 1), ToyLM(4, 1), (1,), "with_replacement")
     with pytest.raises(ValueError, match="hub"):
         tree_optimum(target, draft, (1,), "hub")
+
+
+# The size estimate against the test's own enumeration of ordered trees (classes: their distinct path
+# sets) and the LP actually built; ToyLM laws (Dirichlet) give every token positive probability.
+SIZE_CASES = [
+    ("with_replacement", 2, (2, 2, 1)),
+    ("with_replacement", 2, (4, 1)),
+    ("with_replacement", 3, (2, 1, 1)),
+    ("with_replacement", 3, (3, 1)),
+    ("with_replacement", 4, (2, 2)),
+    ("without_replacement", 4, (2, 2)),
+    ("conditional_poisson", 4, (3, 1)),
+    ("greedy", 4, (2, 1, 2)),
+    ("hub", 3, (2, 2)),
+    ("top_n", 3, (2, 2)),
+]
+
+
+def test_size_estimate_is_exact_on_full_support_laws_and_a_bound_otherwise():
+    from mdsd_ot.trees.enumerate import estimate_tree_size
+    from mdsd_ot.trees.optimum import build_causal_lp
+
+    for scheme, V, shape in SIZE_CASES:
+        for zeros in (False, True):
+            target, draft = ToyLM(V, 7, zeros=zeros), ToyLM(V, 8, zeros=zeros)
+            if zeros and scheme != "with_replacement":  # schemes needing b distinct tokens may not draw
+                continue
+            trees = enumerate_trees(shape, scheme, draft, ())
+            classes = {frozenset(tuple(paths)) for _, _, paths, _, _ in trees}
+            columns = build_causal_lp(
+                enumerate_classes(target, draft, shape, scheme, max_classes=10**6)
+            ).n_columns
+            got = estimate_tree_size(shape, scheme, V)
+            if zeros:
+                assert (
+                    got.classes >= len(classes)
+                    and got.lp_columns >= columns
+                    and got.ordered_trees >= len(trees)
+                )
+            else:
+                assert (got.classes, got.lp_columns, got.ordered_trees) == (
+                    len(classes),
+                    columns,
+                    len(trees),
+                ), (scheme, V, shape)
+    # supports smaller than V, the same size at every context: exact again
+    two, three = (lambda c: [0.0, 0.6, 0.4, 0.0]), (lambda c: [0.2, 0.3, 0.5, 0.0])
+    e = enumerate_classes(three, two, (2, 2), "with_replacement")
+    got = estimate_tree_size((2, 2), "with_replacement", 4, draft_support=2, target_support=3)
+    assert (got.classes, got.lp_columns, got.ordered_trees) == (
+        len(e.classes),
+        build_causal_lp(e).n_columns,
+        e.n_trees(),
+    )
+    # closed forms: 2^L chains at V = 2 (instantly, at any length), C(V, b) sets, one top-n tree
+    assert estimate_tree_size("1x30", "with_replacement", 2).classes == 2**30
+    assert estimate_tree_size("4", "without_replacement", 10).classes == math.comb(10, 4)
+    assert estimate_tree_size("64,63", "top_n", 152_064).classes == 1
+    assert estimate_tree_size("1x4096", "with_replacement", 152_064).classes == 10**18  # saturates
+    with pytest.raises(ValueError, match="at least 3 tokens"):
+        estimate_tree_size("3", "without_replacement", 2)
+
+
+def test_class_limit_is_exact_and_checked_while_enumerating():
+    """No refusal at the exact count (the running counts are lower bounds), a refusal one below it; a
+    refusal costs about max_classes law evaluations, whatever the full size (2^30 classes here)."""
+    for scheme, V, shape in SIZE_CASES[:6]:
+        for zeros in (False, True):
+            target, draft = ToyLM(V, 3, zeros=zeros), ToyLM(V, 4, zeros=zeros)
+            n = len(enumerate_classes(target, draft, shape, scheme, max_classes=10**6).classes)
+            assert len(enumerate_classes(target, draft, shape, scheme, max_classes=n).classes) == n
+            if n > 1:
+                with pytest.raises(ValueError, match=rf"more than max_classes = {n - 1:,} "):
+                    enumerate_classes(target, draft, shape, scheme, max_classes=n - 1)
+    calls = set()
+
+    def coin(ctx):
+        calls.add(ctx)
+        return [0.5, 0.5]
+
+    with pytest.raises(ValueError, match=r"at least 64 already by depth 6 of 30; 1,073,741,824 when") as err:
+        tree_optimum(coin, coin, "1x30", "with_replacement", max_classes=50)
+    assert len(calls) <= 64, len(calls)  # the contexts of depth < 6, nothing deeper
+    assert "max_classes=" in str(err.value) and "--max-classes" in str(err.value)
+    # one node's child sets are counted before its draft tuples are listed (20^12 of them here)
+    with pytest.raises(ValueError, match=r"at least [\d,]+\)"):
+        enumerate_classes(ToyLM(20, 1), ToyLM(20, 2), (12,), "with_replacement")
+    for bad, exc in ((0, ValueError), ("100", TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="max_classes"):
+            enumerate_classes(coin, coin, "1x2", "with_replacement", max_classes=bad)
+        with pytest.raises(exc, match="max_trees"):
+            compare_tree(coin, coin, "1x2", "with_replacement", max_trees=bad)
+
+
+def test_class_refusal_never_suggests_the_scheme_in_use():
+    """Greedy 1x3 at V = 64 (the tiny models' vocabulary): 262,144 classes; greedy with one child per
+    node is i.i.d. sampling, so the only smaller scheme is top_n."""
+    t, d = toy_models(64, seed=0)
+    with pytest.raises(ValueError, match=r"by depth 2 of 3; 262,144 when") as err:
+        tree_optimum(t, d, "1x3", "greedy")
+    msg = str(err.value)
+    assert "'top_n' (at most 1 class)" in msg and "'greedy' (" not in msg and "(top_n, greedy)" not in msg
+    with pytest.raises(ValueError, match="at least 6,951") as err:
+        compare_tree(ToyLM(6, 1), ToyLM(6, 2), "2,2", "with_replacement")
+    assert "'with_replacement' (" not in str(err.value) and "'greedy' (at most 125 classes)" in str(err.value)
+
+
+def test_iid_drafts_are_enumerated_by_counts_not_tuples(monkeypatch):
+    """13 i.i.d. drafts from 3 tokens: 7 classes (the non-empty sets drawn), from the 105 count vectors
+    of the multinomial law, never the 3^13 = 1.6 million ordered tuples (13 s and 22 s before); the
+    class probabilities against inclusion-exclusion in exact rationals, the ordered count 3^13."""
+    from fractions import Fraction
+
+    from mdsd_ot.drafts.scheme import DraftScheme
+
+    def no_tuples(self, q, n):
+        raise AssertionError("an i.i.d. enumeration listed draft tuples")
+
+    monkeypatch.setattr(DraftScheme, "tuple_law", no_tuples)
+    q = [0.5, 0.375, 0.125]
+    e = enumerate_classes(lambda c: [1 / 3, 1 / 3, 1 / 3], lambda c: q, (13,), "with_replacement")
+    assert e.n_trees() == 3**13
+    got = {frozenset(w[0] for w in c.paths[1:]): c.probability for c in e.classes}
+    subsets = [frozenset(s) for r in (1, 2, 3) for s in itertools.combinations(range(3), r)]
+    assert set(got) == set(subsets)
+    for S in subsets:  # P(the drawn set is S) = sum over T in S of (-1)^|S - T| q(T)^13
+        exact = sum(
+            (-1) ** (len(S) - r) * sum(Fraction(q[y]) for y in T) ** 13
+            for r in range(1, len(S) + 1)
+            for T in itertools.combinations(sorted(S), r)
+        )
+        assert abs(got[S] - float(exact)) <= 1e-15, (S, got[S], float(exact))
+
+
+def test_contexts_are_token_ids_never_converted():
+    """A float, bool, string or negative context is refused (1.5 was read as 1, "12" as (1, 2));
+    numpy and torch integers are token ids."""
+    half = lambda c: [0.5, 0.5]  # noqa: E731
+    for ctx, exc, match in (
+        ((1.5,), TypeError, r"context\[0\] = 1.5 is not an integer"),
+        ((2.0,), TypeError, "not an integer"),
+        ((True,), TypeError, "is a bool"),
+        ("12", TypeError, "sequence of token ids"),
+        ((-1,), ValueError, "negative"),
+        (None, TypeError, "sequence of token ids"),
+    ):
+        with pytest.raises(exc, match=match):
+            tree_optimum(half, half, (1,), "with_replacement", context=ctx)
+    assert enumerate_classes(half, half, (1,), "with_replacement", context=np.array([1, 0])).context == (1, 0)
+    with pytest.raises(TypeError, match="target's context"):
+        enumerate_classes(half, half, (1,), "with_replacement").target((0.5,))
 
 
 def test_simplex_and_interior_point_agree():
@@ -402,6 +553,8 @@ def test_torch_models_through_model_law():
     assert r1.success
     with pytest.raises(ValueError, match="non-empty prompt"):
         tree_optimum(tgt, drf, (1,), "with_replacement")
+    with pytest.raises(ValueError, match=r"token 5 of context \[5\] is outside the model's vocabulary"):
+        tree_optimum(tgt, drf, (1,), "with_replacement", context=(5,))  # was an IndexError traceback
 
 
 # ------------------------------------------------------------------------------ compare_tree and CLI
@@ -432,6 +585,74 @@ def test_laws_from_json():
         laws_from_json({"target": {"a": [1.0]}, "draft": {"*": [1.0]}})
     with pytest.raises(ValueError, match="JSON object"):
         laws_from_json([[0.5, 0.5]])
+
+
+HALF = [0.5, 0.5]
+BAD_LAWS = [  # (file text, what the one-line message must name besides the file)
+    (
+        '{"target": {"*": "abc"}, "draft": {"*": [0.5, 0.5]}}',
+        r'"target" law at context \'\*\' must be a non-empty list',
+    ),
+    (
+        '{"target": {"*": [0.5, NaN]}, "draft": {"*": [0.5, 0.5]}}',
+        r'"target" law at context \'\*\': it contains NaN',
+    ),
+    (
+        '{"target": {"*": [true, false]}, "draft": {"*": [0.5, 0.5]}}',
+        r"holds true; every entry must be a number",
+    ),
+    ('{"target": {"*": [0.5, 0.7]}, "draft": {"*": [0.5, 0.5]}}', r"it sums to 1.2.*fix the law in the file"),
+    (
+        '{"target": {"*": [0.5, 0.5], "7": [1, 0]}, "draft": {"*": [0.5, 0.5]}}',
+        r"context '7' names a token outside",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5], "0": [1, 0], "0": [0, 1]}, "draft": {"*": [0.5, 0.5]}}',
+        r"key '0' appears twice",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5], "0,1": [1, 0], "0, 1": [0, 1]}, "draft": {"*": [0.5, 0.5]}}',
+        r"'0,1' twice",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5, 0]}}',
+        r"'\*' has 3 probabilities, another law",
+    ),
+    ('{"target": {"*": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5]}, "vocab": 3}', r"has 2 probabilities"),
+    (
+        '{"target": {"*": [0.5, 0.5], "0,0,0": [1, 0]}, "draft": {"*": [0.5, 0.5]}}',
+        r"'0,0,0' cannot occur: target laws",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5], "0,1": [1, 0]}}',
+        r"'0,1' cannot occur: draft laws .* 1 token in",
+    ),
+    (
+        '{"target": {"*": [0.5, 0.5], "1,0": [1, 0]}, "draft": {"*": [1.0, 0.0]}}',
+        r"'1,0' cannot occur: token 1 is never drafted",
+    ),
+    ('{"target": {"": [0.5, 0.5]}, "draft": {"*": [0.5, 0.5]}}', r'"target" has no law for context \'0\''),
+]
+
+
+@pytest.mark.parametrize("text, match", BAD_LAWS)
+def test_cli_trees_refuses_bad_laws_naming_the_file_and_context(tmp_path, capsys, text, match):
+    import re
+
+    laws = tmp_path / "laws.json"
+    laws.write_text(text)
+    assert main(["trees", "--laws", str(laws), "--shape", "1x2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mdsd-ot trees: error: {laws}: ") and re.search(match, line), line
+
+
+def test_cli_trees_toy_options_with_laws_are_refused(tmp_path, capsys):
+    laws = tmp_path / "laws.json"
+    laws.write_text(json.dumps({"target": {"*": HALF}, "draft": {"*": HALF}}))
+    for extra, flags in ((["--vocab", "7"], "--vocab"), (["--seed", "1", "--noise", "2"], "--seed, --noise")):
+        assert main(["trees", "--laws", str(laws), *extra]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{flags} set" in line and "--laws replaces" in line, line
 
 
 def test_toy_models_are_context_dependent_and_seeded():
@@ -466,7 +687,32 @@ def test_cli_trees_table_json_and_errors(capsys, tmp_path):
         ["trees", "--laws", str(tmp_path / "missing.json")],
         ["trees", "--verifiers", "block", "--shape", "2,1"],
         ["trees", "--vocab", "6", "--shape", "2,2"],  # 6,951 path-set classes: over the limit
+        ["trees", "--vocab", "2", "--shape", "1x30"],  # 2^30 classes, refused before any law is read
+        ["trees", "--vocab", "64", "--shape", "1x3", "--sampling", "greedy"],
+        ["trees", "--vocab", "3", "--shape", "1x2", "--max-classes", "8"],  # 9 classes
+        ["trees", "--vocab", "3", "--shape", "1x2", "--max-trees", "8"],  # 9 ordered trees
+        ["trees", "--vocab", "3", "--shape", "1x2", "--max-columns", "90"],  # 9 * 3 * 3 + 13 = 94 columns
+        ["trees", "--max-classes", "0"],
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("mdsd-ot trees: error: ") and err.count("\n") == 1, (argv, err)
+        assert "--sampling greedy" not in err or "greedy" not in argv, err
+        if "1x30" in argv:
+            assert "1,073,741,824 path-set classes" in err and "raise --max-classes" in err
+
+
+def test_cli_trees_notes_the_size_before_it_starts(capsys, monkeypatch, tmp_path):
+    import mdsd_ot.commands.trees as cmd
+
+    monkeypatch.setattr(cmd, "TREE_NOTE_SECONDS", 0.0)
+    assert main(["trees", "--vocab", "3", "--shape", "1x2", "--verifiers", "rrs"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "9 path-set classes, 94 LP columns, 9 ordered trees" in err, err
+    # a laws file: counted with its largest support (2 tokens of 3), an upper bound said as such
+    laws = tmp_path / "two.json"
+    laws.write_text(json.dumps({"target": {"*": [0.5, 0.25, 0.25]}, "draft": {"*": [0.5, 0.5, 0.0]}}))
+    assert main(["trees", "--laws", str(laws), "--shape", "1x2", "--verifiers", "rrs"]) == 0
+    assert "4 path-set classes" in capsys.readouterr().err
+    assert main(["trees", "--laws", str(laws), "--shape", "1x2", "--max-classes", "3"]) == 2
+    assert "at most (if every law" in capsys.readouterr().err

@@ -78,6 +78,8 @@ def test_shape_labels():
         ("8,8,8,8,8", ValueError, "MAX_TREE_NODES"),
         ([10**9, 10**9, 10**9], ValueError, "MAX_TREE_NODES"),
         (f"1x{MAX_TREE_NODES + 1}", ValueError, "MAX_TREE_NODES"),
+        ("9" * 5000, ValueError, "a count of 5,000 digits.*MAX_TREE_NODES"),  # never int() it
+        ("2x" + "9" * 5000, ValueError, "a count of 5,000 digits"),
     ],
 )
 def test_bad_shapes_are_actionable(spec, error, match):

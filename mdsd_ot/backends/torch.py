@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .._config import RECHECK_TOL, SUM_TOL
+from .._config import RECHECK_TOL, SUM_TOL, TOP_P_TIE
 from .._validate import LOGITS_HINT, NORMALIZE_HINT, check_bool, check_n, source_dtype, sum_tolerance
 from ..drafts import SCHEMES, get_scheme
 from ..drafts.greedy import torch_bound as greedy_torch_bound
@@ -169,7 +169,9 @@ def to_distribution(
         Keep the ``top_k`` most likely tokens (ties: lower index first). ``None``: keep all.
     top_p : float or None
         Nucleus mass in ``(0, 1]``: keep the smallest prefix of the sorted tokens whose mass reaches
-        ``top_p`` (a token is kept iff the mass strictly before it is ``< top_p``). ``None``: keep all.
+        ``top_p`` (within ``TOP_P_TIE`` = 1e-12 below it), the rule of :mod:`mdsd_ot.logits` (ranked by
+        the input, not by rounded probabilities), so that numpy and torch keep the same tokens.
+        ``None``: keep all.
     normalize : bool
         ``kind="probs"`` only: rescale rows that do not sum to one (else a ``ValueError``).
 
@@ -230,19 +232,26 @@ def to_distribution(
     z = (base - base.max(dim=-1, keepdim=True).values) / temperature
 
     V = z.shape[-1]
+    # rank by the input itself (logits, or the probabilities), as mdsd_ot.logits does: the order of z
+    # without ties created by rounding
+    key = base if kind == "logits" else t
     if top_k is not None and top_k < V:
-        # rank by the unscaled logits: the same order as z, without ties created by rounding
-        order = torch.sort(base, dim=-1, descending=True, stable=True).indices
+        order = torch.sort(key, dim=-1, descending=True, stable=True).indices
         drop = order[..., top_k:]
         z = z.scatter(-1, drop, -math.inf)
     if top_p is not None and top_p < 1.0:
-        prob = torch.softmax(z, dim=-1)
-        sorted_p, order = torch.sort(prob, dim=-1, descending=True, stable=True)
+        exact = kind == "probs" and temperature == 1.0 and (top_k is None or top_k >= V)
+        prob = t if exact else torch.softmax(z, dim=-1)
+        order = torch.sort(
+            key.masked_fill(z == -math.inf, -math.inf), dim=-1, descending=True, stable=True
+        ).indices
+        sorted_p = prob.gather(-1, order)
         # mass strictly before each rank, as a running sum of the earlier entries (no subtraction)
         before = torch.cat(
             [torch.zeros_like(sorted_p[..., :1]), torch.cumsum(sorted_p, -1)[..., :-1]], dim=-1
         )
-        drop_sorted = before >= top_p
+        drop_sorted = before >= top_p - TOP_P_TIE
+        drop_sorted[..., 0] = False  # the most likely token is always kept
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         z = z.masked_fill(drop, -math.inf)
     return torch.softmax(z, dim=-1)

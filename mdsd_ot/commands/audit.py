@@ -4,11 +4,20 @@
 ``path/to/file.py:function``, or the name of a verifier of the registry (e.g. ``rrs``, ``specinfer``).
 The function is called as ``verify(p, q, drafts, rng) -> token`` (see :func:`mdsd_ot.audit.audit`).
 
-Exit status: 0 when the audit finds no evidence of bias at ``--level``, 1 when it finds the verifier
-biased (not lossless), 2 for bad arguments or inputs, or when the verifier raises (any exception,
-``SystemExit`` and ``GeneratorExit`` included: a verify calling ``sys.exit(0)`` must not read as
-"lossless") or returns something that is not a token (a float, a bool, an object whose ``.token`` or
-``__index__`` raises): one line on stderr naming the exception and the draft tuple.
+With ``--tree`` the target is a tree verifier: ``verify(tree, rng) -> list of tokens`` (sampled
+calls), or with ``--law`` ``law(tree) -> {tuple of tokens: probability}`` (exact), or a registry
+verifier name (``traversal``, ``gbv``, ``block``, ``rrs``, ...: exact). It runs on the audit's own toy
+model pairs (or ``--laws FILE.json``) for every ``--shape`` and ``--sampling`` scheme and compares the
+law of the first ``--k`` streamed tokens of chained calls with the target's
+(:func:`mdsd_ot.audit.audit_tree`).
+
+Exit status: 0 when the audit finds no evidence of bias at ``--level`` (``--tree``, exact: the law
+equals the target's to ``--tol``), 1 when it finds the verifier biased (not lossless), 2 for bad
+arguments or inputs, or when the verifier raises (any exception, ``SystemExit`` and ``GeneratorExit``
+included: a verify calling ``sys.exit(0)`` must not read as "lossless") or returns something that is
+not a token (a float, a bool, an object whose ``.token`` or ``__index__`` raises) or, with ``--tree``,
+not a path of the tree plus one token: one line on stderr naming the exception and the draft tuple
+(``--tree``: the model pair, shape, scheme, context and drafted tree).
 """
 
 from __future__ import annotations
@@ -21,11 +30,14 @@ from pathlib import Path
 
 from ._inputs import INPUT_HELP, load_inputs
 
-HELP = "audit a verifier verify(p, q, drafts, rng) -> token: is its output law exactly p? (small V)"
+HELP = (
+    "audit a verifier verify(p, q, drafts, rng) -> token: is its output law exactly p? (small V); "
+    "--tree: a tree verifier over chained calls"
+)
 
 
 def add_arguments(parser):
-    from ..audit import DEFAULT_MAX_TUPLES, DEFAULT_TRIALS
+    from ..audit import DEFAULT_MAX_TUPLES, DEFAULT_TREE_TRIALS, DEFAULT_TRIALS
 
     parser.add_argument(
         "target",
@@ -40,13 +52,14 @@ def add_arguments(parser):
         "--sampling",
         default=None,
         help="draft scheme the verifier assumes (default: a registry verifier's own "
-        "scheme, else with_replacement)",
+        "scheme, else with_replacement); --tree: comma-separated schemes (default with_replacement)",
     )
     parser.add_argument(
         "--trials",
         type=int,
-        default=DEFAULT_TRIALS,
-        help="stratified sample size; tuple t runs max(min-runs, ceil(trials * P(t))) times",
+        default=None,
+        help=f"stratified sample size; tuple t runs max(min-runs, ceil(trials * P(t))) times (default "
+        f"{DEFAULT_TRIALS:,}); --tree: sampled streams per case (default {DEFAULT_TREE_TRIALS:,})",
     )
     parser.add_argument("--min-runs", type=int, default=10, help="fewest runs per draft tuple")
     parser.add_argument(
@@ -80,6 +93,54 @@ def add_arguments(parser):
         "--normalize", action="store_true", help="rescale p and q to sum to one instead of rejecting them"
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    tree = parser.add_argument_group(
+        "tree verifiers (--tree)",
+        "TARGET is verify(tree, rng) -> tokens, law(tree) -> {tokens: probability} with --law, or a "
+        "registry verifier name; the audit's own toy model pairs (or --laws) replace p and q",
+    )
+    tree.add_argument(
+        "--tree",
+        action="store_true",
+        help="audit a tree verifier: the law of the first --k tokens of chained calls against the target's",
+    )
+    tree.add_argument(
+        "--law",
+        action="store_true",
+        help="TARGET is law(tree) -> {tuple of tokens: probability} (exact audit); "
+        "default: verify(tree, rng)",
+    )
+    tree.add_argument(
+        "--shape",
+        action="append",
+        default=None,
+        help="tree shape, 'KxL' or 'b1,b2,...'; repeat for several (default 2x2)",
+    )
+    tree.add_argument(
+        "--mode",
+        choices=("auto", "exact", "sample"),
+        default="auto",
+        help="exact (needs a law: --law or a registry name) or sample; auto: exact when a law is given",
+    )
+    tree.add_argument("--k", type=int, default=None, help="first streamed tokens checked (default 3)")
+    tree.add_argument("--vocab", type=int, default=3, help="vocabulary of the toy model pairs (default 3)")
+    tree.add_argument(
+        "--laws",
+        default=None,
+        metavar="FILE",
+        help='one model pair from a JSON file {"target": {context: law}, "draft": {...}} (as mdsd-ot trees '
+        "--laws) instead of the toy pairs",
+    )
+    tree.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        help="exact mode: largest deviation still called lossless (default 1e-12)",
+    )
+    tree.add_argument(
+        "--no-optimum",
+        action="store_true",
+        help="skip the exact tree optimum (an LP per case) beside the tokens per call",
+    )
 
 
 def _inline(text: str, name: str):
@@ -138,9 +199,78 @@ def load_callable(spec: str):
     return obj
 
 
-def run(args) -> int:
-    from ..audit import VerifierError, audit
+def _load_target(spec: str):
+    """A registry verifier name (node-wise or tree-level) as is, else the callable it names."""
+    if isinstance(spec, str) and ":" not in spec:
+        from ..trees.tree import canonical_verifier
 
+        return canonical_verifier(spec.strip())
+    return load_callable(spec)
+
+
+def _run_tree(args) -> int:
+    from .._config import LAW_TOL
+    from ..audit import DEFAULT_TREE_K, DEFAULT_TREE_TRIALS, VerifierError, audit_tree
+
+    if args.inputs or args.p is not None or args.q is not None:
+        raise ValueError(
+            "--tree audits on its own toy model pairs (or --laws FILE.json); p and q (FILE, --p, --q) are "
+            "for the one-step audit"
+        )
+    target = _load_target(args.target)
+    pairs = None
+    if args.laws is not None:
+        from ..trees.enumerate import laws_from_json
+
+        with open(args.laws, encoding="utf-8") as f:
+            try:
+                payload = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{args.laws}: not valid JSON ({exc})") from None
+        pairs = [(Path(args.laws).name, *laws_from_json(payload))]
+    trials = DEFAULT_TREE_TRIALS if args.trials is None else args.trials
+    try:
+        result = audit_tree(
+            target,
+            args.shape or ["2x2"],
+            args.sampling or "with_replacement",
+            kind="law" if args.law else "verify",
+            mode=args.mode,
+            k=DEFAULT_TREE_K if args.k is None else args.k,
+            pairs=pairs,
+            vocab=args.vocab,
+            seed=args.seed,
+            trials=trials,
+            level=args.level,
+            tol=LAW_TOL if args.tol is None else args.tol,
+            optimum=not args.no_optimum,
+        )
+    except VerifierError as exc:
+        raise ValueError(f"{args.target}: {exc}") from exc
+    print(json.dumps(result.to_dict()) if args.json else str(result))
+    return 0 if result.lossless else 1
+
+
+def run(args) -> int:
+    from ..audit import DEFAULT_TRIALS, VerifierError, audit
+
+    if args.tree:
+        return _run_tree(args)
+    tree_only = [
+        flag
+        for flag, given in (
+            ("--law", args.law),
+            ("--shape", args.shape is not None),
+            ("--mode", args.mode != "auto"),
+            ("--k", args.k is not None),
+            ("--laws", args.laws is not None),
+            ("--tol", args.tol is not None),
+            ("--no-optimum", args.no_optimum),
+        )
+        if given
+    ]
+    if tree_only:
+        raise ValueError(f"{', '.join(tree_only)} audit tree verifiers: add --tree")
     verify = load_callable(args.target)
     if args.p is not None or args.q is not None:
         if args.inputs:
@@ -161,7 +291,7 @@ def run(args) -> int:
             q,
             args.n,
             sampling=sampling,
-            trials=args.trials,
+            trials=DEFAULT_TRIALS if args.trials is None else args.trials,
             min_runs=args.min_runs,
             level=args.level,
             seed=args.seed,

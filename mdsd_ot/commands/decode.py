@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from . import _ray
 from ._inputs import add_sampling_list
@@ -81,8 +82,10 @@ def add_arguments(parser):
 def run(args) -> int:
     from .. import _store
     from ..decode import DecodeConfig, run_shard, write_report
+    from ..decode.report import check_cost_ratio
     from .study import _floats, check_device_option
 
+    check_cost_ratio(args.cost_ratio)  # before anything runs
     _ray.check(args)
     _check_trees(args.trees)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
@@ -114,12 +117,15 @@ def run(args) -> int:
         return _run_on_ray(config, args, t0)
     with _store.one_line_warnings("mdsd-ot decode"):
         run_shard(config, args.shard, args.out, progress=not args.no_progress)
-        if args.shard is None and args.cost_ratio is not None:
+        whole = args.shard is None or (Path(args.out) / "summary.json").exists()  # "0/1" is whole too
+        if whole and args.cost_ratio is not None:
             write_report(args.out, cost_ratio=args.cost_ratio)
+        if args.shard is not None:  # a shard writes no summary: its ratio is kept for the merge
+            from ..decode.report import record_cost_ratio
+
+            record_cost_ratio(args.out, args.cost_ratio)
     print(f"decode written to {args.out} in {time.time() - t0:.1f} s")
     if args.shard is None:
-        from pathlib import Path
-
         print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     return 0
 
@@ -148,6 +154,12 @@ def _run_on_ray(config, args, t0) -> int:
     local = {k: _ray.absolute(getattr(config, k)) for k in ("target", "draft", "tokenizer")}
     if str(config.prompts).lower() not in ("humaneval", "human-eval", "human_eval"):
         local["prompts"] = _ray.absolute(config.prompts)
+    from ..runs.inputs import check_token_ids, load_prompts, model_vocab
+
+    records = load_prompts(config.prompts)  # refused here, not on every worker
+    vocabs = [v for v in (model_vocab(config.target), model_vocab(config.draft)) if v is not None]
+    if vocabs:
+        check_token_ids(records, min(vocabs))
     out = _ray.run("decode", replace(config, **local), args, "mdsd-ot decode")
     if out is None:
         return 2

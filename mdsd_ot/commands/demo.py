@@ -183,10 +183,19 @@ def run(args) -> int:
     if args.no_plot:
         print(f"\nplot skipped (--no-plot); tables in {out}")
     else:
-        from ..plots import plot_families
+        from ..plots import plot_families, run_title
 
+        title = run_title(
+            "mdsd-ot demo",
+            target=meta["target"],
+            draft=meta["draft"],
+            prompts="HumanEval (bundled sample)",
+            counts=f"{len(chosen)} positions of {problems} problems",
+            value="mean per position",
+            unit="problem",
+        )
         try:
-            files = plot_families(table, out)
+            files = plot_families(table, out, title=title)
         except ImportError:
             print(
                 f"\nmatplotlib is not installed: plot skipped (pip install matplotlib, or the "

@@ -163,8 +163,17 @@ class DecodeConfig:
         if self.verifiers is not None:
             from ..trees import canonical_verifier, verifier_names
 
+            if isinstance(self.verifiers, str):
+                self.verifiers = [v.strip() for v in self.verifiers.split(",") if v.strip()]
             self.verifiers = sorted({canonical_verifier(v) for v in self.verifiers})
-            if self.verifiers == sorted(verifier_names()):  # spelled out as the default: the same run
+            if not self.verifiers:
+                raise ValueError(
+                    "verifiers: name at least one verifier (e.g. 'rrs,traversal'), or leave them out "
+                    "for every valid one"
+                )
+            # spelled out as the default (every name, or exactly what the default evaluates in every
+            # cell): the same run, the same identity
+            if self.verifiers == sorted(verifier_names()) or self.same_verifiers(None):
                 self.verifiers = None
         for name, lo in (("max_new_tokens", 1), ("seed", 0)):
             v = getattr(self, name)
@@ -205,6 +214,32 @@ class DecodeConfig:
         elif self.drive is not None:
             raise ValueError("drive names the driving cell of a union run; it needs union=True")
         return self
+
+    def same_verifiers(self, other) -> bool:
+        """True when the verifier list ``other`` (None for the default, or names, e.g. the spelling a
+        folder recorded) evaluates the same verifiers as :attr:`verifiers` in every (tree, scheme)
+        cell of this run: two spellings of one run (a resume compares these, not the spellings).
+
+        Parameters
+        ----------
+        other : list of str or None
+
+        Returns
+        -------
+        bool
+            False for names that are not verifiers.
+        """
+        from ..trees import canonical_verifier
+
+        try:
+            other = None if other is None else sorted({canonical_verifier(v) for v in other})
+            return all(
+                set(valid_verifiers(s, self.verifiers, shape=t)) == set(valid_verifiers(s, other, shape=t))
+                for t in self.trees
+                for s in self.schemes
+            )
+        except (TypeError, ValueError):
+            return False
 
     def drive_cell(self) -> tuple:
         """``(tree, scheme)`` whose sample continues a union run (``drive``, else the largest tree and

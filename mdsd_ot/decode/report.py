@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import numbers
 from pathlib import Path
 
 from .. import _store
@@ -99,19 +100,54 @@ def measured_cost_ratio(rows) -> float | None:
     return per_draft / per_target if per_target > 0 else None
 
 
+#: A shard run given ``--cost-ratio`` writes no summary (its rows are part of a run); it records the
+#: ratio here, ``{"cost_ratio": c}``, for :func:`given_cost_ratio` (the merge) to find.
+COST_RATIO_FILE = "cost_ratio.json"
+
+
+def record_cost_ratio(out, cost_ratio: float | None) -> None:
+    """Record the ``--cost-ratio`` a shard ran with in its folder (None: remove a stale record, the
+    latest run measured)."""
+    path = Path(out) / COST_RATIO_FILE
+    if cost_ratio is None:
+        path.unlink(missing_ok=True)
+        return
+    _store.atomic_write(path, json.dumps({"cost_ratio": float(cost_ratio)}), step=COST_RATIO_FILE)
+
+
 def given_cost_ratio(folders) -> float | None:
-    """The cost ratio every folder's summary was written with when all were given the same one
-    (``--cost-ratio``), else None (the merged rows' measured ratio applies)."""
+    """The cost ratio every folder was given when all were given the same one (``--cost-ratio``): read
+    from its summary (a whole run) or, for a shard, which writes none, from :data:`COST_RATIO_FILE`;
+    else None (the merged rows' measured ratio applies)."""
     seen = set()
     for f in folders:
         path = Path(f) / "summary.json"
-        if not path.exists():
+        if path.exists():
+            table = json.loads(path.read_text())
+            if not table or table[0].get("cost_ratio_source") != "given":
+                return None
+            seen.add(table[0]["cost_ratio"])
+            continue
+        try:
+            seen.add(float(json.loads((Path(f) / COST_RATIO_FILE).read_text())["cost_ratio"]))
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        table = json.loads(path.read_text())
-        if not table or table[0].get("cost_ratio_source") != "given":
-            return None
-        seen.add(table[0]["cost_ratio"])
     return seen.pop() if len(seen) == 1 else None
+
+
+def check_cost_ratio(cost_ratio) -> float | None:
+    """``cost_ratio`` as a float: None, or a finite number >= 0 (``ValueError`` / ``TypeError``
+    otherwise: a NaN, infinite or negative ratio would print NaN or negative speedups)."""
+    if cost_ratio is None:
+        return None
+    if isinstance(cost_ratio, bool) or not isinstance(cost_ratio, numbers.Real):
+        raise TypeError(f"cost ratio must be a number, got {type(cost_ratio).__name__} {cost_ratio!r}")
+    c = float(cost_ratio)
+    if not (math.isfinite(c) and c >= 0.0):
+        raise ValueError(
+            f"cost ratio must be a finite number >= 0 (draft forward time / target forward time), got {c!r}"
+        )
+    return c
 
 
 def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
@@ -135,7 +171,8 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
         One per (T, tree, scheme, method), sorted by T and tree size: ``mean``, ``ci95``, ``calls``,
         ``records``, ``failed``, ``cost_ratio`` (and its source) and ``speedup`` (None without a ratio).
     """
-    c = measured_cost_ratio(rows) if cost_ratio is None else float(cost_ratio)
+    cost_ratio = check_cost_ratio(cost_ratio)
+    c = measured_cost_ratio(rows) if cost_ratio is None else cost_ratio
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["T"], r["tree"], r["scheme"]), []).append(r)
@@ -277,18 +314,28 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
     _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
     written.update(md=out / "summary.md", csv=out / "summary.csv", json=out / "summary.json")
     if plots:
-        written.update(plot_summary(table, out))
+        from ..plots import run_names, run_title
+
+        prompts = len({r["record"] for r in rows})
+        counts = f"{prompts} prompt{'' if prompts == 1 else 's'}, {_calls(rows):,} target calls"
+        written.update(
+            plot_summary(
+                table,
+                out,
+                title=run_title(title, **run_names(out), counts=counts, value="mean tokens per target call"),
+            )
+        )
     return written
 
 
-def plot_summary(table, out) -> dict:
-    """``block_efficiency_vs_temperature.png`` (one panel per tree and scheme, a line per verifier)
-    and ``block_efficiency_vs_tree_size.png`` (one panel per temperature and scheme), drawn by
-    :func:`mdsd_ot.plots.plot_decode` (fixed style per verifier, one shared legend); {} without
-    matplotlib."""
+def plot_summary(table, out, *, title: str | None = None) -> dict:
+    """``block_efficiency_vs_temperature.png`` (a panel per tree and scheme, a line per verifier; bars
+    with one temperature) and ``block_efficiency_vs_tree_size.png`` (a panel per temperature and
+    scheme, points per shape), drawn by :func:`mdsd_ot.plots.plot_decode` (fixed style per verifier,
+    one shared legend) under ``title``; {} without matplotlib."""
     from .. import plots
 
     try:
-        return plots.plot_decode(table, out)
+        return plots.plot_decode(table, out, title=title)
     except ImportError:
         return {}

@@ -39,7 +39,15 @@ from ..drafts import SCHEMES
 from ..keys import exact_key
 from ..runs import runner as _runs
 from ..runs.identity import identify, prompts_identity
-from ..runs.inputs import check_record_ids, load_prompts, models_of, record_ids
+from ..runs.inputs import (
+    check_record_ids,
+    check_token_ids,
+    load_prompts,
+    model_vocab,
+    models_of,
+    record_ids,
+    vocab_size,
+)
 from ..runs.shards import parse_shard, shard_records
 from ..runs.shards import progress as progress_bar
 from ..trees import (
@@ -422,6 +430,9 @@ def decode_identity(config: DecodeConfig, records, *, target, draft, tokenizer=N
         "prompts": prompts_identity(records),
     }
     ident.update(config.key())
+    recorded = prev.get("verifiers", ident["verifiers"])
+    if recorded != ident["verifiers"] and config.same_verifiers(recorded):
+        ident["verifiers"] = recorded  # another spelling of the same verifiers in every cell: same run
     return ident
 
 
@@ -497,12 +508,19 @@ def run_decode(
     config = (config or DecodeConfig()).validate()
     records = list(records)
     check_record_ids(records)
+    if target_model is not None and draft_model is not None:  # ids every model can read, up front
+        check_token_ids(records, min(vocab_size(target_model), vocab_size(draft_model)))
 
     def open_new():
         ident = identity
         if ident is None:
             ident = decode_identity(
-                config, records, target=target_model, draft=draft_model, tokenizer=tokenizer
+                config,
+                records,
+                target=target_model,
+                draft=draft_model,
+                tokenizer=tokenizer,
+                previous=(_store.peek_config(out) or {}).get("identity"),
             )
         return open_decode(out, config, records, identity=ident, shard=shard, meta=meta)
 
@@ -592,6 +610,9 @@ def run_shard(
     if config.target is None or config.draft is None:
         raise ValueError("run_shard needs config.target and config.draft (model folders or hub names)")
     records = load_prompts(config.prompts)
+    vocabs = [v for v in (model_vocab(config.target), model_vocab(config.draft)) if v is not None]
+    if vocabs:  # local model folders: the ids are checked before any model is loaded or folder made
+        check_token_ids(records, min(vocabs))
     previous = (_store.peek_config(out_dir) or {}).get("identity") or previous
     identity = decode_identity(
         config,
@@ -642,8 +663,9 @@ def merge(sources, dest, *, title: str = "mdsd_ot tree decoding (merged)", cost_
     pathlib.Path
         ``dest``.
     """
-    from .report import given_cost_ratio, write_report
+    from .report import check_cost_ratio, given_cost_ratio, write_report
 
+    cost_ratio = check_cost_ratio(cost_ratio)  # before anything is written
     dest = Path(dest)
     if cost_ratio is None:
         cost_ratio = given_cost_ratio(sources)

@@ -7,6 +7,7 @@ imported inside the functions.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ..backends import install_hint
 __all__ = [
     "load_prompts",
     "check_record_ids",
+    "check_token_ids",
+    "model_vocab",
     "record_ids",
     "check_model_dependencies",
     "load_models",
@@ -45,7 +48,10 @@ def load_prompts(source) -> list[dict]:
     Returns
     -------
     list of dict
-        Each with ``"id"`` and either text or id fields.
+        Each with ``"id"`` and either text or id fields. Token ids must be integers (a float, bool or
+        string is refused, never converted) and a prompt non-empty (:func:`check_token_ids`; the
+        decoder also checks them against the models' vocabulary before loading them); an empty file
+        is a ``ValueError`` that says so.
     """
     if isinstance(source, (list, tuple)):
         records = [dict(r) for r in source]
@@ -80,6 +86,13 @@ def load_prompts(source) -> list[dict]:
                     raise ValueError(f"{path}:{lineno} cannot be read: {why}") from None
         else:
             records = [{"prompt": line} for line in text.splitlines() if line.strip()]
+        if not records:
+            raise ValueError(
+                f"prompt file {path} holds no prompt records (it is empty or blank); write one per line: "
+                f'a JSON object with "prompt" (text) or "prompt_ids" (token ids) in a .jsonl file, or text'
+            )
+    if not records:
+        raise ValueError("no prompt records given; pass at least one record with 'prompt' or 'prompt_ids'")
     for i, r in enumerate(records):
         if not isinstance(r, dict) or ("prompt" not in r and "prompt_ids" not in r):
             raise ValueError(f"prompt record {i} needs a 'prompt' (text) or 'prompt_ids' field")
@@ -102,6 +115,7 @@ def check_record_ids(records) -> None:
         Prompt records (``TypeError`` for a non-dict).
     """
     ids = []
+    records = list(records)
     for i, r in enumerate(records):
         if not isinstance(r, dict):
             raise TypeError(f"prompt record {i} must be a dict, got {type(r).__name__}")
@@ -109,6 +123,89 @@ def check_record_ids(records) -> None:
             raise ValueError(f"prompt record {i} has no 'id' (load_prompts gives every record one)")
         ids.append(r["id"])
     _store.check_ids(ids, "prompt record")
+    check_token_ids(records)
+
+
+def _shown(x) -> str:
+    text = json.dumps(x) if isinstance(x, (list, dict, str, bool, type(None))) else repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_token_ids(records, vocab: int | None = None) -> None:
+    """The token fields of prompt records, up front (the study and the decoder share it).
+
+    ``prompt_ids`` must be a non-empty list of integer token ids and ``completion_ids`` (optional) a
+    list of them: a bool, a float (``1.5``, also ``2.0``), a string or a negative id is refused, never
+    converted; with ``vocab`` (the models' number of logits, :func:`model_vocab`) every id must be
+    below it. A text ``prompt`` / ``completion`` must be a string. ``ValueError`` naming the record,
+    the field, the position and the value.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Prompt records (:func:`load_prompts`).
+    vocab : int or None
+        Vocabulary size the ids must fall in; None: only their types and signs are checked.
+
+    Examples
+    --------
+    >>> check_token_ids([{"id": "a", "prompt_ids": [1, 2]}], vocab=16)
+    >>> check_token_ids([{"id": "a", "prompt_ids": [1.5, 2]}])
+    Traceback (most recent call last):
+    ValueError: prompt record 'a': prompt_ids[0] = 1.5 is not an integer token id; write token ids as integers
+    """
+    for i, r in enumerate(records):
+        rid = r.get("id", i)
+        for field in ("prompt", "completion"):
+            if (
+                field in r
+                and not (r[field] is None and field == "completion")
+                and not isinstance(r[field], str)
+            ):
+                raise ValueError(f"prompt record {rid!r}: {field!r} must be text, got {_shown(r[field])}")
+        for field in ("prompt_ids", "completion_ids"):
+            ids = r.get(field)
+            if ids is None and (field == "completion_ids" or field not in r):
+                continue
+            if not isinstance(ids, (list, tuple)):
+                raise ValueError(
+                    f"prompt record {rid!r}: {field} must be a list of token ids, got {_shown(ids)}"
+                )
+            if field == "prompt_ids" and not ids:
+                raise ValueError(
+                    f"prompt record {rid!r}: prompt_ids is empty; a prompt needs at least one token id"
+                )
+            for k, t in enumerate(ids):
+                if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                    raise ValueError(
+                        f"prompt record {rid!r}: {field}[{k}] = {_shown(t)} is not an integer token id; "
+                        f"write token ids as integers"
+                    )
+                if t < 0 or (vocab is not None and t >= vocab):
+                    where = "negative" if t < 0 else f"outside the models' vocabulary (ids 0 to {vocab - 1})"
+                    raise ValueError(f"prompt record {rid!r}: {field}[{k}] = {int(t)} is {where}")
+
+
+def model_vocab(name) -> int | None:
+    """The ``vocab_size`` of a local model folder's ``config.json`` (None when it cannot be read: a hub
+    name, a folder without one), read without loading the model.
+
+    Parameters
+    ----------
+    name : str or os.PathLike or None
+
+    Returns
+    -------
+    int or None
+    """
+    if name is None:
+        return None
+    try:
+        with open(Path(name) / "config.json", encoding="utf-8") as f:
+            value = json.load(f).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def device_of(device: str):

@@ -114,7 +114,14 @@ def write_report(out, *, title: str = "mdsd_ot study", plots: bool = True) -> di
     _store.atomic_write(out / "summary.md", "\n".join(md), step="summary.md")
     files["md"] = out / "summary.md"
     if plots:
-        files.update(plot_summary(table, out, title=f"{title}: {n_pos} positions from {n_rec} prompts"))
+        from ..plots import run_names, run_title
+
+        counts = f"{n_pos:,} positions from {n_rec} prompt{'' if n_rec == 1 else 's'}"
+        files.update(
+            plot_summary(
+                table, out, title=run_title(title, **run_names(out), counts=counts, value="mean per position")
+            )
+        )
     return files
 
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from .._config import TREE_COMPARE_MAX_TREES, TREE_OPTIMUM_MAX_CLASSES, VALUE_TOL
-from .enumerate import enumerate_trees
+from .enumerate import _positive_int, enumerate_trees
 from .optimum import TreeOptimum, solve_tree_lp
 from .shape import parse_shape
 from .tree import canonical_verifier, expected_tokens, valid_verifiers
@@ -203,6 +203,7 @@ def compare_tree(
     >>> [(r.verifier, round(9 * r.tokens, 9)) for r in t], round(9 * t.optimum.value, 9)
     ([('rrs', 19.0), ('block', 20.0), ('lp', 20.0)], 20.0)
     """
+    max_trees = _positive_int(max_trees, "max_trees", low=1)
     e = enumerate_trees(target, draft, shape, scheme, context=context, max_classes=max_classes)
     if verifiers is None:
         names = valid_verifiers(e.scheme, shape=e.shape)

@@ -121,6 +121,12 @@ def parse_shape(spec) -> TreeShape:
         return spec
     if isinstance(spec, str):
         text = spec.strip().lower().replace(" ", "")
+        longest = max((len(d) for d in re.findall(r"\d+", text)), default=0)
+        if longest > len(str(MAX_TREE_NODES)) + 1:  # never int() a 5,000-digit count
+            raise ValueError(
+                f"tree {spec[:40]!r}{'...' if len(spec) > 40 else ''} names a count of {longest:,} digits; "
+                f"a tree holds at most MAX_TREE_NODES = {MAX_TREE_NODES:,} draft nodes"
+            )
         m = re.fullmatch(r"(\d+)[x*](\d+)", text)
         if m:
             k, length = int(m.group(1)), int(m.group(2))

@@ -52,8 +52,8 @@ def verifier_names() -> list[str]:
     """Every verifier name a tree accepts: the node-wise registry (:data:`mdsd_ot.verifiers.VERIFIERS`)
     followed by the tree-level one (:data:`mdsd_ot.trees.TREE_VERIFIERS`).
 
-    >>> verifier_names()[-2:]
-    ['block', 'traversal']
+    >>> verifier_names()[-3:]
+    ['block', 'traversal', 'gbv']
     """
     from ..verifiers import VERIFIERS
     from .verifiers import TREE_VERIFIERS
@@ -123,8 +123,8 @@ def valid_verifiers(scheme, names=None, *, shape=None) -> list[str]:
 
     >>> valid_verifiers("top_n")
     ['naive', 'optimal']
-    >>> valid_verifiers("with_replacement", shape="1x4")[-2:]
-    ['block', 'traversal']
+    >>> valid_verifiers("with_replacement", shape="1x4")[-3:]
+    ['block', 'traversal', 'gbv']
     >>> valid_verifiers("without_replacement", ["rsd", "block", "traversal"], shape="2x2")
     ['rrs_without_replacement', 'traversal']
     """

@@ -3,8 +3,8 @@
 docs/math.md#tree-level-verification. A node-wise verifier (:data:`mdsd_ot.verifiers.VERIFIERS`)
 decides at each node from that node's ``(p_v, q_v)`` and children alone; a tree-level verifier sees
 the whole drafted tree (every ``p_v``, ``q_v`` and token) and decides which root-to-node path to keep
-and which token to add after it. One module per verifier (:mod:`.block`, :mod:`.traversal`), the shared
-parts in :mod:`.base`. Registry :data:`TREE_VERIFIERS`:
+and which token to add after it. One module per verifier (:mod:`.block`, :mod:`.traversal`,
+:mod:`.gbv`), the shared parts in :mod:`.base`. Registry :data:`TREE_VERIFIERS`:
 
 =============  ==================================  ================================================
 name           trees                               method
@@ -14,6 +14,10 @@ name           trees                               method
 ``traversal``  every shape; every scheme but       traversal verification (Weng et al., NeurIPS
                ``conditional_poisson`` with more   2025), leaf to root with sequence-level
                than one child                      acceptance; equals ``block`` on chains
+``gbv``        ``KxL`` chains of i.i.d. drafts     greedy multi-path block verification (Thomas &
+               (``with_replacement``); ``1xL``     Pal, 2026): block verification of the highest
+               under every scheme ``block``        drafted path with the law of the highest of K
+               accepts                             i.i.d. paths; equals ``block`` at K = 1
 =============  ==================================  ================================================
 
 Each computes, from one drafted tree, the exact law of the tokens one call emits
@@ -38,15 +42,19 @@ from __future__ import annotations
 
 from .base import TreeVerifier, child_draft_laws
 from .block import BlockVerifier
+from .gbv import GBVVerifier
 from .traversal import TraversalVerifier
 
 __all__ = [
     "TreeVerifier",
     "BlockVerifier",
     "TraversalVerifier",
+    "GBVVerifier",
     "TREE_VERIFIERS",
     "child_draft_laws",
 ]
 
 #: name -> tree-level verifier (docs/math.md#tree-level-verification).
-TREE_VERIFIERS: dict[str, TreeVerifier] = {v.name: v for v in (BlockVerifier(), TraversalVerifier())}
+TREE_VERIFIERS: dict[str, TreeVerifier] = {
+    v.name: v for v in (BlockVerifier(), TraversalVerifier(), GBVVerifier())
+}

@@ -4,13 +4,14 @@ the emitted tokens at a stopping node (docs/math.md#tree-level-verification)."""
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 from ...drafts import get_scheme, top_tokens
 
-__all__ = ["TreeVerifier", "child_draft_laws"]
+__all__ = ["TreeVerifier", "child_draft_laws", "capped_ratio"]
 
 
 # ------------------------------------------------------------------------------------------- base
@@ -145,22 +146,71 @@ def child_draft_laws(scheme, q: np.ndarray, drafts) -> list:
     return laws
 
 
-def _reject_update(m: np.ndarray, s: np.ndarray):
+def capped_ratio(w: float, a: float, b: float) -> float:
+    """``min(1, w a / b)`` for ``w, a >= 0`` and ``b > 0``, with no spurious underflow or overflow.
+
+    ``w * a`` may underflow to 0 (``1e-200 * 1e-200``) and ``a / b`` overflow to ``inf``, although
+    ``w a / b`` is an ordinary number (``1e-100`` for ``b = 1e-300``): the three are split into
+    mantissas in ``[0.5, 1)`` and exponents (:func:`math.frexp`), the mantissas combined (in ``(0.25,
+    2)``, two roundings) and the exponent applied last (:func:`math.ldexp`, one rounding; a result below
+    the smallest float rounds to it or to 0, as the exact value would). Chained acceptance weights of
+    tree verifiers (block, traversal) go through it, so a per-tree value does not depend on the order
+    of a multiplication and a division.
+
+    Parameters
+    ----------
+    w : float
+        The running weight (a sequence-level acceptance), ``>= 0``.
+    a, b : float
+        The target and draft probabilities of the token, ``a >= 0``, ``b > 0``.
+
+    Returns
+    -------
+    float
+        ``min(1, w a / b)``, correctly rounded up to two roundings of the mantissas.
+
+    Examples
+    --------
+    >>> capped_ratio(2.0**-600, 2.0**-600, 2.0**-1000) == 2.0**-200, 2.0**-600 * 2.0**-600 / 2.0**-1000
+    (True, 0.0)
+    >>> capped_ratio(1e-100, 0.5, 1e-101)
+    1.0
+    """
+    if not (w > 0.0 and a > 0.0):
+        return 0.0
+    mw, ew = math.frexp(w)
+    ma, ea = math.frexp(a)
+    mb, eb = math.frexp(b)
+    e = ew + ea - eb
+    if e > 2:  # the mantissa part is above 1/4: the value is above 1
+        return 1.0
+    return min(1.0, math.ldexp(mw * ma / mb, e))
+
+
+def _reject_update(w: float, r: np.ndarray, s: np.ndarray):
     """The state of a node after one child, drafted from ``s``, was rejected with its whole subtree.
 
-    ``m`` is the node's residual target mass (total ``w``, the node's sequence-level acceptance).
-    Returns ``(w', m')`` with ``Z = sum (m - s)_+``, ``D = sum (s - m)_+ = 1 - w + Z`` (a direct sum, so
-    no cancellation), ``w' = Z / D`` and ``m' = (m - s)_+ / D``. ``D = 0`` means ``m = s`` (so
-    ``w = 1``): the rejected child was accepted with probability 1 and this branch has probability 0;
-    ``(1, None)`` is returned, the caller then falls back to the node's target law.
+    The node's residual target mass is ``m = w r`` (``w`` its sequence-level acceptance, ``r`` a law),
+    kept factored so that no product ``w r(y)`` is ever divided by a draft probability. With
+    ``Z = sum (m - s)_+`` and ``D = sum (s - m)_+ = 1 - w + Z`` (a direct sum, so no cancellation) the
+    new state is ``w' = Z / D``, ``m' = (m - s)_+ / D``: returned as ``(w', r')`` with
+    ``r' = (r - s / w)_+`` normalised (``s / w`` may overflow to ``inf``, which only zeroes entries
+    whose exact value is 0) and ``w' = min(1, w sum(r - s / w)_+ / D)`` by :func:`capped_ratio`.
+    ``w = 0`` stays ``(0, r)``; ``D = 0`` means ``m = s`` (so ``w = 1``): the rejected child was accepted
+    with probability 1 and this branch has probability 0; ``(1, None)`` is returned, the caller then
+    falls back to the node's target law.
     """
-    diff = m - s
-    pos = np.maximum(diff, 0.0)
-    D = float(np.maximum(-diff, 0.0).sum())
+    if not w > 0.0:
+        return 0.0, r
+    with np.errstate(over="ignore", under="ignore"):
+        u = np.maximum(r - s / w, 0.0)
+        D = float(np.maximum(s - w * r, 0.0).sum())  # terms lost to underflow are below 5e-324 each
     if not D > 0.0:
         return 1.0, None
-    Z = float(pos.sum())
-    return min(1.0, Z / D), pos / D
+    total = float(u.sum())
+    if not total > 0.0:
+        return 0.0, r
+    return capped_ratio(w, total, D), u / total
 
 
 def _emission(tree, v: int, law: np.ndarray) -> dict:

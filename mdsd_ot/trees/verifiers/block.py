@@ -6,7 +6,7 @@ import numpy as np
 
 from ...drafts import get_scheme
 from ...verifiers.base import sample_index
-from .base import TreeVerifier, _add, _check_rng, _emission, child_draft_laws
+from .base import TreeVerifier, _add, _check_rng, _emission, capped_ratio, child_draft_laws
 
 __all__ = ["BlockVerifier"]
 
@@ -23,7 +23,9 @@ class BlockVerifier(TreeVerifier):
     ``P(tau = i) = h_i prod_{j > i} (1 - h_j)``; O(L V).
 
     ``Q`` is the law each drafted token was drawn from (:func:`child_draft_laws` with one child):
-    ``q`` for every scheme but ``top_n``, whose chain drafts the argmax deterministically.
+    ``q`` for every scheme but ``top_n``, whose chain drafts the argmax deterministically. ``p_i`` is
+    formed by :func:`~mdsd_ot.trees.verifiers.base.capped_ratio` and ``Z_i`` as
+    ``p_i sum (P - Q / p_i)_+``, so no ``p_{i-1} P`` underflows before its division.
 
     Examples
     --------
@@ -63,20 +65,24 @@ class BlockVerifier(TreeVerifier):
         # s[i]: the law node i's child x_{i+1} was drawn from (chain node i has depth i)
         s = [child_draft_laws(tree.scheme, tree.q[i], [int(tree.tokens[i + 1])])[0] for i in range(L)]
         ps = [1.0]
-        for i in range(1, L + 1):
+        for i in range(1, L + 1):  # p_{i-1} P / Q without forming an underflowing product first
             x = int(tree.tokens[i])
-            ps.append(min(1.0, ps[-1] * float(P[i - 1][x]) / float(s[i - 1][x])))
+            ps.append(capped_ratio(ps[-1], float(P[i - 1][x]), float(s[i - 1][x])))
         h = np.empty(L + 1)
         laws = [None] * (L + 1)
         for i in range(L):
-            diff = ps[i] * P[i] - s[i]
-            pos = np.maximum(diff, 0.0)
-            D = float(np.maximum(-diff, 0.0).sum())  # Z_i + 1 - p_i as a direct sum
+            if not ps[i] > 0.0:  # Z_i = 0: the coin never succeeds
+                h[i], laws[i] = 0.0, P[i]
+                continue
+            # Z_i = p_i sum (P - Q / p_i)_+, factored like the traversal residual (base._reject_update)
+            with np.errstate(over="ignore", under="ignore"):
+                pos = np.maximum(P[i] - s[i] / ps[i], 0.0)
+                D = float(np.maximum(s[i] - ps[i] * P[i], 0.0).sum())  # Z_i + 1 - p_i as a direct sum
             Z = float(pos.sum())
             if not D > 0.0:  # p_i P = Q: a branch of probability 0; any proper law will do
                 h[i], laws[i] = 1.0, P[i]
             else:
-                h[i], laws[i] = min(1.0, Z / D), (pos if Z > 0.0 else P[i])
+                h[i], laws[i] = capped_ratio(ps[i], Z, D), (pos if Z > 0.0 else P[i])
         h[0] = 1.0  # p_0 = 1: Z_0 = D_0 in exact arithmetic; tau = 0 when no later coin succeeds
         h[L] = ps[L]
         laws[L] = P[L]

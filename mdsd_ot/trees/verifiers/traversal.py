@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...drafts import get_scheme
 from ...verifiers.base import sample_index
-from .base import TreeVerifier, _add, _check_rng, _emission, _reject_update, child_draft_laws
+from .base import TreeVerifier, _add, _check_rng, _emission, _reject_update, capped_ratio, child_draft_laws
 
 __all__ = ["TraversalVerifier"]
 
@@ -27,7 +27,10 @@ class TraversalVerifier(TreeVerifier):
     On a chain this is block verification; on one level it is RRS (i.i.d. drafts) or RSD (without
     replacement). Repeated tokens among i.i.d. siblings are separate nodes, each verified against the
     residual the previous ones left (lossless; docs/math.md#traversal-verification). The visits form
-    one accept/reject sequence, so the exact law has at most ``N + 1`` stopping nodes; O(N V).
+    one accept/reject sequence, so the exact law has at most ``N + 1`` stopping nodes; O(N V). The
+    residual is kept factored as ``m = w r`` (``r`` a law) and every ratio goes through
+    :func:`~mdsd_ot.trees.verifiers.base.capped_ratio`, so no ``w p(x)`` underflows before its
+    division (docs/math.md#traversal-verification, numerics).
 
     Examples
     --------
@@ -82,9 +85,10 @@ class TraversalVerifier(TreeVerifier):
             survive *= 1.0 - w
             return survive == 0.0
 
-        # a frame: [node, w, m, index of the next child, its child laws, law of the child being verified]
+        # a frame: [node, w, r, index of the next child, its child laws, law of the child being
+        # verified]; the node's residual target mass is m = w r (r a law), kept factored
         root_laws = child_draft_laws(tree.scheme, tree.q[0], tokens[children[0]])
-        stack = [[0, 1.0, P[0].copy(), 0, root_laws, None]]
+        stack = [[0, 1.0, P[0], 0, root_laws, None]]
         while stack:
             f = stack[-1]
             v, kids = f[0], children[f[0]]
@@ -94,14 +98,14 @@ class TraversalVerifier(TreeVerifier):
                 f[3] += 1
                 f[5] = s
                 x = int(tokens[c])
-                wc = min(1.0, float(f[2][x]) / float(s[x]))
+                wc = capped_ratio(f[1], float(f[2][x]), float(s[x]))  # m_v(x) / s(x), m_v = w r
                 if wc > 0.0:
                     if c >= n_int:  # a leaf: accepted with w_c, then a bonus token from p_c
                         if stop(c, wc, P[c]):
                             return (c, P[c]) if rng is not None else stops
                     else:
                         kid_laws = child_draft_laws(tree.scheme, tree.q[c], tokens[children[c]])
-                        stack.append([c, wc, wc * P[c], 0, kid_laws, None])
+                        stack.append([c, wc, P[c], 0, kid_laws, None])
                         continue
                 # the child (and its subtree) rejected: update v's residual
                 f[1], f[2] = self._updated(f, P[v], s)
@@ -110,7 +114,7 @@ class TraversalVerifier(TreeVerifier):
             stack.pop()
             w, law = f[1], f[2]
             if v == 0:  # the root's w is 1 in exact arithmetic: it always ends the walk
-                w, law = 1.0, (law if law.sum() > 0.0 else P[0])
+                w, law = 1.0, (law if w > 0.0 and law.sum() > 0.0 else P[0])
             if stop(v, w, law):
                 return (v, law) if rng is not None else stops
             parent = stack[-1]
@@ -119,10 +123,8 @@ class TraversalVerifier(TreeVerifier):
 
     @staticmethod
     def _updated(frame, p_v, s):
-        if frame[1] == 0.0:  # m = 0 stays 0 (Z = 0, D = 1)
-            return 0.0, frame[2]
-        w, m = _reject_update(frame[2], s)
-        return (1.0, p_v.copy()) if m is None else (w, m)
+        w, r = _reject_update(frame[1], frame[2], s)  # w = 0 stays 0 (Z = 0, D = 1)
+        return (1.0, p_v) if r is None else (w, r)
 
     def expected_tokens(self, tree) -> float:
         depth = tree.depth
