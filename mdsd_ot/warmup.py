@@ -182,6 +182,6 @@ def warmup(families=None, *, dry_run: bool = False, file=sys.stderr) -> list:
         built = sum(not r.cached for r in results)
         say(
             f"mdsd_ot warmup: done in {time.perf_counter() - total:.1f} s ({built} of {len(results)} "
-            f"families compiled, the others loaded from the cache)"
+            f"families compiled, {len(results) - built} loaded from the cache)"
         )
     return results
