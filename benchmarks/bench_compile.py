@@ -1,22 +1,26 @@
 """First-call compile time of every numba kernel family, on a fresh installation (empty numba cache).
 
-Run: ``python benchmarks/bench_compile.py [--v 32000] [FAMILY ...]``. Each family is one public call
-at vocabulary size V (default 32,000: kernels are compiled only above the small-input threshold),
-timed in a new Python process with ``NUMBA_CACHE_DIR`` pointing at an empty folder (``cold``: every
-kernel it needs is compiled) and again in a second process sharing that cache (``warm``: loaded
-from disk). ``cold - warm`` is the compile cost a user waits for once; families above 2 s get a
-notice on stderr before their first compile (``mdsd_ot._compile``: its estimates come from this
-table, rounded up). Baseline of the same run: the import alone.
+Run: ``python benchmarks/bench_compile.py [FAMILY ...]`` (default: every family of
+``mdsd_ot._compile.FAMILIES``; ``--in-order`` for :func:`mdsd_ot.warmup` in one process instead).
+Each family is its :func:`mdsd_ot.warmup` calls (public calls on synthetic pairs at V = 32,000, and
+2,000 for the sorted scans), timed in a new Python process with ``NUMBA_CACHE_DIR`` pointing at an
+empty folder (``cold``: every kernel it needs is compiled) and again in a second process sharing that
+cache (``warm``: loaded from disk). ``cold - warm`` is the compile cost a user waits for once.
+
+Both wall-clock and CPU seconds of the process are reported: compiling is single-threaded, so on a
+shared machine the CPU seconds are the stable measure (the wall time on an idle core); the estimates
+of ``mdsd_ot._compile.FAMILIES`` are the CPU column, rounded (``seconds`` from this table,
+``in_warmup`` from ``--in-order``). Families above 2 s print a notice before their first compile.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -24,77 +28,55 @@ from _common import header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SETUP = """
-import sys, time
-import numpy as np
+CHILD = """
+import json, sys
 import mdsd_ot
-rng = np.random.default_rng(0)
-V = {V}
-z = rng.standard_normal(V) * 2.5 - 1.1 * np.log(np.arange(1, V + 1))
-p = np.exp(z - z.max()); p /= p.sum()
-zq = z + rng.standard_normal(V)
-q = np.exp(zq - zq.max()); q /= q.sum()
-t0 = time.perf_counter()
+from mdsd_ot.warmup import warmup
+names = sys.argv[1].split(",") if len(sys.argv) > 1 else None
+print(json.dumps([r._asdict() for r in warmup(names, file=None)]))
 """
 
-#: family -> the call that compiles it (the names are those of ``mdsd_ot._compile.FAMILIES``)
-FAMILIES = {
-    "with_replacement": "mdsd_ot.optimal_acceptance(p, q, 2)",
-    "without_replacement_2": "mdsd_ot.optimal_acceptance(p, q, 2, sampling='without_replacement')",
-    "sequential": "mdsd_ot.optimal_acceptance(p, q, 3, sampling='without_replacement')",
-    "conditional_poisson": "mdsd_ot.optimal_acceptance(p, q, 3, sampling='conditional_poisson')",
-    "greedy": "mdsd_ot.optimal_acceptance(p, q, 3, sampling='greedy')",
-    "batch": "mdsd_ot.optimal_acceptance_batch(np.stack([p, q] * 2), np.stack([q, p] * 2), 2)",
-    "batch_sequential": "mdsd_ot.optimal_acceptance_batch(np.stack([p, q] * 2), np.stack([q, p] * 2), 3, "
-    "sampling='without_replacement')",
-    "verifier:naive": "mdsd_ot.verifier_acceptance('naive', p, q, 3)",
-    "verifier:rrs": "mdsd_ot.verifier_acceptance('rrs', p, q, 3)",
-    "verifier:spectr": "mdsd_ot.verifier_acceptance('spectr', p, q, 3)",
-    "verifier:rrs_without_replacement": "mdsd_ot.verifier_acceptance('rrs_without_replacement', p, q, 2)",
-    "verifier:spechub": "mdsd_ot.verifier_acceptance('spechub', p, q, 2)",
-    "verifier:greedy": "mdsd_ot.verifier_acceptance('greedy', p, q, 3)",
-    "verifier:optimal": "mdsd_ot.verifier_acceptance('optimal', p, q, 3)",
-    "plan": "from mdsd_ot.plan import evaluate_position; evaluate_position(p, q, [2])",
-    "plan_sequential": "from mdsd_ot.plan import evaluate_position; evaluate_position(p, q, [2, 3])",
-    # below the binned-scan threshold (V < 16,384) the sorted scans are other kernels
-    "with_replacement@2000": "mdsd_ot.optimal_acceptance(p, q, 2)",
-    "without_replacement_2@2000": "mdsd_ot.optimal_acceptance(p, q, 2, sampling='without_replacement')",
-}
 
-
-def run(code: str, cache: str) -> float:
-    """Seconds of the timed call in a fresh process (printed by the child, imports excluded)."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache, MDSD_OT_QUIET="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run(
-        [sys.executable, "-c", code + "\nprint(time.perf_counter() - t0)"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return float(out.stdout.split()[-1])
+def run(cache: str, names=None) -> list:
+    """The warmup results of a fresh process (a list of dicts), with ``cache`` as numba's cache."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-c", CHILD] + ([",".join(names)] if names else [])
+    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from mdsd_ot._compile import FAMILIES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("families", nargs="*", help=f"families to time (default all: {', '.join(FAMILIES)})")
-    parser.add_argument("--v", type=int, default=32_000, help="vocabulary size (default 32000)")
+    parser.add_argument(
+        "--in-order", action="store_true", help="every family in one process, in warmup order"
+    )
     args = parser.parse_args(argv)
     names = args.families or list(FAMILIES)
     lines = [
-        header(f"First-call compile time per kernel family (V = {args.v:,}, empty numba cache)"),
-        "| family | call | cold (s) | warm (s) | compile = cold - warm (s) |",
-        "|---|---|---|---|---|",
+        header("First-call compile time per kernel family (empty numba cache)"),
+        "| family | cold wall (s) | cold CPU (s) | warm wall (s) | warm CPU (s) | compile CPU (s) |",
+        "|---|---|---|---|---|---|",
     ]
-    for name in names:
-        V = int(name.split("@")[1]) if "@" in name else args.v
-        code = SETUP.format(V=V) + FAMILIES[name]
+    if args.in_order:
         with tempfile.TemporaryDirectory() as cache:
-            t_start = time.perf_counter()
-            cold = run(code, cache)
-            warm = run(code, cache)
-        lines.append(f"| {name} | `{FAMILIES[name]}` | {cold:.1f} | {warm:.2f} | {cold - warm:.1f} |")
-        print(lines[-1], f"({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
+            cold = run(cache, names)
+            warm = run(cache, names)
+        pairs = list(zip(cold, warm))
+    else:
+        pairs = []
+        for name in names:
+            with tempfile.TemporaryDirectory() as cache:
+                pairs.append((run(cache, [name])[0], run(cache, [name])[0]))
+            print(pairs[-1][0]["family"], pairs[-1][0]["cpu_seconds"], file=sys.stderr, flush=True)
+    for c, w in pairs:
+        lines.append(
+            f"| {c['family']} | {c['seconds']:.1f} | {c['cpu_seconds']:.1f} | {w['seconds']:.2f} | "
+            f"{w['cpu_seconds']:.2f} | {c['cpu_seconds'] - w['cpu_seconds']:.1f} |"
+        )
     print("\n".join(lines))
     return 0
 

@@ -13,6 +13,7 @@ from .logits import to_distribution
 from .result import AcceptanceResult
 from .top_k import TopKBounds, optimal_acceptance_top_k
 from .verifiers import VERIFIERS, verifier_acceptance
+from .warmup import warmup
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ __all__ = [
     "compare",
     "Comparison",
     "to_distribution",
+    "warmup",
     "optimal_acceptance_top_k",
     "TopKBounds",
 ]

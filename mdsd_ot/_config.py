@@ -188,6 +188,13 @@ PARALLEL_MIN_ENTRIES = 1 << 16
 #: Up to this vocabulary size the prefix scans run their Python bodies instead of compiling them.
 PYTHON_MAX_V = 256
 
+#: Seconds a kernel's Python body may run in one process (small inputs, ``PYTHON_MAX_V``) before the
+#: kernel is compiled instead, for a kernel outside the families of ``mdsd_ot._compile`` (a family's
+#: kernel switches after its own measured compile time): a loop of small calls (the demo's exact RSD
+#: recursion, 52,000 calls of a 33-token kernel) then pays at most about twice the cheaper of running
+#: the Python body and compiling once (the ski-rental rule). Speed only: both give the same bits.
+PYTHON_TWIN_BUDGET_S = 2.0
+
 #: RSD path Monte Carlo: below this undrafted mass (above its inverse for theta) the theta form is left
 #: for explicit residual arrays (theta + E / M would overflow).
 THETA_SAFE = 1e290

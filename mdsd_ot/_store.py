@@ -45,7 +45,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -196,10 +195,9 @@ def atomic_file(path, *, step: str | None = None):
     path = Path(path)
     step = step or path.name
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{_TMP}")
+        fd, tmp = _temp_file(path.parent, f".{path.name}{_TMP}")
     except OSError as exc:
         raise _with_path(exc, path) from None
-    tmp = Path(tmp)
     renamed = False
     try:
         checkpoint(f"{step}:temp")
@@ -223,6 +221,22 @@ def atomic_file(path, *, step: str | None = None):
         if not renamed:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+
+def _temp_file(folder: Path, prefix: str):
+    """``(fd, path)`` of a new file ``prefix + random`` in ``folder``, created with mode 0o666 less the
+    umask, as ``open()`` creates files (``tempfile.mkstemp`` makes them 0o600: results renamed from
+    it were unreadable to colleagues on a shared folder whatever their umask)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    import secrets
+
+    for _ in range(100):
+        tmp = folder / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(folder))
 
 
 def atomic_write(path, data, *, step: str | None = None) -> None:

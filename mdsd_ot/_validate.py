@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,6 +15,72 @@ _FLOAT_KINDS = "f"
 
 #: Largest accepted number of drafts: the numba kernels take ``n`` as an int64.
 N_MAX = 2**63 - 1
+
+
+#: Unit roundoff (half the machine epsilon) and smallest positive (subnormal) number of each float dtype
+#: a distribution may arrive in; the dtype names are numpy's and torch's.
+ROUNDING = {
+    "float64": (2.0**-53, 2.0**-1074),
+    "float32": (2.0**-24, 2.0**-149),
+    "bfloat16": (2.0**-8, 2.0**-133),
+    "float16": (2.0**-11, 2.0**-24),
+}
+
+
+def sum_tolerance(dtype, size: int) -> float:
+    r"""Largest ``|sum(x) - 1|`` accepted (without ``normalize=True``) for ``size`` probabilities that
+    arrived as ``dtype``: ``SUM_TOL`` for float64 input, and for float32, bfloat16 and float16 input
+    the rounding bound of a softmax stored in that dtype (docs/math.md#sums-of-low-precision-input).
+
+    A softmax ``x_i = e_i / S`` (or ``e_i * (1 / S)``) computed with a float32 accumulator (as torch
+    does for half-precision dtypes too) and stored in ``dtype`` sums, in exact arithmetic, to within
+
+    .. math:: \frac{(1 + u_a)^2 (1 + u_d)}{1 - \gamma_{V-1}} - 1 + V \frac{t_a + t_d}{2},
+              \qquad \gamma_k = \frac{k u_a}{1 - k u_a}
+
+    of one, whatever the values ``e_i >= 0`` and the summation order of ``S``: ``u_a``, ``t_a`` are
+    the unit roundoff and the smallest subnormal of float32, ``u_d``, ``t_d`` those of ``dtype``
+    (none for float32 itself). The float64 sum taken here adds at most ``2 V 2^-53``. The tolerance
+    is the larger of that bound and ``SUM_TOL``; past V = 2^23 the bound says nothing and the
+    tolerance is ``SUM_TOL``.
+
+    Parameters
+    ----------
+    dtype : str or numpy dtype or torch dtype
+        The input's dtype (``"float32"``, ``torch.bfloat16``, ...); anything else counts as float64.
+    size : int
+        The number of probabilities ``V`` of one distribution.
+
+    Returns
+    -------
+    float
+
+    >>> f"{sum_tolerance('float32', 152_064):.3e}", sum_tolerance("float64", 152_064)
+    ('9.231e-03', 1e-06)
+    """
+    name = str(dtype).rsplit(".", 1)[-1]
+    if name not in ROUNDING or name == "float64":
+        return SUM_TOL
+    u_d, t_d = ROUNDING[name]
+    u_a, t_a = ROUNDING["float32"]
+    if name == "float32":
+        u_d, t_d = 0.0, 0.0
+    V = int(size)
+    k = (V - 1) * u_a
+    if k >= 0.5:  # V > 2^23: the bound says nothing
+        return SUM_TOL
+    gamma = k / (1.0 - k)
+    # (1 + u_a)^2 (1 + u_d) / (1 - gamma) - 1, without the cancellation of subtracting 1
+    excess = 2.0 * u_a + u_a * u_a + u_d * (1.0 + u_a) ** 2 + gamma
+    bound = excess / (1.0 - gamma) + V * (t_a + t_d) / 2.0 + 2.0 * V * 2.0**-53
+    return max(SUM_TOL, bound)
+
+
+def source_dtype(x) -> str:
+    """The float dtype ``x`` arrives in, as :data:`ROUNDING` names it (``"float64"`` for lists,
+    Python floats and any dtype it does not list)."""
+    name = str(getattr(x, "dtype", "float64")).rsplit(".", 1)[-1]
+    return name if name in ROUNDING else "float64"
 
 
 def _as_float_array(x, name: str) -> np.ndarray:
@@ -55,6 +122,12 @@ def _as_float_array(x, name: str) -> np.ndarray:
 
 def _shaped(x, name: str, ndim: int) -> np.ndarray:
     """``x`` as a fresh float64 array with the required number of dimensions and no empty axis."""
+    return _shaped_from(x, name, ndim)[0]
+
+
+def _shaped_from(x, name: str, ndim: int):
+    """``(array, dtype)``: :func:`_shaped` and the dtype ``x`` came in (:func:`source_dtype`)."""
+    dtype = source_dtype(x if not isinstance(x, np.ma.MaskedArray) else x.data)
     arr = _as_float_array(x, name)
     if arr.ndim != ndim:
         shape = "(V,)" if ndim == 1 else "(B, V)"
@@ -63,15 +136,45 @@ def _shaped(x, name: str, ndim: int) -> np.ndarray:
         raise ValueError(f"{name} is empty; a distribution needs at least one token")
     if ndim == 2 and arr.shape[0] == 0:
         raise ValueError(f"{name} has no rows; pass at least one distribution")
-    return arr
+    return arr, dtype
 
 
-def _totals_checked(arr: np.ndarray, name: str, normalize: bool) -> np.ndarray:
+def _totals_checked(
+    arr: np.ndarray, name: str, normalize: bool, dtype: str = "float64", report=None
+) -> np.ndarray:
     sums = arr.sum(axis=-1)
-    check_totals(arr, name, sums, arr.min(), normalize)
+    check_totals(arr, name, sums, arr.min(), normalize, dtype=dtype)
+    if report is not None and dtype != "float64":
+        off = np.atleast_1d(sums - 1.0)
+        report.append(Renormalized(name, dtype, arr.shape[-1], float(off[np.argmax(np.abs(off))])))
     if normalize:
         arr /= sums[..., None]
     return arr
+
+
+class Renormalized(NamedTuple):
+    """One input that came in a lower precision than float64 and was renormalised in float64."""
+
+    name: str
+    dtype: str
+    size: int
+    off: float  # sum - 1 of its row farthest from one, before the float64 renormalisation
+
+
+def renormalized_note(report) -> str:
+    """The sentence a result carries when inputs came in float32, bfloat16 or float16: which, how far
+    off one their sums were, the tolerance of :func:`sum_tolerance`, and what was computed exactly."""
+    if not report:
+        return ""
+    parts = ", ".join(
+        f"{r.name} ({r.dtype}) summed to 1 {'-' if r.off < 0 else '+'} {abs(r.off):.2g}" for r in report
+    )
+    tol = max(sum_tolerance(r.dtype, r.size) for r in report)
+    return (
+        f"input renormalised in float64: {parts} (accepted within {tol:.2g}, the rounding bound of a "
+        f"{'/'.join(dict.fromkeys(r.dtype for r in report))} softmax at V = {report[0].size:,}); "
+        f"the value is exact for the renormalised float64 distributions"
+    )
 
 
 def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = False) -> np.ndarray:
@@ -86,28 +189,35 @@ def check_probabilities(x, name: str = "p", *, ndim: int = 1, normalize: bool = 
     ndim : {1, 2}
         Required number of dimensions.
     normalize : bool
-        Rescale each row to sum to one instead of rejecting sums off one by more than ``SUM_TOL``.
+        Rescale each row to sum to one instead of rejecting sums off one by more than
+        :func:`sum_tolerance` (``SUM_TOL`` for float64 input).
     """
     normalize = check_bool(normalize, "normalize")
-    return _totals_checked(_shaped(x, name, ndim), name, normalize)
+    arr, dtype = _shaped_from(x, name, ndim)
+    return _totals_checked(arr, name, normalize, dtype)
 
 
-#: Appended to the messages of inputs that look like logits (negative entries, entries above 1).
-LOGITS_HINT = (
-    "if these are logits, convert them first: mdsd_ot.to_distribution(logits, temperature=1.0) "
-    "(on the command line: --logits)"
-)
+#: Appended to the messages of inputs that look like logits (negative entries, entries above 1, sums off
+#: one); the command line says --logits instead (:data:`mdsd_ot.cli.CLI_SPELLING`).
+LOGITS_HINT = "if these are logits, convert them first: mdsd_ot.to_distribution(logits, temperature=1.0)"
+
+#: How the messages name the option that rescales positive weights (the command line: --normalize).
+NORMALIZE_HINT = "pass normalize=True"
 
 
-def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bool) -> None:
+def check_totals(
+    arr: np.ndarray, name: str, sums, minimum: float, normalize: bool, *, dtype: str = "float64"
+) -> None:
     """The checks of :func:`check_probabilities` given the row sums and the smallest entry of ``arr``
     (however they were computed): every entry finite and non-negative, every row of positive mass,
-    and, unless ``normalize``, summing to one within ``SUM_TOL``; ``ValueError`` naming the first bad
-    entry or row otherwise."""
+    and, unless ``normalize``, summing to one within :func:`sum_tolerance` of ``dtype`` (the dtype the
+    input came in: ``SUM_TOL`` for float64); ``ValueError`` naming the first bad entry or row
+    otherwise."""
+    tol = SUM_TOL if dtype == "float64" else sum_tolerance(dtype, arr.shape[-1])
     # one distribution: the passing case in scalar arithmetic (at small V numpy's calls dominate)
     if np.ndim(sums) == 0:
         total = float(sums)
-        if math.isfinite(total) and minimum >= 0 and total > 0 and (normalize or abs(total - 1.0) <= SUM_TOL):
+        if math.isfinite(total) and minimum >= 0 and total > 0 and (normalize or abs(total - 1.0) <= tol):
             return
     if not (np.isfinite(sums).all() and minimum >= 0):  # the slow checks only to say what is wrong
         if not np.all(np.isfinite(arr)):
@@ -123,13 +233,20 @@ def check_totals(arr: np.ndarray, name: str, sums, minimum: float, normalize: bo
     if np.any(sums <= 0):
         raise ValueError(f"{name} has total mass 0; a distribution needs positive mass")
     off = np.abs(sums - 1.0)
-    if not normalize and np.any(off > SUM_TOL):
+    if not normalize and np.any(off > tol):
         worst = float(np.atleast_1d(sums)[np.argmax(np.atleast_1d(off))])
+        if tol == SUM_TOL:
+            allowed = f"more than {SUM_TOL:g} away from 1"
+        else:
+            allowed = (
+                f"more than {tol:.2g} away from 1, the rounding bound of a {dtype} softmax of "
+                f"{arr.shape[-1]:,} tokens"
+            )
         top = float(np.max(arr))
-        hint = f" ({name} has entries above 1, up to {top:.4g}: {LOGITS_HINT})" if top > 1.0 else ""
+        above = f" (it has entries above 1, up to {top:.4g})" if top > 1.0 else ""
         raise ValueError(
-            f"{name} sums to {worst:.9g}, more than {SUM_TOL:g} away from 1; "
-            f"pass normalize=True to rescale it{hint}"
+            f"{name} sums to {worst:.9g}, {allowed}: not a probability distribution{above}; {LOGITS_HINT}; "
+            f"to rescale positive weights, {NORMALIZE_HINT}"
         )
 
 
@@ -140,23 +257,26 @@ def check_bool(value, name: str) -> bool:
     raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
 
 
-def check_pair(p, q, *, ndim: int = 1, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a target/draft pair of the same shape."""
+def check_pair(p, q, *, ndim: int = 1, normalize: bool = False, report=None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a target/draft pair of the same shape (sums within :func:`sum_tolerance` of the dtype
+    each came in). ``report``: a list to which each input that came in float32, bfloat16 or float16
+    is appended as a :class:`Renormalized` (for :func:`renormalized_note`)."""
     normalize = check_bool(normalize, "normalize")
-    p, q = _shaped(p, "p", ndim), _shaped(q, "q", ndim)
+    (p, dp), (q, dq) = _shaped_from(p, "p", ndim), _shaped_from(q, "q", ndim)
     if p.shape != q.shape:  # first: a truncated q would otherwise get the message about its sum
         raise ValueError(
             f"p and q must have the same shape (one probability per vocabulary token); "
             f"got p {p.shape} and q {q.shape}"
         )
-    return _totals_checked(p, "p", normalize), _totals_checked(q, "q", normalize)
+    return _totals_checked(p, "p", normalize, dp, report), _totals_checked(q, "q", normalize, dq, report)
 
 
-def normalized_pair(p, q, *, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def normalized_pair(p, q, *, normalize: bool = False, report=None) -> tuple[np.ndarray, np.ndarray]:
     """The validation of one (p, q) problem at the library's boundary: :func:`check_pair`, then each
-    rescaled to sum to one exactly (by at most ``SUM_TOL`` relative; with ``normalize=True``, the
+    rescaled to sum to one exactly (by at most ``SUM_TOL`` relative for float64 input, at most
+    :func:`sum_tolerance` for float32, bfloat16 and float16 input; with ``normalize=True``, the
     user's positive weights normalised). Fresh float64 copies."""
-    p, q = check_pair(p, q, normalize=normalize)
+    p, q = check_pair(p, q, normalize=normalize, report=report)
     p /= p.sum()  # check_pair returned fresh copies
     q /= q.sum()
     return p, q

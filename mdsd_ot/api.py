@@ -14,6 +14,7 @@ from ._validate import (
     check_totals,
     fingerprint,
     normalized_pair,
+    renormalized_note,
 )
 from .drafts import get_scheme
 from .result import AcceptanceResult
@@ -128,8 +129,12 @@ def optimal_acceptance(
     Parameters
     ----------
     p, q : array_like, shape (V,)
-        Target and draft distributions (float16/32/64; promoted to float64). Sums within
-        ``SUM_TOL`` of one are rescaled to one; larger deviations raise unless ``normalize=True``.
+        Target and draft distributions (float64, float32, float16, or torch tensors, bfloat16 too;
+        promoted to float64 exactly). Sums within ``SUM_TOL`` of one (float64 input), or within the
+        rounding bound of a softmax in the input's dtype at this V (float32, bfloat16, float16:
+        :func:`mdsd_ot._validate.sum_tolerance`; ``message`` then says so), are rescaled to one in
+        float64, and alpha* is computed exactly for the rescaled distributions; larger deviations
+        raise unless ``normalize=True``. Logits: :func:`mdsd_ot.to_distribution` first.
     n : int
         Number of drafts (>= 1).
     sampling : str
@@ -163,7 +168,9 @@ def optimal_acceptance(
     >>> round(r.value, 6), r.subset.tolist()
     (0.69, [1, 2, 3])
     """
-    p, q = normalized_pair(p, q, normalize=normalize)
+    report = []  # inputs that came in float32, bfloat16 or float16: said in the message
+    p, q = normalized_pair(p, q, normalize=normalize, report=report)
+    note = renormalized_note(report)
     n = check_n(n)
     scheme = get_scheme(sampling)
     method = check_choice(method, "method", METHODS, METHOD_ALIASES)
@@ -180,6 +187,7 @@ def optimal_acceptance(
         value, subset, diff = _solve_dual_checked(p, q, n, scheme)
         lower = _lower_bound(p, q, n, scheme, prove)
         ok, message = _with_lower_bound(_verdict(diff, RECHECK_TOL), float(value), lower)
+        message = f"{message}; {note}" if note else message
         return AcceptanceResult(float(value), subset, "dual", scheme.name, n, ok, message, lower_bound=lower)
     elif method == "bruteforce":
         value, subset = dual.solve_bruteforce(p, q, n, scheme)
@@ -203,6 +211,7 @@ def optimal_acceptance(
         extra = dict(plan=sol.plan, draft_sets=lp.sets, residual=sol.residual)
     tol = RECHECK_TOL if method in ("dual", "bruteforce") else CERT_TOL
     ok, message = _verdict(abs(_dual_objective(p, q, n, scheme, subset) - value), tol)
+    message = f"{message}; {note}" if note else message
     return AcceptanceResult(float(value), subset, method, scheme.name, n, ok, message, **extra)
 
 

@@ -33,7 +33,16 @@ Statistics (all at confidence ``1 - level``)
   its drafts, and ``stderr = sqrt(sum_t pi_t^2 s_t^2 / R_t)`` (``s_t^2`` the sample variance of the
   accept indicator on ``t``; the ``pi_t`` are exact, so there is no between-tuple term).
 * ``lossless``: ``pvalue >= level`` and no token with ``p = 0`` was output. It means "no evidence of
-  bias at this level"; ``tv_upper`` says how large a bias the data still allow.
+  bias at this level", not a proof: ``tv_upper`` says how large a bias the data still allow, and
+  ``detectable_tv`` how large a bias the test flags with probability at least ``POWER``. Under a bias
+  the statistic is about noncentral chi-square with noncentrality ``N chi^2(L, p)`` on the test's
+  cells, and a law at total variation ``delta`` from ``p`` on those cells has
+  ``chi^2(L, p) >= 4 delta^2`` (equality when the bias moves ``delta`` between two halves of ``p``'s
+  mass, the hardest shape to see), so every bias with ``delta >= sqrt(lambda* / (4 N))`` is flagged
+  with probability ``>= POWER`` (``lambda*``: the noncentrality at which the level-``level`` test on
+  ``df`` degrees of freedom has that power). At the default 50,000 trials and level 0.01 that is a
+  TV of about 0.009 to 0.016 (1 to 100 degrees of freedom): a smaller bias can pass; it falls as
+  ``1/sqrt(trials)``.
 * ``top_tuples``: which draft tuples the output departs on. A lossless verifier's per-tuple output
   laws are not ``p`` (they favour the drafts) and their departures cancel in the mixture, so a tuple
   can only be judged against a reference algorithm: by default (``reference="auto"``) the library's
@@ -107,6 +116,9 @@ MAX_RUNS = 20_000_000
 #: Cells with expected count below this are pooled before the chi-square test.
 MIN_EXPECTED = 5.0
 
+#: ``AuditResult.detectable_tv`` is the smallest bias flagged with at least this probability.
+POWER = 0.8
+
 #: ``reference="auto"``: the registry verifier each draft scheme's tuples are compared with
 #: (``DraftScheme.reference_verifier``; None for a scheme without one).
 DEFAULT_REFERENCE = {name: s.reference_verifier for name, s in SCHEMES.items() if s.reference_verifier}
@@ -161,7 +173,8 @@ class AuditResult:
     acceptance, stderr : float
         Estimated acceptance rate P(output is one of the drafts) and its standard error.
     lossless : bool
-        ``pvalue >= level`` and no impossible token: no evidence of bias at this level.
+        ``pvalue >= level`` and no impossible token: no evidence of bias at this level (not a proof:
+        see ``detectable_tv``).
     level : float
         Significance level of the verdict (the confidence of ``tv_upper`` is ``1 - level``).
     output_law : ndarray, shape (V,)
@@ -181,6 +194,11 @@ class AuditResult:
     n, sampling, tuples, runs, trials, seed, name
         The setting: drafts, scheme, number of draft tuples enumerated, ``verify`` calls made,
         the ``trials`` asked for, the seed, and the callable's name.
+    detectable_tv : float or None
+        Every bias of the output law with at least this total variation from ``p`` (on the test's
+        cells) is flagged with probability at least :data:`POWER` at this level, whatever its shape;
+        a smaller one can pass as ``lossless`` (more ``trials`` lower it, as ``1/sqrt(trials)``).
+        None when ``p`` is one-hot (only an impossible token can show a bias).
     """
 
     tv: float
@@ -204,6 +222,7 @@ class AuditResult:
     trials: int = 0
     seed: int | None = None
     name: str = ""
+    detectable_tv: float | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-serialisable dict."""
@@ -218,6 +237,7 @@ class AuditResult:
             "seed": self.seed,
             "level": self.level,
             "lossless": self.lossless,
+            "detectable_tv": self.detectable_tv,
             "tv": self.tv,
             "tv_upper": self.tv_upper,
             "pvalue": self.pvalue,
@@ -255,6 +275,11 @@ class AuditResult:
         lines.append(f"acceptance = {self.acceptance:.4f} (standard error {self.stderr:.4f})")
         verdict = "lossless: no evidence of bias" if self.lossless else "NOT lossless: biased"
         lines.append(f"verdict at level {self.level:g}: {verdict}")
+        if self.lossless and self.detectable_tv is not None:
+            lines.append(
+                f"  (not a proof: a bias of TV >= {self.detectable_tv:.2g} is flagged with probability "
+                f">= {POWER:.0%}, a smaller one can pass; more trials lower this as 1/sqrt(trials))"
+            )
         if self.top_tuples:
             lines.append(
                 f"draft tuples departing most from the reference verifier {self.reference!r} "
@@ -584,7 +609,8 @@ def audit(
 
     impossible = tuple(int(y) for y in np.flatnonzero((p == 0) & (counts.sum(axis=0) > 0)))
     N = float(np.min(runs / probs))
-    statistic, df, pvalue, _ = _chi_square(law, p, N, bool(impossible))
+    statistic, df, pvalue, cells = _chi_square(law, p, N, bool(impossible))
+    detectable = _detectable_tv(N, df, level) if len(cells) >= 2 else None
 
     a = accepted / runs
     var = a * (1.0 - a) * runs / (runs - 1)
@@ -630,7 +656,20 @@ def audit(
         trials=int(trials),
         seed=seed,
         name=getattr(verify, "__name__", type(verify).__name__),
+        detectable_tv=detectable,
     )
+
+
+def _detectable_tv(N: float, df: int, level: float) -> float:
+    """``sqrt(lambda* / (4 N))``: the total variation above which every bias is flagged with
+    probability >= :data:`POWER` (``lambda*``: the noncentrality of a noncentral chi-square on ``df``
+    degrees of freedom exceeding the level-``level`` critical value with that probability)."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, ncx2
+
+    critical = chi2.isf(level, df)
+    lam = brentq(lambda x: ncx2.sf(critical, df, x) - POWER, 1e-9, 1e6)
+    return math.sqrt(lam / (4.0 * N))
 
 
 # =========================================================================================== trees

@@ -21,6 +21,7 @@ COMMANDS = {
     "decode": "decode",
     "trees": "trees",
     "tiny-models": "tiny_models",
+    "warmup": "warmup",
 }
 
 
@@ -68,12 +69,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error_text(exc: BaseException) -> str:
+    """One line for an input error: a missing file as ``no such file: <path>`` and a folder given for
+    a file as ``<path> is a directory`` (as the commands' own checks say it), not Python's
+    ``[Errno 2] No such file or directory: '<path>'``; anything else its message on one line."""
+    filename = getattr(exc, "filename", None)
+    if isinstance(exc, FileNotFoundError) and exc.errno is not None and filename is not None:
+        return f"no such file: {filename}"
+    if isinstance(exc, IsADirectoryError) and exc.errno is not None and filename is not None:
+        return f"{filename} is a directory; give a file"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _os_error(exc: OSError) -> str:
     """One line naming the path: ``<path>: <reason>`` (disk full, permissions, bad paths)."""
     if exc.errno is not None and exc.strerror and exc.filename is not None:
         extra = f" -> {exc.filename2}" if getattr(exc, "filename2", None) else ""
         return f"{exc.filename}{extra}: {exc.strerror}"
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+#: The library's messages name Python options; a command says its own flags instead, or, when it has
+#: none for that, what to do: (text, with the flag, without it).
+CLI_SPELLING = (
+    (
+        "convert them first: mdsd_ot.to_distribution(logits, temperature=1.0)",
+        "logits",
+        "pass --logits (and --temperature T)",
+        "convert them with a softmax first",
+    ),
+    (
+        "to rescale positive weights, pass normalize=True",
+        "normalize",
+        "to rescale positive weights, pass --normalize",
+        "rescale them to sum to one",
+    ),
+)
+
+
+def cli_spelling(message: str, args) -> str:
+    """``message`` with the Python spellings of :data:`CLI_SPELLING` replaced by the flags of the
+    command that ``args`` was parsed for (``normalize=True`` -> ``--normalize``)."""
+    for text, dest, flag, other in CLI_SPELLING:
+        if text in message:
+            message = message.replace(text, flag if hasattr(args, dest) else other)
+    return message
 
 
 def _closed_pipe() -> int:
@@ -162,7 +202,7 @@ def main(argv=None) -> int:
         except BrokenPipeError:
             return _closed_pipe()
         except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, ImportError) as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
+            message = cli_spelling(_error_text(exc), args)
             print(f"{prog}: error: {message}", file=sys.stderr)
             return 2
         except OSError as exc:

@@ -124,7 +124,8 @@ def to_distribution(
     if x.shape[-1] == 0 or x.size == 0:
         raise ValueError("logits are empty; a distribution needs at least one token")
     if kind == "probs":
-        x = check_probabilities(x, "probabilities", ndim=x.ndim, normalize=normalize)
+        # from the input itself: its dtype sets the sum tolerance (float32 softmax: sum_tolerance)
+        x = check_probabilities(logits, "probabilities", ndim=x.ndim, normalize=normalize)
         if temperature == 1.0 and top_k is None and (top_p is None or top_p == 1.0):
             return x
         with np.errstate(divide="ignore"):

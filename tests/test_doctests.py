@@ -4,13 +4,15 @@ what it says.
 * Docstrings: every module of ``mdsd_ot`` goes through :mod:`doctest` (one test per module; modules
   that need torch are skipped when torch is missing).
 * README.md and docs/*.md (the pages next to docs/math.md; docs/results/ holds write-ups, not
-  examples): every ```python block must be written as a doctest (``>>>`` lines with their output) and
-  is run as one; a block that imports torch is skipped without torch. Every ``mdsd-ot`` line of a bash
-  block runs through the CLI in a copy of ``examples/cli/`` (the files the README's lines name, as
-  pasted after ``cd examples/cli``); lines that need real models (``--target``, and ``merge`` of
-  their output) are left out, and demo lines run on 4 positions without plots (flags checked, time
-  bounded). The README's tiny-models block (``mdsd-ot tiny-models`` then study, merge and decode on
-  those models) runs as one sequence, as pasted, in an empty folder.
+  examples): every ```python block is a doctest (``>>>`` lines with their output), run as one, or a
+  script to paste into ``python3`` whose ``print`` lines end in ``# -> <what it prints>``, run as
+  pasted (through ``python3 -i`` on stdin) with each printed line compared; a block that imports
+  torch is skipped without torch. Every ``mdsd-ot`` line of a bash block runs through the CLI in a
+  copy of ``examples/cli/`` (the files the README's lines name, as pasted after ``cd examples/cli``);
+  lines that need real models (``--target``, and ``merge`` of their output) are left out, demo lines
+  run on 4 positions without plots (flags checked, time bounded) and warmup lines with ``--list``
+  (nothing compiled). The README's tiny-models block (``mdsd-ot tiny-models`` then study, merge and
+  decode on those models) runs as one sequence, as pasted, in an empty folder.
 * The README gives an example of every sub-command of ``mdsd-ot --help``.
 """
 
@@ -86,18 +88,43 @@ def _blocks(lang: str, pages=PAGES) -> list[tuple[str, int, str]]:
 PY_BLOCKS = _blocks("python")
 
 
+def _is_script(body: str) -> bool:
+    return not next(ln for ln in body.splitlines() if ln.strip()).startswith(">>> ")
+
+
 def test_readme_python_blocks_are_doctests():
     assert sum(name == "README.md" for name, _, _ in PY_BLOCKS) >= 1
     assert len(PY_BLOCKS) >= 9  # the README's API example and the docs pages' examples
     for name, line, body in PY_BLOCKS:
-        first = next(ln for ln in body.splitlines() if ln.strip())
-        assert first.startswith(">>> "), f"{name}:{line}: write the example as a doctest (>>>)"
+        if _is_script(body):  # a script says what it prints
+            assert "# -> " in body, (
+                f"{name}:{line}: write the example as a doctest (>>>) or mark outputs # ->"
+            )
+            assert ">>>" not in body, f"{name}:{line}: a script block has no >>> lines"
 
 
 @pytest.mark.parametrize("name, line, body", PY_BLOCKS, ids=[f"{name}:{ln}" for name, ln, _ in PY_BLOCKS])
 def test_readme_python_block(name, line, body):
     if "import torch" in body and not HAS_TORCH:
         pytest.skip("needs torch")
+    if _is_script(body):
+        import os
+        import subprocess
+        import sys
+
+        expected = [ln.split("# -> ", 1)[1].rstrip() for ln in body.splitlines() if "# -> " in ln]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), MDSD_OT_QUIET="1")
+        got = subprocess.run(
+            [sys.executable, "-i", "-q"],
+            input=body + "\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in got.stderr and got.returncode == 0, got.stderr
+        assert [ln.rstrip() for ln in got.stdout.splitlines()] == expected, (name, line, got.stdout)
+        return
     test = doctest.DocTestParser().get_doctest(body, {}, f"{name}:{line}", str(ROOT / name), line)
     assert test.examples
     _run(test)
@@ -177,6 +204,8 @@ def test_readme_cli_line(example_files, name, line, cmd, capsys):
     argv = shlex.split(cmd)[1:]
     if argv[0] == "demo":
         argv += ["--positions", "4", "--no-plot", "--no-progress"]
+    if argv[0] == "warmup":  # compiling every family takes minutes: its listing (flags checked)
+        argv += ["--list"]
     if argv[0] in ("study", "merge") and "--help" not in argv:
         pytest.skip("needs the real models (merge: the study folders they produce)")
     try:

@@ -843,7 +843,7 @@ def test_simulated_unwritable_folder_is_one_line(lab, tmp_path, capsys, monkeypa
     (line,) = err.strip().splitlines()
     assert line == f"mdsd-ot study: error: {folder / '.lock'}: {os.strerror(err_no)}"
     monkeypatch.setattr(
-        _store.tempfile, "mkstemp", lambda **kw: (_ for _ in ()).throw(OSError(err_no, os.strerror(err_no)))
+        _store, "_temp_file", lambda *a, **kw: (_ for _ in ()).throw(OSError(err_no, os.strerror(err_no)))
     )
     code, _, err = _cli(capsys, ["merge", folder, "--out", tmp_path / "m"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and os.strerror(err_no) in err

@@ -6,12 +6,20 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import types
 
 import numba as nb
 import numpy as np
 
-from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PLAN_BLOCK, PYTHON_MAX_V, SEQUENTIAL_WORKSPACE_MAX_V
+from .._config import (
+    BINNED_MIN_V,
+    PARALLEL_MIN_ENTRIES,
+    PLAN_BLOCK,
+    PYTHON_MAX_V,
+    PYTHON_TWIN_BUDGET_S,
+    SEQUENTIAL_WORKSPACE_MAX_V,
+)
 from .common import neumaier_add, neumaier_add_nonneg
 from .scans import (
     bucketed_scan,
@@ -22,30 +30,34 @@ from .scans import (
     scan_with_replacement,
     scan_without_replacement_2,
 )
-from .sequential import new_workspace, scan_without_replacement, scan_without_replacement_into
+from .sequential import new_workspace, scan_without_replacement_into
 
 _NOTICED = set()
 
 
+def jit_enabled() -> bool:
+    """False under ``NUMBA_DISABLE_JIT=1`` (the kernels are plain Python functions: nothing compiles)."""
+    return not nb.config.DISABLE_JIT
+
+
 def compile_notice(kernel, what: str, seconds: int) -> None:
-    """One line on stderr before ``kernel`` is compiled for the first time on this installation.
+    """One line on stderr before ``kernel`` is compiled for the first time with this numba cache.
 
     Compiling is silent and the larger kernels take many seconds on their first call; after it numba's
-    on-disk cache makes them load in milliseconds. Said once per process, only when neither this
-    process nor the cache has the kernel; ``MDSD_OT_QUIET=1`` silences it.
+    on-disk cache makes them load in milliseconds. Said once per process and ``what``, only when
+    neither this process nor the cache has the kernel for its present source
+    (:func:`compiled_ready`); ``MDSD_OT_QUIET=1`` silences it. ``seconds``: the measured estimate
+    (:data:`mdsd_ot._compile.FAMILIES`).
     """
-    if what in _NOTICED or getattr(kernel, "signatures", True) or os.environ.get("MDSD_OT_QUIET"):
-        return  # (a plain function under NUMBA_DISABLE_JIT=1 has no signatures: nothing to compile)
-    _NOTICED.add(what)
-    try:
-        cached = os.path.exists(kernel._cache._cache_file._index_path)
-    except AttributeError:  # numba's cache internals changed: stay quiet
+    if what in _NOTICED or os.environ.get("MDSD_OT_QUIET"):
         return
-    if not cached:
-        sys.stderr.write(
-            f"mdsd_ot: compiling {what} (first use on this installation, about {seconds} s; "
-            f"cached afterwards)\n"
-        )
+    if not isinstance(kernel, nb.core.registry.CPUDispatcher) or compiled_ready(kernel):
+        return  # (a plain function under NUMBA_DISABLE_JIT=1: nothing to compile)
+    _NOTICED.add(what)
+    sys.stderr.write(
+        f"mdsd_ot: compiling {what} (not in the kernel cache yet: about {seconds} s, once; later "
+        f"processes load them in milliseconds; 'mdsd-ot warmup' compiles every family ahead)\n"
+    )
 
 
 _TWINS: dict = {}
@@ -105,27 +117,52 @@ def compiled_ready(kernel) -> bool:
     return ready
 
 
+_TWIN_SECONDS: dict = {}
+
+
 def small_or_jit(kernel, size: int):
     """``kernel`` itself, or its Python twin (:func:`python_twin`) for inputs of at most
     ``PYTHON_MAX_V`` tokens when the kernel is not compiled yet (:func:`compiled_ready`).
 
     A small input on a fresh installation compiles nothing (the twin costs far less than a compile);
     once the kernel is compiled or cached, it runs compiled at every size (the twin costs hundreds of
-    microseconds at V = 60). The two give the same bits: the kernels use no fast-math and the same
-    libm (``tests/test_kernels.py::test_small_v_compiled_and_python_bodies_agree``). The Python body
-    runs with numpy's overflow and underflow warnings off: compiled, the same arithmetic overflows to
-    inf silently, and the kernels are written for that.
+    microseconds at V = 60). A kernel whose twin has run, in this process, as long as compiling it
+    takes (its family's measured estimate, :data:`mdsd_ot._compile.FAMILIES`, else
+    ``PYTHON_TWIN_BUDGET_S``) is compiled then (with its family's notice): a loop of small calls pays
+    at most about twice the cheaper of the two. The two give the same bits: the kernels use no
+    fast-math and the same libm (``tests/test_kernels.py::test_small_v_compiled_and_python_bodies_agree``).
+    The Python body runs with numpy's overflow and underflow warnings off: compiled, the same
+    arithmetic overflows to inf silently, and the kernels are written for that.
     """
     if size > PYTHON_MAX_V or compiled_ready(kernel):
+        return kernel
+    if isinstance(kernel, nb.core.registry.CPUDispatcher) and _TWIN_SECONDS.get(kernel, 0.0) >= _budget(
+        kernel
+    ):
+        from .. import _compile
+
+        _compile.notice_for_kernel(kernel)
         return kernel
 
     body = python_twin(kernel)
 
     def python_body(*args):
-        with np.errstate(over="ignore", under="ignore"):
-            return body(*args)
+        t0 = time.perf_counter()
+        try:
+            with np.errstate(over="ignore", under="ignore"):
+                return body(*args)
+        finally:
+            _TWIN_SECONDS[kernel] = _TWIN_SECONDS.get(kernel, 0.0) + time.perf_counter() - t0
 
     return python_body
+
+
+def _budget(kernel) -> float:
+    """Seconds of Python twin that ``kernel`` may run before it is compiled (:func:`small_or_jit`)."""
+    from .. import _compile
+
+    family = _compile.family_of(kernel)
+    return float(_compile.FAMILIES[family].seconds) if family else PYTHON_TWIN_BUDGET_S
 
 
 class _SequentialWorkspace(threading.local):
@@ -168,7 +205,9 @@ def solve_sorted(ps, qs, n, code, refine=0, sums=None):
                 rest = small_or_jit(complement_masses_kernel, ps.size)(qs)
                 return small_or_jit(scan_without_replacement_2, ps.size)(ps, qs, rest)
             return _scan_without_replacement_2(ps, qs, n)
-        compile_notice(scan_without_replacement_into, "the sequential-sampling kernels", 15)
+        from .. import _compile
+
+        _compile.notice("sequential")
         fwork, iwork, bwork = sequential_workspace(ps.size)
         if sums is None:
             V1 = ps.size + 1
@@ -229,12 +268,21 @@ def _batch_without_2(P, Q, n):
 
 
 @nb.njit(cache=True, parallel=True)
-def _batch_without(P, Q, n):
-    out = np.empty(P.shape[0])
+def _batch_without(P, Q, n, refine, have_sums):
+    # ``refine`` (0) and ``have_sums`` (False) come in as arguments, typed int64 and bool as in
+    # solve_sorted's call: constants would be typed Literal[int](0) and Literal[bool](False), a second
+    # signature of the whole sequential scan, compiled again (about 60 s) instead of loaded from the cache
+    B, V = P.shape
+    V1 = V + 1
+    out = np.empty(B)
     H = np.zeros(P.shape, dtype=np.bool_)
-    for b in nb.prange(P.shape[0]):
+    for b in nb.prange(B):
         order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = scan_without_replacement(P[b][order], Q[b][order], n, 0)
+        fwork, iwork, bwork = new_workspace(V)
+        d, k = scan_without_replacement_into(
+            P[b][order], Q[b][order], n, refine, fwork[0][:V1], fwork[1][:V1], fwork[2][:V1], have_sums,
+            fwork, iwork, bwork,
+        )  # fmt: skip
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
@@ -262,7 +310,7 @@ def _batch_kernel(V, n, code):
     if code == 0 or n == 1:
         return _batch_with, (n,)
     if code == 1:
-        return (_batch_without_2 if n == 2 else _batch_without), (n,)
+        return (_batch_without_2, (n,)) if n == 2 else (_batch_without, (n, 0, False))
     return _batch_conditional_poisson, (n,)
 
 
@@ -285,8 +333,9 @@ def solve_batch(P, Q, n, code):
             H[b, order[: int(k)]] = True
             out[b] = max(1.0 - d, 0.0)
         return out, H
-    if kernel is _batch_without:
-        compile_notice(_batch_without, "the sequential-sampling kernels", 20)
+    from .. import _compile
+
+    _compile.notice("batch_sequential" if kernel is _batch_without else "batch", kernel=kernel)
     return kernel(P, Q, *extra)
 
 

@@ -37,7 +37,7 @@ import math
 from typing import NamedTuple
 
 from .._config import RECHECK_TOL, SUM_TOL, TOP_P_TIE
-from .._validate import check_bool, check_n
+from .._validate import LOGITS_HINT, NORMALIZE_HINT, check_bool, check_n, source_dtype, sum_tolerance
 from ..drafts import SCHEMES, get_scheme
 from ..drafts.greedy import torch_bound as greedy_torch_bound
 from ..drafts.greedy import torch_sums as greedy_torch_sums
@@ -108,8 +108,9 @@ def _as_float64_tensor(x, name: str):
     return x.detach().to(torch.float64)
 
 
-def _check_probs(x, name: str, normalize: bool):
-    """Validate a float64 probability tensor along the last axis; return it (rescaled if asked)."""
+def _check_probs(x, name: str, normalize: bool, dtype: str = "float64"):
+    """Validate a float64 probability tensor along the last axis; return it (rescaled if asked). Sums
+    may be off one by :func:`mdsd_ot._validate.sum_tolerance` of ``dtype``, the dtype it came in."""
     torch = require_torch()
     normalize = check_bool(normalize, "normalize")
     if not bool(torch.isfinite(x).all()):
@@ -132,11 +133,18 @@ def _check_probs(x, name: str, normalize: bool):
     if normalize:
         return x / sums
     off = (sums - 1.0).abs()
-    if bool((off > SUM_TOL).any()):
+    tol = sum_tolerance(dtype, x.shape[-1])
+    if bool((off > tol).any()):
         worst = float(sums.flatten()[int(off.flatten().argmax())])
         raise ValueError(
-            f"{name} sums to {worst:.9g}, more than {SUM_TOL:g} away from 1; "
-            f"pass normalize=True to rescale it"
+            f"{name} sums to {worst:.9g}, more than {tol:.2g} away from 1"
+            + (
+                ""
+                if tol == SUM_TOL
+                else f", the rounding bound of a {dtype} softmax of {x.shape[-1]:,} tokens"
+            )
+            + f": not a probability distribution; {LOGITS_HINT}; "
+            f"to rescale positive weights, {NORMALIZE_HINT}"
         )
     return x
 
@@ -186,6 +194,7 @@ def to_distribution(
     torch = require_torch()
     if kind not in ("logits", "probs"):
         raise ValueError(f"unknown kind {kind!r}; choose 'logits' or 'probs'")
+    dtype = source_dtype(x)
     t = _as_float64_tensor(x, "x")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__}")
@@ -207,7 +216,7 @@ def to_distribution(
             raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
 
     if kind == "probs":
-        t = _check_probs(t, "x", normalize)
+        t = _check_probs(t, "x", normalize, dtype)
         if temperature == 1.0 and top_k is None and (top_p is None or top_p == 1.0):
             return t if normalize else t.clone()
         base = torch.log(t)  # log 0 = -inf: a zero stays zero under any temperature
@@ -450,8 +459,8 @@ def _prepare(p, q, ns, sampling, normalize):
     if pt.device != qt.device:
         raise ValueError(f"p and q must be on the same device; got {pt.device} and {qt.device}")
     squeeze = pt.ndim == 1
-    pt = _check_probs(pt.reshape(-1, pt.shape[-1]), "p", normalize)
-    qt = _check_probs(qt.reshape(-1, qt.shape[-1]), "q", normalize)
+    pt = _check_probs(pt.reshape(-1, pt.shape[-1]), "p", normalize, source_dtype(p))
+    qt = _check_probs(qt.reshape(-1, qt.shape[-1]), "q", normalize, source_dtype(q))
     # rescale to sum to one exactly as mdsd_ot.optimal_acceptance does (a change of ~1e-16 here)
     pt = pt / pt.sum(-1, keepdim=True)
     qt = qt / qt.sum(-1, keepdim=True)

@@ -83,10 +83,11 @@ def run(args) -> int:
     from .. import _store
     from ..decode import DecodeConfig, run_shard, write_report
     from ..decode.report import check_cost_ratio
-    from .study import _floats
+    from .study import _floats, check_device_option
 
     check_cost_ratio(args.cost_ratio)  # before anything runs
     _ray.check(args)
+    _check_trees(args.trees)
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     config = DecodeConfig(
         target=args.target,
@@ -110,6 +111,7 @@ def run(args) -> int:
         dtype=args.dtype,
         threads=args.threads,
     ).validate()
+    check_device_option(args, "mdsd-ot decode")
     t0 = time.time()
     if args.ray is not None:
         return _run_on_ray(config, args, t0)
@@ -126,6 +128,19 @@ def run(args) -> int:
     if args.shard is None:
         print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     return 0
+
+
+def _check_trees(text: str) -> None:
+    """Each tree of ``--trees`` readable; else the error says how several trees are written."""
+    from ..trees.shape import parse_shape
+
+    for spec in text.split():
+        try:
+            parse_shape(spec)
+        except ValueError as exc:
+            raise ValueError(
+                f"--trees {text!r}: {exc}; several trees are separated by spaces, e.g. --trees '2x3 4,2'"
+            ) from None
 
 
 def _run_on_ray(config, args, t0) -> int:

@@ -22,7 +22,9 @@ def add_arguments(parser):
     from ..verifiers import DEFAULT_VERIFIERS, VERIFIERS
 
     parser.add_argument(
-        "--out", default="mdsd_ot_demo", help="folder for the plot and tables (default: ./mdsd_ot_demo)"
+        "--out",
+        default="mdsd_ot_demo",
+        help="folder for the plots and tables, relative to the current folder (default: ./mdsd_ot_demo)",
     )
     parser.add_argument(
         "--temperatures",
@@ -205,5 +207,5 @@ def run(args) -> int:
         print("note: these methods could not run and are missing from the tables:", file=sys.stderr)
         for line in failures:
             print(f"  {line}", file=sys.stderr)
-    print(f"done in {time.time() - t0:.1f} s (evaluation {elapsed:.1f} s)")
+    print(f"done in {time.time() - t0:.1f} s (evaluation {elapsed:.1f} s); results in {out.resolve()}")
     return 0

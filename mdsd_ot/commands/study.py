@@ -121,10 +121,27 @@ def add_arguments(parser):
     _ray.add_arguments(parser)  # --ray [ADDRESS], --shards, --ray-cpus/-gpus/-memory/-retries
 
 
+def check_device_option(args, prefix: str) -> None:
+    """``--device`` before anything is loaded or written (one line, exit status 2): the name always,
+    and without ``--ray`` that this process can use it (with ``--ray`` the workers' devices count, not
+    the driver's). ``--no-progress`` also silences transformers' loading bars."""
+    import importlib.util
+
+    from ..runs.inputs import check_device, check_model_dependencies
+    from ..runs.shards import quiet_model_loading
+
+    if args.no_progress:
+        quiet_model_loading()
+    if args.ray is None:
+        check_model_dependencies(prefix)  # before the folder is made
+        check_device(args.device)
+    elif importlib.util.find_spec("torch") is not None:  # a driver without torch: the workers check it
+        check_device(args.device, available=False)
+
+
 def run(args) -> int:
     from .. import _store
     from ..study import StudyConfig
-    from ..study.collection import check_model_dependencies
     from ..study.job import StudyJob, run_shard
 
     _ray.check(args)
@@ -145,6 +162,7 @@ def run(args) -> int:
         every=args.every,
         mc_samples=args.mc_samples,
     ).validate()
+    check_device_option(args, "mdsd-ot study")
     job = StudyJob(
         target=args.target,
         draft=args.draft,
@@ -165,7 +183,6 @@ def run(args) -> int:
         if out is None:
             return 2
     else:
-        check_model_dependencies("mdsd-ot study")  # before the folder is made
         with _store.one_line_warnings("mdsd-ot study"):
             out = run_shard(job, args.shard, args.out, progress=not args.no_progress)
     print(f"study written to {out} in {time.time() - t0:.1f} s")

@@ -86,6 +86,7 @@ def run(args) -> int:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if args.max_columns < 1:
         raise ValueError(f"--max-columns must be >= 1, got {args.max_columns}")
+    _check_fixed_n(args.shape, args.sampling)
     toy = {
         "--vocab": args.vocab,
         "--seed": args.seed,
@@ -261,3 +262,21 @@ def _count(n: int, what: str) -> str:
     if n == 1:
         return f"1 {what}"
     return f"{n:,} {what}{'es' if what.endswith('s') else 's'}"
+
+
+def _check_fixed_n(shape, sampling) -> None:
+    """A scheme with a fixed number of drafts (hub: 2) drafts that many children at every depth: say
+    which depth of ``shape`` has another branching (instead of the scheme's "got n=1")."""
+    from ..drafts import get_scheme
+    from ..trees.shape import parse_shape
+
+    scheme, tree = get_scheme(sampling), parse_shape(shape)
+    fixed = scheme.fixed_n
+    bad = [(d, b) for d, b in enumerate(tree.branching, 1) if fixed is not None and b != fixed]
+    if bad:
+        d, b = bad[0]
+        raise ValueError(
+            f"the {scheme.name!r} scheme drafts exactly {fixed} children per node, but tree {shape} "
+            f"(branching {','.join(map(str, tree.branching))}) has {b} per node at depth {d}; use "
+            f"{','.join([str(fixed)] * tree.depth)} or another --sampling"
+        )

@@ -102,6 +102,11 @@ class DraftScheme:
     torch_prefix: TorchPrefix | None = None
 
     # -- validation ------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        """``<draft scheme 'greedy': ...>``, as the verifiers print (not the dataclass's dump of every
+        field and function)."""
+        return f"<draft scheme {self.name!r}: {self.description}>"
+
     def check(self, q: np.ndarray, n: int) -> None:
         """Raise ``ValueError`` if ``n`` drafts cannot be drawn from ``q`` under this scheme."""
         if self.fixed_n is not None and n != self.fixed_n:

@@ -25,6 +25,7 @@ __all__ = [
     "cached_models",
     "torch_module",
     "device_of",
+    "check_device",
     "vocab_size",
 ]
 
@@ -208,7 +209,8 @@ def model_vocab(name) -> int | None:
 
 
 def device_of(device: str):
-    """The torch device named by ``device`` (``"auto"``: CUDA when available, else CPU).
+    """The torch device named by ``device`` (``"auto"``: CUDA when available, else CPU), checked by
+    :func:`check_device` (``ValueError`` for a name torch does not know or a device it cannot use).
 
     Parameters
     ----------
@@ -222,7 +224,74 @@ def device_of(device: str):
     torch = torch_module()
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return check_device(device)
+
+
+def check_device(device, *, option: str = "--device", available: bool = True):
+    """The torch device named by ``device``, refused with one actionable ``ValueError`` when torch does not
+    know the name or (with ``available``) cannot use it here: ``cuda`` on a CPU-only build of torch or
+    with no GPU visible, ``cuda:3`` with two GPUs, ``mps`` off Apple silicon. Cheap: no model is
+    loaded, so ``mdsd-ot study`` and ``mdsd-ot decode`` call it before they load models or write
+    anything.
+
+    Parameters
+    ----------
+    device : str
+        ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, ... (what ``torch.device`` accepts).
+    option : str
+        How the caller names the setting, for the message (``"--device"``, ``"device"``).
+    available : bool
+        Also check that this process can use the device (False: the name only, e.g. for a Ray
+        cluster's workers, whose devices are not the driver's).
+
+    Returns
+    -------
+    torch.device or None
+        None for ``"auto"`` (CUDA when available, else CPU).
+    """
+    if not isinstance(device, str):
+        raise TypeError(f"{option} must be a string such as 'cpu' or 'cuda', got {type(device).__name__}")
+    if device == "auto":
+        return None
+    torch = torch_module()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"{option} {device!r} is not a device name torch knows; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
+    if not available or dev.type in ("cpu", "meta"):
+        if dev.type == "meta":
+            raise ValueError(
+                f"{option} meta holds no weights: models cannot run there; use auto, cpu or cuda"
+            )
+        return dev
+    version = getattr(torch, "__version__", "?")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            if getattr(torch.version, "cuda", None) is None:
+                why = f"this torch ({version}) is a CPU-only build, without CUDA"
+                fix = "install a CUDA build of torch (https://pytorch.org/get-started/locally/)"
+            else:
+                why = (
+                    f"torch {version} (CUDA {torch.version.cuda}) sees no GPU (driver, CUDA_VISIBLE_DEVICES)"
+                )
+                fix = "check the driver and CUDA_VISIBLE_DEVICES"
+            raise ValueError(f"{option} {device}: {why}; pass {option} cpu (or auto), or {fix}")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(
+                f"{option} {device}: only {count} CUDA device{'' if count == 1 else 's'} visible "
+                f"(cuda:0 to cuda:{count - 1}); pick one of them"
+            )
+        return dev
+    backend = getattr(torch.backends, dev.type, None) if dev.type == "mps" else getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if callable(is_available) and not is_available():
+        raise ValueError(
+            f"{option} {device}: this torch ({version}) cannot use {dev.type} devices here; pass {option} cpu"
+        )
+    return dev
 
 
 def torch_module():

@@ -10,11 +10,36 @@ soon as the record is done.
 from __future__ import annotations
 
 import contextlib
+import sys
+import time
 
 from .. import _store
 from .shards import parse_shard, shard_records
 
-__all__ = ["open_folder", "folder_for", "remaining", "run_records"]
+__all__ = ["open_folder", "folder_for", "remaining", "run_records", "cost_note"]
+
+#: A run whose first prompt takes this many seconds or more says what the rest will cost.
+SLOW_FIRST_RECORD_S = 20.0
+
+
+def cost_note(first_s: float, left: int) -> str:
+    """The line a slow first prompt gets: its time, the projection for the ``left`` prompts at its
+    rate, and how to cut it ("" below ``SLOW_FIRST_RECORD_S`` or with nothing left).
+
+    >>> print(cost_note(75.0, 163))  # doctest: +ELLIPSIS
+    mdsd_ot: the first prompt took 75 s; at this rate the 163 left take about 3.4 h (cut it ...)
+    """
+    if first_s < SLOW_FIRST_RECORD_S or left < 1:
+        return ""
+    rest = first_s * left
+    when = (
+        f"{rest / 3600:.1f} h" if rest >= 5400 else f"{rest / 60:.0f} min" if rest >= 90 else f"{rest:.0f} s"
+    )
+    return (
+        f"mdsd_ot: the first prompt took {first_s:.0f} s; at this rate the {left:,} left take about {when} "
+        f"(cut it with fewer --temperatures or --verifiers, a smaller --n or --trees, --every, or "
+        f"--max-records to try a few)"
+    )
 
 
 def open_folder(out, *, kind: str, identity: dict, shard, expected: int, info: dict) -> _store.ResultsFolder:
@@ -107,11 +132,20 @@ def run_records(folder: _store.ResultsFolder, todo, compute, *, bar=None, postfi
     bar : progress bar or None
     postfix : callable or None
         ``postfix() -> dict``.
+
+    A first record that takes ``SLOW_FIRST_RECORD_S`` or more, with records left, gets one line on
+    stderr projecting the rest at its rate (:func:`cost_note`), progress bar or not.
     """
+    todo = list(todo)
     try:
-        for item in todo:
+        for k, item in enumerate(todo):
+            t0 = time.monotonic()
             record, lines = compute(item)
             folder.append(record, lines)
+            if k == 0:
+                note = cost_note(time.monotonic() - t0, len(todo) - 1)
+                if note:
+                    print(note, file=sys.stderr, flush=True)
             if bar is not None:
                 bar.update(1)
                 if postfix is not None:

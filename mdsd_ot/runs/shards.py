@@ -12,7 +12,14 @@ import os
 import sys
 import time
 
-__all__ = ["parse_shard", "shard_records", "progress", "worker_setup", "worker_threads"]
+__all__ = [
+    "parse_shard",
+    "shard_records",
+    "progress",
+    "worker_setup",
+    "worker_threads",
+    "quiet_model_loading",
+]
 
 
 def progress(total, desc, initial: int = 0):
@@ -120,9 +127,18 @@ def shard_records(records, max_records, i_shard: int, n_shard: int) -> list:
 def worker_setup() -> None:
     """A scheduler task's quiet start: no per-worker "Loading weights" bars (the driver shows the
     one bar over all shards)."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    quiet_model_loading()
+
+
+def quiet_model_loading() -> None:
+    """No progress bars from the hub's downloads and transformers' "Loading weights" in this process
+    (``--no-progress``, scheduler tasks): ``HF_HUB_DISABLE_PROGRESS_BARS``, which transformers reads
+    when it is imported, and its switch if it was imported already."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if "transformers" in sys.modules:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
 
 
 def worker_threads(threads):

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from .._config import TREE_COMPARE_MAX_TREES, TREE_OPTIMUM_MAX_CLASSES, VALUE_TOL
 from .enumerate import _positive_int, enumerate_trees
 from .optimum import TreeOptimum, solve_tree_lp
+from .shape import parse_shape
 from .tree import canonical_verifier, expected_tokens, valid_verifiers
 from .verifiers import TREE_VERIFIERS
 
@@ -101,7 +102,13 @@ class TreeComparison:
         o = self.optimum
         head = ["verifier", "kind", "tokens/call", "gap", "rel. gap"]
         rows = [
-            [r.verifier, r.kind, f"{r.tokens:.6f}", f"{_shown(r.gap):.6f}", f"{_shown(r.relative_gap):.2%}"]
+            [
+                _display_name(r.verifier),
+                r.kind,
+                f"{r.tokens:.6f}",
+                f"{_shown(r.gap):.6f}",
+                f"{_shown(r.relative_gap):.2%}",
+            ]
             for r in self.records
         ]
         widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(head)]
@@ -112,15 +119,39 @@ class TreeComparison:
             )
 
         lines = [
-            f"tree {self.shape}, {self.scheme} drafts, V = {self.V} tokens: {o.n_trees:,} path-set classes "
-            f"of {self.n_ordered_trees:,} drafted trees, causal LP of {o.n_variables:,} variables",
+            f"tree {_shape_text(self.shape)}, {self.scheme} drafts, V = {self.V} tokens: {o.n_trees:,} "
+            f"path-set classes of {self.n_ordered_trees:,} drafted trees, causal LP of {o.n_variables:,} "
+            "variables",
             f"optimum over all valid verifiers: {o.value:.9f} tokens per call; {o.message}",
             fmt(head),
             fmt(["-" * w for w in widths]),
         ]
         lines += [fmt(row) for row in rows]
+        if any(r.verifier == "optimal" for r in self.records):
+            lines.append(
+                "optimal (one-step): the node-wise verifier that is optimal for one step at each node, "
+                "not the tree optimum (the lp row)"
+            )
         lines += [f"skipped {name}: {why}" for name, why in self.skipped]
         return "\n".join(line.rstrip() for line in lines)
+
+
+def _display_name(verifier: str) -> str:
+    """The name a table shows: the node-wise ``optimal`` reads as the tree optimum otherwise."""
+    return "optimal (one-step)" if verifier == "optimal" else verifier
+
+
+def _shape_text(label: str) -> str:
+    """``2x2 (branching 2,1: 2 chains of 2 draft tokens)``: a shape label with what it means (a
+    chain shape given as ``2,1`` is labelled ``2x2``)."""
+    shape = parse_shape(label)
+    branching = ",".join(map(str, shape.branching))
+    if shape.is_chains and shape.depth > 1:
+        k = shape.branching[0]
+        return (
+            f"{label} (branching {branching}: {k} chain{'' if k == 1 else 's'} of {shape.depth} draft tokens)"
+        )
+    return f"{label} ({shape.size:,} draft node{'' if shape.size == 1 else 's'})"
 
 
 def _shown(x: float) -> float:

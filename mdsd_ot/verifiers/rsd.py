@@ -182,6 +182,7 @@ class _PreparedRSD(PreparedVerifier):
                 f"{samples * self.n**3:.3g}, more than rsd.MC_MAX_WORK = {MC_MAX_WORK:.3g}; lower samples "
                 f"(at most {MC_MAX_WORK // self.n**3:,} for this n) or n"
             )
+        _compile.notice("rsd_paths")  # compiled at any V
         tables = _kernels.rsd_path_tables(self.p, self.q, self.n)
         seed = int(rng.integers(0, 2**32 - 1))
         return _kernels.rsd_path_mc(*tables, self.n, samples, seed)
