@@ -26,6 +26,17 @@ def cost_note(first_s: float, left: int) -> str:
     """The line a slow first prompt gets: its time, the projection for the ``left`` prompts at its
     rate, and how to cut it ("" below ``SLOW_FIRST_RECORD_S`` or with nothing left).
 
+    Parameters
+    ----------
+    first_s : float
+        Seconds the first prompt took.
+    left : int
+        Prompts still to do.
+
+    Returns
+    -------
+    str
+
     >>> print(cost_note(75.0, 163))  # doctest: +ELLIPSIS
     mdsd_ot: the first prompt took 75 s; at this rate the 163 left take about 3.4 h (cut it ...)
     """
