@@ -1,0 +1,231 @@
+"""The tree dual (mdsd_ot.trees.bound): certified upper bounds on the tree optimum from drafted trees.
+
+Oracles: the causal LP (``solve_tree_lp``: its optimum, never this module's code) over every drafted
+tree of an enumeration; hand-computed one-step values (the sorting theorem by hand on three tokens);
+the test's own enumeration of ordered trees (tests/test_trees.py) for the per-tree API; a numpy
+sorted-prefix scan for the binned cut at large V.
+"""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from test_trees import enumerate_trees as ordered_tree_draws
+
+from mdsd_ot.trees import (
+    DraftTree,
+    DualHeights,
+    certified_rules,
+    draft_tree,
+    enumerate_trees,
+    mean_upper_bound,
+    toy_models,
+    tree_optimum,
+    upper_bound,
+)
+from mdsd_ot.trees.optimum import solve_tree_lp
+
+SCHEMES = ["with_replacement", "without_replacement", "greedy", "conditional_poisson", "top_n"]
+
+#: (V, shape, schemes, seed, draft temperature, noise): the exhaustive sweep (every LP under ~0.8 s).
+SWEEP = [
+    (3, "2,1", SCHEMES, 0, 0.7, 0.5),
+    (3, "2,2", SCHEMES, 1, 1.0, 1.0),
+    (3, "3,1", SCHEMES, 2, 1.4, 2.0),
+    (3, "1,1,1", SCHEMES, 3, 0.7, 1.5),
+    (3, "2,1,1", SCHEMES, 4, 1.0, 2.5),
+    (3, "2", ["hub"], 5, 0.7, 1.0),
+    (3, "2,2", ["hub"], 6, 1.4, 1.0),
+    (4, "2,1", SCHEMES, 7, 1.0, 1.5),
+    (4, "2,2", SCHEMES, 8, 1.0, 1.0),
+    (4, "3,1", SCHEMES, 9, 1.0, 1.0),
+    (4, "1,1", SCHEMES, 10, 1.4, 0.5),
+    (4, "1,1,1", SCHEMES, 11, 1.0, 2.0),
+]
+SLOW_SWEEP = [
+    (3, "2,2,1", ["greedy", "top_n"], 12, 1.0, 1.5),
+    (4, "2,1,1", ["greedy", "without_replacement"], 13, 0.7, 1.0),
+]
+
+
+def _cases(sweep):
+    return [(V, shape, s, seed, T, noise) for V, shape, schemes, seed, T, noise in sweep for s in schemes]
+
+
+@functools.cache
+def solved(V, shape, scheme, seed, T, noise):
+    """``(enumeration, LP result)`` of one case (cached: every test below reads the same solves)."""
+    target, draft = toy_models(V, seed, T, noise)
+    e = enumerate_trees(target, draft, shape, scheme)
+    r = solve_tree_lp(e)
+    assert r.success, r.message
+    return e, r
+
+
+def _check_case(case):
+    e, r = solved(*case)
+    for rule in certified_rules(e.scheme):
+        value = mean_upper_bound(e, rule)
+        assert value >= r.value - 1e-12 * r.value, (case, rule, value, r.value)
+    # the optimal dual read from the LP gives the optimum back exactly
+    assert r.heights is not None
+    assert abs(mean_upper_bound(e, heights=r.heights) - r.value) <= 1e-9, case
+
+
+@pytest.mark.parametrize("case", _cases(SWEEP), ids=lambda c: f"V{c[0]}-{c[1]}-{c[2]}")
+def test_every_rule_bounds_the_optimum_and_lp_heights_are_exact(case):
+    _check_case(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(SLOW_SWEEP), ids=lambda c: f"V{c[0]}-{c[1]}-{c[2]}")
+def test_every_rule_bounds_the_optimum_deeper_trees(case):
+    _check_case(case)
+
+
+def test_chain_and_top_n_rules_are_exact():
+    """Block verification's chain (Sun et al.: optimum 20/9) is certified exactly by the semi-local
+    rule; the top_n rule is the optimum of every top_n tree (the LP says so)."""
+    e = enumerate_trees(lambda c: [1 / 3, 2 / 3], lambda c: [2 / 3, 1 / 3], "1x2", "with_replacement")
+    assert abs(mean_upper_bound(e) - 20 / 9) < 1e-12
+    assert abs(mean_upper_bound(e, "one_level") - 21 / 9) < 1e-12  # 1 + 2 alpha*, alpha* = 2/3
+    for case in _cases(SWEEP):
+        if case[2] == "top_n":
+            e, r = solved(*case)
+            assert abs(mean_upper_bound(e) - r.value) < 1e-12
+
+
+# ------------------------------------------------------------------------------ one level by hand
+P3, Q3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+#: alpha* of (P3, Q3, n = 2, i.i.d.) by hand: prefixes by q/p are {}, {2}, {2, 1}, all, with
+#: p(H) + 1 - q(H)^2 = 1, 0.95, 0.86, 1.
+ALPHA3 = 0.86
+
+
+def one_level_tree(drafts):
+    return DraftTree("2", "with_replacement", [-1, *drafts], [-1, 0, 0], [Q3], [P3, P3, P3])
+
+
+def test_one_level_by_hand():
+    """A one-level tree: every rule's mean over the drafts is 1 + alpha*, the optimum (the optimal
+    verifier attains it); one tree's semi-local value by hand: drafts (2, 2) give
+    K = 1 + p(2) / (1 - (1 - q(2))^2) = 1 + 0.2 / 0.75, no child outside the cut."""
+    t = one_level_tree([2, 2])
+    assert abs(upper_bound(t, "one_level") - (1 + ALPHA3)) < 1e-12
+    assert abs(upper_bound(t) - (1 + 0.2 / 0.75)) < 1e-12
+    # drafts (0, 2): token 0 lies outside the cut {1, 2}, so R = K + 1 = 1 + 0.2 / 0.75 + 1
+    assert abs(upper_bound(one_level_tree([0, 2])) - (2 + 0.2 / 0.75)) < 1e-12
+    e = enumerate_trees(lambda c: P3, lambda c: Q3, "2", "with_replacement")
+    for rule in ("semi_local", "local", "one_level"):
+        assert abs(mean_upper_bound(e, rule) - (1 + ALPHA3)) < 1e-12, rule
+    assert abs(tree_optimum(lambda c: P3, lambda c: Q3, "2", "with_replacement").value - (1 + ALPHA3)) < 1e-12
+
+
+def test_per_tree_values_average_to_the_class_mean():
+    """``upper_bound`` on every ordered tree of the test's own enumeration, averaged with the trees'
+    probabilities, equals ``mean_upper_bound`` (path-set classes) and stays above the LP optimum."""
+    for V, shape, scheme, seed in [
+        (3, "2,1", "with_replacement", 1),
+        (3, "2,1", "without_replacement", 2),
+        (3, "2,2", "greedy", 3),
+        (3, "1,1", "conditional_poisson", 4),
+    ]:
+        target, draft = toy_models(V, seed)
+        e = enumerate_trees(target, draft, shape, scheme)
+        opt = solve_tree_lp(e)
+        for rule in ("semi_local", "local", "one_level"):
+            terms = []
+            for tokens, parent, paths, qs, prob in ordered_tree_draws(shape, scheme, draft, ()):
+                p = np.array([target(w) for w in paths])
+                terms.append(prob * upper_bound(DraftTree(shape, scheme, tokens, parent, qs, p), rule))
+            mean = math.fsum(terms)
+            assert abs(mean - mean_upper_bound(e, rule)) < 1e-12, (shape, scheme, rule)
+            assert mean >= opt.value - 1e-12
+        terms = []
+        for tokens, parent, paths, qs, prob in ordered_tree_draws(shape, scheme, draft, ()):
+            p = np.array([target(w) for w in paths])
+            tree = DraftTree(shape, scheme, tokens, parent, qs, p)
+            terms.append(prob * upper_bound(tree, heights=opt.heights))
+        assert abs(math.fsum(terms) - opt.value) < 1e-9
+
+
+# --------------------------------------------------------------------------------- full vocabulary
+def test_binned_cut_at_large_vocabulary():
+    """Above BINNED_MIN_V the cuts come from the binned scan fed the scaled target beta p: the
+    semi-local value of a drafted tree equals the one recomputed with cuts from a plain numpy sort
+    (sorted prefixes by q/p, objective beta p(H) + 1 - q(H)^n)."""
+    from mdsd_ot.trees import bound as B
+
+    V = 20_000
+    rng = np.random.default_rng(5)
+
+    def laws(paths):
+        out = []
+        for w in paths:
+            r = np.random.default_rng([9, len(w), *w])
+            z = 3.0 * r.standard_normal(V)
+            out.append(np.exp(z - z.max()))
+        return np.array([x / x.sum() for x in out])
+
+    def draft(paths):
+        out = []
+        for w, p in zip(paths, laws(paths)):
+            r = np.random.default_rng([10, len(w), *w])
+            x = np.log(p) + r.standard_normal(V)
+            x = np.exp(x - x.max())
+            out.append(x / x.sum())
+        return np.array(out)
+
+    tree = draft_tree("3,2,1", "with_replacement", draft, rng, target=laws)
+    view = B._view_of_tree(tree)
+    cuts = B._Cuts(tree.scheme, view.branching)
+    value = B._value_semi_local(view, cuts)
+    ref = B._Cuts(tree.scheme, view.branching)
+    for u in view.order:
+        if len(u) == view.depth:
+            continue
+        p, q = view.p(u), view.q(u)
+        b = ref.weight(view, u)
+        n = view.branching[len(u)]
+        key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.inf)
+        order = np.argsort(-key, kind="stable")
+        cq, cp = np.concatenate([[0.0], np.cumsum(q[order])]), np.concatenate([[0.0], np.cumsum(p[order])])
+        obj = cq**n - b * cp
+        k = int(np.argmax(obj))
+        mask = np.zeros(V, dtype=bool)
+        mask[order[:k]] = True
+        got = cuts.cut_of(view, u)[0]
+        qa, pa = q[got].sum() ** n - b * p[got].sum(), obj[k]
+        assert abs(qa - pa) < 1e-12, (u, qa, pa)
+        ref.cut[u] = (mask, min(1.0, float(p[mask].sum())))
+    assert abs(B._value_semi_local(view, ref) - value) < 1e-9
+
+
+# --------------------------------------------------------------------------------------- refusals
+def test_refusals():
+    t = one_level_tree([2, 2])
+    with pytest.raises(ValueError, match="unknown rule"):
+        upper_bound(t, "best")
+    with pytest.raises(TypeError, match="rule must be a string"):
+        upper_bound(t, 3)
+    with pytest.raises(ValueError, match="not certified for 'with_replacement'"):
+        upper_bound(t, "top_n")
+    with pytest.raises(ValueError, match="either rule= or heights="):
+        upper_bound(t, "local", heights=DualHeights({}, 3))
+    with pytest.raises(TypeError, match="wrap a dict in DualHeights"):
+        upper_bound(t, heights={(): (np.zeros(3), 1.0)})
+    with pytest.raises(ValueError, match="not dual feasible"):
+        upper_bound(t, heights=DualHeights({(): (np.ones(3), 1.5)}, 3))
+    with pytest.raises(ValueError, match="must be >= 0"):
+        DualHeights({(): (-np.ones(3), 1.0)}, 3)
+    with pytest.raises(ValueError, match="shape"):
+        DualHeights({(): (np.ones(2), 3.0)}, 3)
+    with pytest.raises(ValueError, match="V = 4 tokens"):
+        upper_bound(t, heights=DualHeights({}, 4))
+    bare = DraftTree("2", "with_replacement", [-1, 2, 2], [-1, 0, 0], [Q3])
+    with pytest.raises(ValueError, match="no target laws"):
+        upper_bound(bare)
+    odd = DraftTree("2", "with_replacement", [-1, 0, 2], [-1, 0, 0], [[0.0, 0.5, 0.5]], [P3, P3, P3])
+    with pytest.raises(ValueError, match="draft probability 0"):
+        upper_bound(odd)
