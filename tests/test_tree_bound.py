@@ -109,15 +109,18 @@ def one_level_tree(drafts):
 
 def test_one_level_by_hand():
     """A one-level tree: every rule's mean over the drafts is 1 + alpha*, the optimum (the optimal
-    verifier attains it); one tree's semi-local value by hand: drafts (2, 2) give
-    K = 1 + p(2) / (1 - (1 - q(2))^2) = 1 + 0.2 / 0.75, no child outside the cut."""
+    verifier attains it). One tree by hand, the cut being H = {1, 2}: the semi-local rule estimates
+    K = 1 + p(H) by Horvitz-Thompson, drafts (2, 2) giving 1 + p(2) / (1 - (1 - q(2))^2) = 1 + 0.2 / 0.75;
+    the subtree rule knows K = 1 + p(H) = 1.5 exactly (the children are leaves); a drafted token
+    outside H (token 0) adds 1 to both."""
     t = one_level_tree([2, 2])
     assert abs(upper_bound(t, "one_level") - (1 + ALPHA3)) < 1e-12
-    assert abs(upper_bound(t) - (1 + 0.2 / 0.75)) < 1e-12
-    # drafts (0, 2): token 0 lies outside the cut {1, 2}, so R = K + 1 = 1 + 0.2 / 0.75 + 1
-    assert abs(upper_bound(one_level_tree([0, 2])) - (2 + 0.2 / 0.75)) < 1e-12
+    assert abs(upper_bound(t, "semi_local") - (1 + 0.2 / 0.75)) < 1e-12
+    assert abs(upper_bound(t) - 1.5) < 1e-12
+    assert abs(upper_bound(one_level_tree([0, 2]), "semi_local") - (2 + 0.2 / 0.75)) < 1e-12
+    assert abs(upper_bound(one_level_tree([0, 2])) - 2.5) < 1e-12
     e = enumerate_trees(lambda c: P3, lambda c: Q3, "2", "with_replacement")
-    for rule in ("semi_local", "local", "one_level"):
+    for rule in ("subtree", "semi_local", "local", "one_level"):
         assert abs(mean_upper_bound(e, rule) - (1 + ALPHA3)) < 1e-12, rule
     assert abs(tree_optimum(lambda c: P3, lambda c: Q3, "2", "with_replacement").value - (1 + ALPHA3)) < 1e-12
 
@@ -134,7 +137,7 @@ def test_per_tree_values_average_to_the_class_mean():
         target, draft = toy_models(V, seed)
         e = enumerate_trees(target, draft, shape, scheme)
         opt = solve_tree_lp(e)
-        for rule in ("semi_local", "local", "one_level"):
+        for rule in ("subtree", "semi_local", "local", "one_level"):
             terms = []
             for tokens, parent, paths, qs, prob in ordered_tree_draws(shape, scheme, draft, ()):
                 p = np.array([target(w) for w in paths])
@@ -229,3 +232,22 @@ def test_refusals():
     odd = DraftTree("2", "with_replacement", [-1, 0, 2], [-1, 0, 0], [[0.0, 0.5, 0.5]], [P3, P3, P3])
     with pytest.raises(ValueError, match="draft probability 0"):
         upper_bound(odd)
+
+
+def test_compare_tree_and_cli_show_the_bounds(capsys):
+    """``compare_tree`` and ``mdsd-ot trees`` report each certified rule's mean above the optimum."""
+    import json
+
+    from mdsd_ot.cli import main
+    from mdsd_ot.trees import compare_tree
+
+    t = compare_tree(lambda c: [1 / 3, 2 / 3], lambda c: [2 / 3, 1 / 3], "1x2", "with_replacement")
+    bounds = dict(t.bounds)
+    assert list(bounds) == certified_rules("with_replacement")
+    assert abs(bounds["one_level"] - 21 / 9) < 1e-12 and abs(bounds["subtree"] - 20 / 9) < 1e-12
+    assert "certified upper bounds" in str(t) and "one_level   2.333333  (+5.00% over the optimum)" in str(t)
+    assert json.loads(t.to_json())["upper_bounds"] == bounds
+    assert main(["trees", "--shape", "2,1", "--sampling", "top_n", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["upper_bounds"]["top_n"] == pytest.approx(out["optimum"], abs=1e-12)
+    assert min(out["upper_bounds"].values()) >= out["optimum"] - 1e-12

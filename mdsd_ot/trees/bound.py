@@ -21,12 +21,16 @@ of a run, over the contexts the run reached).
 
 **Rules** (choices of heights computable from the one drafted tree; ``RULES``):
 
+* ``"subtree"`` (the default for random schemes): on the top-down one-step cuts, each child's height
+  is its own exact ``K`` under the same rule; then ``R(root) = K_root + X`` where ``X`` needs those
+  ``K`` only for drafted children outside their parent's cut (bounded pointwise), and ``K_root`` is
+  estimated without bias from the drafted subtree (a recursive Horvitz-Thompson difference
+  estimator).
+* ``"semi_local"``: the same cuts, heights from the drafted children's own laws (their local guess),
+  undrafted children at a cap, the root's ``K`` by Horvitz-Thompson.
+* ``"local"``: the same cuts, heights from each node's own laws; no estimate.
 * ``"one_level"``: ``1 + D alpha*_root`` (deterministic: the tree's depth ``D`` times the root's
-  optimal one-step acceptance). Every scheme.
-* ``"local"``: heights on the top-down one-step cuts from each node's own laws; no estimate.
-* ``"semi_local"``: the same cuts, heights from the drafted children's own laws, undrafted children
-  capped, the root's ``K`` by a Horvitz-Thompson estimate (unbiased). The default for random
-  schemes.
+  optimal one-step acceptance).
 * ``"top_n"``: ``1 + sum over non-root nodes of P(path)``, the exact optimum of a deterministic
   ``top_n`` tree (the membership verifier attains it). The default for ``top_n``.
 
@@ -58,7 +62,7 @@ __all__ = [
 ]
 
 #: The rules :func:`upper_bound` computes, tightest-first where they compete (docs/math.md#the-tree-dual).
-RULES = ("semi_local", "local", "one_level", "top_n")
+RULES = ("subtree", "semi_local", "local", "one_level", "top_n")
 
 #: Slack allowed in ``K_u >= 1 + sum_y P(y | u) h_u(y)`` for given heights (relative to ``K_u``).
 _FEASIBILITY_TOL = 1e-12
@@ -148,17 +152,17 @@ def certified_rules(scheme) -> list[str]:
     list of str
 
     >>> certified_rules("with_replacement"), certified_rules("top_n")[0]
-    (['semi_local', 'local', 'one_level'], 'top_n')
+    (['subtree', 'semi_local', 'local', 'one_level'], 'top_n')
     """
     name = get_scheme(scheme).name
     if name == "top_n":
-        return ["top_n", "semi_local", "local", "one_level"]
-    return ["semi_local", "local", "one_level"]
+        return ["top_n", "subtree", "semi_local", "local", "one_level"]
+    return ["subtree", "semi_local", "local", "one_level"]
 
 
 def default_rule(scheme) -> str:
     """The rule ``upper_bound(tree)`` uses for ``scheme``: ``"top_n"`` (exact) for ``top_n`` drafts,
-    ``"semi_local"`` otherwise.
+    ``"subtree"`` otherwise.
 
     Parameters
     ----------
@@ -193,11 +197,13 @@ class _PathView:
     drafts merged: what the dual sees), and the laws at each path.
 
     ``p(u)``, ``q(u)`` return the target / draft law after path ``u``; ``kids[u]`` the sorted distinct
-    child tokens of ``u``; ``order`` the paths by length then tokens."""
+    child tokens of ``u``; ``order`` the paths by length then tokens; ``copies[u]`` how many nodes
+    of the drafted tree carry path ``u`` (None for a path-set class, which merges trees that differ
+    in it)."""
 
-    __slots__ = ("scheme", "branching", "depth", "kids", "order", "_p", "_q", "vocab")
+    __slots__ = ("scheme", "branching", "depth", "kids", "order", "_p", "_q", "vocab", "copies")
 
-    def __init__(self, scheme, branching, kids: dict, p, q, vocab: int):
+    def __init__(self, scheme, branching, kids: dict, p, q, vocab: int, copies: dict | None = None):
         self.scheme = scheme
         self.branching = tuple(int(b) for b in branching)
         self.depth = len(self.branching)
@@ -205,6 +211,7 @@ class _PathView:
         self.order = sorted(kids, key=lambda w: (len(w), w))
         self._p, self._q = p, q
         self.vocab = vocab
+        self.copies = copies  # path -> number of nodes drafted with it (None: unknown, a class)
 
     def p(self, u) -> np.ndarray:
         return self._p(u)
@@ -221,6 +228,7 @@ def _view_of_tree(tree) -> _PathView:
     N1 = tree.tokens.size
     path_of = [()] * N1
     node_of: dict = {(): 0}
+    copies: dict = {(): 1}
     kids: dict = {(): set()}
     for v in range(1, N1):
         a = int(tree.parent[v])
@@ -228,6 +236,7 @@ def _view_of_tree(tree) -> _PathView:
         path_of[v] = w
         kids[path_of[a]].add(w[-1])
         first = node_of.setdefault(w, v)
+        copies[w] = copies.get(w, 0) + 1
         if first != v:  # a repeated draft: the same path twice must carry the same laws
             same = np.array_equal(tree.p[first], tree.p[v]) and (
                 v >= tree.n_internal or np.array_equal(tree.q[first], tree.q[v])
@@ -249,7 +258,13 @@ def _view_of_tree(tree) -> _PathView:
                 f"from the {tree.scheme.name!r} scheme"
             )
     return _PathView(
-        tree.scheme, tree.shape.branching, kids, lambda u: P[node_of[u]], lambda u: Q[node_of[u]], tree.vocab
+        tree.scheme,
+        tree.shape.branching,
+        kids,
+        lambda u: P[node_of[u]],
+        lambda u: Q[node_of[u]],
+        tree.vocab,
+        copies,
     )
 
 
@@ -269,36 +284,40 @@ def _view_of_class(e, paths) -> _PathView:
 _SEQUENTIAL_MARGIN = 1e-12
 
 
-def _inclusion(scheme, q: np.ndarray, n: int, tokens) -> np.ndarray:
-    """A lower bound (exact where the scheme has a closed form) of ``iota(y) = P(y among the n
-    children | the node)`` for each of ``tokens``.
+def _inclusion(scheme, q: np.ndarray, n: int, tokens) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)``: bounds on ``iota(y) = P(y among the children | the node)`` for each of ``tokens``,
+    equal where the scheme has a closed form, with ``n`` draws of the scheme (for i.i.d. drafts ``n``
+    may be the total over several independent tuples: a path drafted ``m`` times draws ``m`` tuples).
 
-    i.i.d. drafts (and any scheme with one child): ``1 - (1 - q(y))^n`` exactly, from ``log1p(-q)``
-    (from the directly summed complement where ``q(y) >= 1/2``). Sequential drafts without replacement
-    with ``n >= 3``: ``1 - W_n(every token but y) - 1e-12`` (enumerated at small V, the exponential-
-    clock evaluation at large V), and never below the i.i.d. value, itself a lower bound there (each
-    draw picks ``y`` with probability ``q(y) / (1 - q(drawn)) >= q(y)``). Other schemes:
-    :meth:`DraftScheme.inclusion_probabilities`."""
+    i.i.d. drafts (and the schemes whose single child is one draw from ``q``): ``1 - (1 - q(y))^n``
+    exactly, from ``log1p(-q)`` (from the directly summed complement where ``q(y) >= 1/2``).
+    Sequential drafts without replacement with ``n >= 3``: ``1 - W_n(every token but y) -+ 1e-12``
+    (``W_n`` enumerated at small V, by the exponential-clock evaluation at large V), the lower end
+    never below the i.i.d. value, itself a lower bound there (each draw picks ``y`` with probability
+    ``q(y) / (1 - q(drawn)) >= q(y)``). Other schemes: :meth:`DraftScheme.inclusion_probabilities`."""
     tokens = np.asarray(tokens, dtype=np.int64)
     name = scheme.name
-    if name == "with_replacement" or n == 1 or (name == "without_replacement" and n >= 3):
+    one_draw = n == 1 and name in ("without_replacement", "conditional_poisson", "greedy")  # y ~ q
+    if name == "with_replacement" or one_draw or (name == "without_replacement" and n >= 3):
         qt = q[tokens]
-        out = np.empty(tokens.size)
+        lo = np.empty(tokens.size)
+        hi = np.empty(tokens.size)
         for i, (t, x) in enumerate(zip(tokens.tolist(), qt.tolist())):
             if x < 0.5:
-                out[i] = -math.expm1(n * math.log1p(-x))
+                lo[i] = -math.expm1(n * math.log1p(-x))
             else:
                 miss = float(np.sum(q[:t]) + np.sum(q[t + 1 :]))  # 1 - q(y), summed directly
-                out[i] = -math.expm1(n * math.log(miss)) if miss > 0 else 1.0
+                lo[i] = -math.expm1(n * math.log(miss)) if miss > 0 else 1.0
+            hi[i] = lo[i]
             if name == "without_replacement" and n >= 3 and x > 0:
                 from ..drafts.without_replacement import sequential_mass_inside
 
-                others = np.delete(q, t)
-                avoid = sequential_mass_inside(others, x, n)  # all n draws avoid y
-                out[i] = max(out[i], 1.0 - avoid - _SEQUENTIAL_MARGIN)
-        return out
-    pi = scheme.inclusion_probabilities(q, n)
-    return np.asarray(pi, dtype=np.float64)[tokens]
+                avoid = sequential_mass_inside(np.delete(q, t), x, n)  # all n draws avoid y
+                hi[i] = min(1.0, 1.0 - avoid + _SEQUENTIAL_MARGIN)
+                lo[i] = min(hi[i], max(lo[i], 1.0 - avoid - _SEQUENTIAL_MARGIN))
+        return lo, hi
+    pi = np.asarray(scheme.inclusion_probabilities(q, n), dtype=np.float64)[tokens]
+    return pi, pi
 
 
 class _Cuts:
@@ -315,31 +334,36 @@ class _Cuts:
         self.lam = {}  # path -> lam_r (r = D - |u|)
         self.iota = {}  # (path, token) -> inclusion (lower bound)
 
-    def inclusion(self, view, u, tokens):
-        need = [y for y in tokens if (u, y) not in self.iota]
+    def inclusion(self, view, u, tokens, *, copies: int = 1):
+        """``(lo, hi)`` lists of the inclusion probabilities of ``tokens`` among ``u``'s children
+        (``copies``: the number of tuples ``u`` drew, i.i.d. drafts of a repeated path)."""
+        n = self.branching[len(u)] * copies
+        need = [y for y in tokens if (u, y, n) not in self.iota]
         if need:
-            vals = _inclusion(self.scheme, view.q(u), self.branching[len(u)], need)
-            for y, x in zip(need, vals.tolist()):
-                if not x > 0:
+            lo, hi = _inclusion(self.scheme, view.q(u), n, need)
+            for y, a, b in zip(need, lo.tolist(), hi.tolist()):
+                if not a > 0:
                     raise ValueError(
                         f"token {y} drafted after path {list(u)} has draft probability 0 under "
                         f"{self.scheme.name!r}: this tree cannot come from that scheme"
                     )
-                self.iota[(u, y)] = x
-        return [self.iota[(u, y)] for y in tokens]
+                self.iota[(u, y, n)] = (a, b)
+        pairs = [self.iota[(u, y, n)] for y in tokens]
+        return [a for a, _ in pairs], [b for _, b in pairs]
 
     def weight(self, view, u) -> float:
         """``beta_root = 1``, ``beta_{uy} = min(1, beta_u P(y | u) / iota_u(y))``."""
         if u not in self.beta:
             par, y = u[:-1], u[-1]
             b = self.weight(view, par)
-            (io,) = self.inclusion(view, par, [y])
+            (io,), _ = self.inclusion(view, par, [y])
             self.beta[u] = min(1.0, b * float(view.p(par)[y]) / io)
         return self.beta[u]
 
     def cut_of(self, view, u):
-        """``(mask of H_u, p_u(H_u))``: ``H_u`` minimises ``beta_u p_u(H) + 1 - Q_u(H)`` (the scheme's
-        one-step dual with the target scaled by ``beta_u``), restricted to tokens with ``q > 0``."""
+        """``(mask of H_u, p_u(H_u) clamped to [0, 1], p_u(H_u))``: ``H_u`` minimises
+        ``beta_u p_u(H) + 1 - Q_u(H)`` (the scheme's one-step dual with the target scaled by
+        ``beta_u``), restricted to tokens with ``q > 0``."""
         if u not in self.cut:
             from ..dual import solve_dual
 
@@ -350,7 +374,8 @@ class _Cuts:
             mask = np.zeros(p.size, dtype=bool)
             mask[subset] = True
             mask &= q > 0
-            self.cut[u] = (mask, min(1.0, float(np.sum(p, where=mask))))
+            mass = float(np.sum(p, where=mask))
+            self.cut[u] = (mask, min(1.0, mass), mass)
         return self.cut[u]
 
     def local(self, view, u) -> float:
@@ -371,6 +396,18 @@ class _Cuts:
             return 1.0
         return 1.0 + self.cut_of(view, u)[1] * self.local(view, u)
 
+    def guess(self, view, u) -> float:
+        """``u``'s own guess of a child's ``K``: ``1 + p_u(H_u) lam_{r-1}(u)`` (``lam_0 = 0``: 1 when the
+        children are leaves, whose ``K`` is exactly 1)."""
+        r = self.depth - len(u)
+        if r == 1:
+            return 1.0
+        ph = self.cut_of(view, u)[1]
+        lam = 1.0
+        for _ in range(r - 2):
+            lam = 1.0 + ph * lam
+        return 1.0 + ph * lam
+
 
 # --------------------------------------------------------------------------------- evaluation
 def _live_kids(view, u):
@@ -388,12 +425,12 @@ def _value_semi_local(view, cuts: _Cuts) -> float:
             R[u] = 1.0
             continue
         p = view.p(u)
-        mask, _ = cuts.cut_of(view, u)
+        mask = cuts.cut_of(view, u)[0]
         kids = _live_kids(view, u)
         inside = [y for y in kids if mask[y]]
         heights = {y: cuts.local_K(view, u + (y,)) for y in inside}
         if not u:  # Horvitz-Thompson estimate of K_root (unbiased; R(root) = K_root + terms without it)
-            iota = cuts.inclusion(view, u, inside)
+            iota, _ = cuts.inclusion(view, u, inside)  # a lower bound keeps the estimate's mean above K
             K = 1.0 + math.fsum(float(p[y]) * heights[y] / io for y, io in zip(inside, iota))
         else:  # drafted children exact, undrafted ones at their cap r = D - |u|
             rest = mask.copy()
@@ -414,11 +451,53 @@ def _value_local(view, cuts: _Cuts) -> float:
         if len(u) == D:
             R[u] = 1.0
             continue
-        mask, _ = cuts.cut_of(view, u)
+        mask = cuts.cut_of(view, u)[0]
         lam = cuts.local(view, u)
         K = cuts.local_K(view, u)
         R[u] = K + max([0.0] + [R[u + (y,)] - (lam if mask[y] else 0.0) for y in _live_kids(view, u)])
     return R[()]
+
+
+def _value_subtree(view, cuts: _Cuts) -> float:
+    """The subtree rule: heights ``h_u(y) = K*_{uy}`` on the cut (each child's exact ``K`` under the
+    same rule, a fixed function of the path), so that ``R(root) = K*_root + X`` with ``X`` free of
+    every ``K*`` in a cut; ``K*_root`` by the recursive difference estimator, the ``K*`` of drafted
+    children outside their parent's cut by their pointwise upper bound ``Kbar`` (caps)."""
+    D = view.depth
+    iid = view.scheme.name == "with_replacement"
+    if iid and view.copies is None:
+        raise ValueError("internal: the subtree rule needs the drafted tree's repeated paths (i.i.d. drafts)")
+    est, cap, X = {}, {}, {}
+    for u in reversed(view.order):
+        if len(u) == D:
+            est[u] = cap[u] = 1.0
+            X[u] = 0.0
+            continue
+        p = view.p(u)
+        mask, _, mass = cuts.cut_of(view, u)
+        kids = _live_kids(view, u)
+        inside = [y for y in kids if mask[y]]
+        outside = [y for y in kids if not mask[y]]
+        rest = mask.copy()
+        rest[list(view.kids[u])] = False
+        cap[u] = (
+            1.0
+            + math.fsum(float(p[y]) * cap[u + (y,)] for y in inside)
+            + (D - len(u)) * float(np.sum(p, where=rest))
+        )
+        if len(u) + 1 == D:  # leaf children: K* = 1 exactly, nothing to estimate
+            est[u] = 1.0 + mass
+            X[u] = max([0.0] + [cap[u + (y,)] for y in outside])
+            continue
+        g = cuts.guess(view, u)
+        lo, hi = cuts.inclusion(view, u, inside, copies=view.copies[u] if iid else 1)
+        terms = []
+        for y, a, b in zip(inside, lo, hi):
+            res = est[u + (y,)] - g  # divided by the bound on iota that keeps the mean above K*
+            terms.append(float(p[y]) * res / (a if res >= 0 else b))
+        est[u] = 1.0 + mass * g + math.fsum(terms)
+        X[u] = max([0.0] + [X[u + (y,)] for y in inside] + [cap[u + (y,)] + X[u + (y,)] for y in outside])
+    return est[()] + X[()]
 
 
 def _value_heights(view, heights: DualHeights) -> float:
@@ -471,6 +550,8 @@ def _evaluate(view, rule, heights, cuts, alpha=None) -> float:
         return _value_top_n(view)
     if rule == "local":
         return _value_local(view, cuts)
+    if rule == "subtree":
+        return _value_subtree(view, cuts)
     return _value_semi_local(view, cuts)
 
 
@@ -506,8 +587,8 @@ def upper_bound(tree, rule: str | None = None, *, heights: DualHeights | None = 
     tree : DraftTree
         With its target laws set. Repeated drafts (i.i.d. schemes) are merged by path.
     rule : str or None
-        ``"semi_local"``, ``"local"``, ``"one_level"`` or ``"top_n"`` (:data:`RULES`); None: the
-        scheme's default (:func:`default_rule`). ``ValueError`` for a rule not certified for the
+        ``"subtree"``, ``"semi_local"``, ``"local"``, ``"one_level"`` or ``"top_n"`` (:data:`RULES`);
+        None: the scheme's default (:func:`default_rule`). ``ValueError`` for a rule not certified for the
         tree's scheme (:func:`certified_rules`).
     heights : DualHeights or None
         Evaluate these heights instead of a rule (e.g. ``tree_optimum(...).heights``, with which the
@@ -532,14 +613,16 @@ def upper_bound(tree, rule: str | None = None, *, heights: DualHeights | None = 
     scheme = tree.scheme
     rule = None if heights is not None else _check_rule(rule, scheme)
     view = _view_of_tree(tree)
-    cuts = _Cuts(scheme, view.branching) if rule in ("semi_local", "local") else None
+    cuts = _Cuts(scheme, view.branching) if rule in ("semi_local", "local", "subtree") else None
     return float(_evaluate(view, rule, heights, cuts))
 
 
 def mean_upper_bound(enumeration, rule: str | None = None, *, heights: DualHeights | None = None) -> float:
     """The exact mean of :func:`upper_bound` over every drafted tree of an enumeration (small V):
     ``sum over path-set classes C of P(C) upper_bound(C)``, a certified upper bound on
-    :func:`~mdsd_ot.trees.tree_optimum` of the same enumeration.
+    :func:`~mdsd_ot.trees.tree_optimum` of the same enumeration. The ``"subtree"`` rule under i.i.d.
+    drafts reads how often a path was drafted, which a class does not record: it is averaged over
+    the ordered trees (:meth:`TreeEnumeration.trees`, at most ``TREE_COMPARE_MAX_TREES``).
 
     Parameters
     ----------
@@ -554,7 +637,7 @@ def mean_upper_bound(enumeration, rule: str | None = None, *, heights: DualHeigh
 
     Examples
     --------
-    Sun et al.'s chain (optimum 20/9; docs/math.md#the-exact-tree-optimum): the semi-local rule is exact
+    Sun et al.'s chain (optimum 20/9; docs/math.md#the-exact-tree-optimum): the default rule is exact
     on it, the one-level rule is ``1 + 2 alpha* = 7/3``:
 
     >>> from mdsd_ot.trees import enumerate_trees
@@ -564,12 +647,16 @@ def mean_upper_bound(enumeration, rule: str | None = None, *, heights: DualHeigh
     """
     heights = _check_heights(rule, heights)
     rule = None if heights is not None else _check_rule(rule, enumeration.scheme)
-    if rule in ("one_level", "top_n"):
-        view = _view_of_class(enumeration, enumeration.classes[0].paths)
-        if rule == "one_level":
-            return float(_evaluate(view, rule, None, None))
+    if rule == "one_level":
+        return float(_evaluate(_view_of_class(enumeration, enumeration.classes[0].paths), rule, None, None))
     cuts = _Cuts(enumeration.scheme, enumeration.shape.branching)
     terms = []
+    if rule == "subtree" and enumeration.scheme.name == "with_replacement":
+        # the estimator reads how often a path was drafted, which a path-set class merges: every
+        # ordered tree (TreeEnumeration.trees refuses more than TREE_COMPARE_MAX_TREES)
+        for tree, prob in enumeration.trees():
+            terms.append(prob * _evaluate(_view_of_tree(tree), rule, None, cuts))
+        return math.fsum(terms)
     for c in enumeration.classes:
         view = _view_of_class(enumeration, c.paths)
         terms.append(c.probability * _evaluate(view, rule, heights, cuts))
