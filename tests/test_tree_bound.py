@@ -251,3 +251,36 @@ def test_compare_tree_and_cli_show_the_bounds(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["upper_bounds"]["top_n"] == pytest.approx(out["optimum"], abs=1e-12)
     assert min(out["upper_bounds"].values()) >= out["optimum"] - 1e-12
+
+
+# ------------------------------------------------------------------------------------- the decoder
+def test_decode_rows_record_the_bounds_and_the_summary_shows_the_sandwich():
+    """A decode row gets ``upper:<rule>`` for the scheme's default rule and one_level (failures
+    recorded, never silent); the summary's sandwich per cell takes the best verifier, the rule whose
+    interval ends lowest, and the clustered mean of the per-call differences (hand-computed)."""
+    from mdsd_ot.decode import DecodeConfig
+    from mdsd_ot.decode.report import format_sandwich, sandwich
+    from mdsd_ot.decode.runner import _exact_values, _upper_values, upper_rules
+
+    t = one_level_tree([0, 2])
+    row: dict = {}
+    _exact_values(row, t, ["rrs"], "with_replacement", DecodeConfig())
+    assert row["upper:subtree"] == upper_bound(t, "subtree") and row["upper:one_level"] == 1 + ALPHA3
+    assert row["exact:rrs"] > 0 and upper_rules("top_n") == ["top_n", "one_level"]
+    odd = DraftTree("2", "with_replacement", [-1, 0, 2], [-1, 0, 0], [[0.0, 0.5, 0.5]], [P3, P3, P3])
+    row = {}
+    _upper_values(row, odd, "with_replacement")
+    assert row["upper:subtree"] is None and "draft probability 0" in row["errors"]["upper:subtree"]
+
+    def r(rec, a, b, s, o):
+        return {"record": rec, "T": 1.0, "tree": "2", "scheme": "with_replacement", "driver": "rrs",
+                "exact:a": a, "exact:b": b, "upper:subtree": s, "upper:one_level": o}  # fmt: skip
+
+    rows = [r("x", 1.0, 1.5, 2.0, 2.5), r("x", 1.2, 1.7, 1.6, 2.5), r("y", 1.4, 1.3, 1.8, 2.5),
+            r("y", 1.0, 1.5, 2.2, 2.5), r("z", 1.1, 1.6, 1.9, 2.5)]  # fmt: skip
+    (cell,) = sandwich(rows)
+    # best: b (mean 1.52 > 1.14); subtree's mean 1.9 with a positive interval beats one_level's 2.5
+    assert cell["best"] == "b" and abs(cell["best_mean"] - 1.52) < 1e-12 and cell["rule"] == "subtree"
+    assert abs(cell["width"] - (1.9 - 1.52)) < 1e-12 and cell["calls"] == 5 and cell["records"] == 3
+    assert abs(cell["relative"] - 0.38 / 1.52) < 1e-12 and cell["width_ci95"] > 0
+    assert "| 1 | 2 | with_replacement | b | 1.520 ± " in format_sandwich([cell])
