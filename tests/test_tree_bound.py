@@ -154,55 +154,64 @@ def test_per_tree_values_average_to_the_class_mean():
 
 
 # --------------------------------------------------------------------------------- full vocabulary
-def test_binned_cut_at_large_vocabulary():
-    """Above BINNED_MIN_V the cuts come from the binned scan fed the scaled target beta p: the
-    semi-local value of a drafted tree equals the one recomputed with cuts from a plain numpy sort
-    (sorted prefixes by q/p, objective beta p(H) + 1 - q(H)^n)."""
+def _sorted_objective(p, q, n, b, scheme):
+    """``Q(H_k) - b p(H_k)`` along the prefixes of a numpy sort by q/p (the reference of the cut):
+    ``q(H)^n`` (i.i.d.), ``W_2(H) = q(H) - R sum_H q_i / (1 - q_i)`` (sequential, n = 2), ``q(H)``."""
+    key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.inf)
+    order = np.argsort(-key, kind="stable")
+    qs, ps = q[order], p[order]
+    cq, cp = np.concatenate([[0.0], np.cumsum(qs)]), np.concatenate([[0.0], np.cumsum(ps)])
+    if scheme == "with_replacement" or n == 1:
+        Q = cq**n
+    else:
+        R = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])  # mass outside each prefix, summed directly
+        Q = cq - R * np.concatenate([[0.0], np.cumsum(qs / (1.0 - qs))])
+    return order, Q - b * cp
+
+
+@pytest.mark.parametrize("scheme,shape", [("with_replacement", "3,2,1"), ("without_replacement", "2,2,1")])
+def test_binned_cut_at_large_vocabulary(scheme, shape):
+    """Above BINNED_MIN_V the cuts come from the binned scan fed the scaled target beta p: each cut's
+    objective equals the best prefix of a plain numpy sort, and the subtree and semi-local values equal
+    those recomputed with the numpy cuts."""
     from mdsd_ot.trees import bound as B
 
     V = 20_000
-    rng = np.random.default_rng(5)
 
-    def laws(paths):
+    def laws(paths, salt=9):
         out = []
         for w in paths:
-            r = np.random.default_rng([9, len(w), *w])
-            z = 3.0 * r.standard_normal(V)
+            z = 3.0 * np.random.default_rng([salt, len(w), *w]).standard_normal(V)
             out.append(np.exp(z - z.max()))
         return np.array([x / x.sum() for x in out])
 
     def draft(paths):
-        out = []
-        for w, p in zip(paths, laws(paths)):
-            r = np.random.default_rng([10, len(w), *w])
-            x = np.log(p) + r.standard_normal(V)
-            x = np.exp(x - x.max())
-            out.append(x / x.sum())
-        return np.array(out)
+        x = np.log(laws(paths)) + np.array(
+            [np.random.default_rng([10, len(w), *w]).standard_normal(V) for w in paths]
+        )
+        x = np.exp(x - x.max(axis=1, keepdims=True))
+        return x / x.sum(axis=1, keepdims=True)
 
-    tree = draft_tree("3,2,1", "with_replacement", draft, rng, target=laws)
+    tree = draft_tree(shape, scheme, draft, np.random.default_rng(5), target=laws)
     view = B._view_of_tree(tree)
-    cuts = B._Cuts(tree.scheme, view.branching)
-    value = B._value_semi_local(view, cuts)
-    ref = B._Cuts(tree.scheme, view.branching)
+    cuts, ref = B._Cuts(tree.scheme, view.branching), B._Cuts(tree.scheme, view.branching)
+    values = (B._value_subtree(view, cuts), B._value_semi_local(view, cuts))
     for u in view.order:
         if len(u) == view.depth:
             continue
-        p, q = view.p(u), view.q(u)
-        b = ref.weight(view, u)
-        n = view.branching[len(u)]
-        key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.inf)
-        order = np.argsort(-key, kind="stable")
-        cq, cp = np.concatenate([[0.0], np.cumsum(q[order])]), np.concatenate([[0.0], np.cumsum(p[order])])
-        obj = cq**n - b * cp
+        p, q, b, n = view.p(u), view.q(u), ref.weight(view, u), view.branching[len(u)]
+        order, obj = _sorted_objective(p, q, n, b, scheme)
         k = int(np.argmax(obj))
+        got = np.sort(np.flatnonzero(cuts.cut_of(view, u)[0]))
+        at = np.flatnonzero(np.isin(order, got))  # the binned cut is a prefix of the same order
+        assert at.size == got.size and (at.size == 0 or at.max() == got.size - 1), u
+        assert abs(obj[got.size] - obj[k]) < 1e-12, (u, obj[got.size], obj[k])
         mask = np.zeros(V, dtype=bool)
         mask[order[:k]] = True
-        got = cuts.cut_of(view, u)[0]
-        qa, pa = q[got].sum() ** n - b * p[got].sum(), obj[k]
-        assert abs(qa - pa) < 1e-12, (u, qa, pa)
-        ref.cut[u] = (mask, min(1.0, float(p[mask].sum())))
-    assert abs(B._value_semi_local(view, ref) - value) < 1e-9
+        mass = float(p[mask].sum())
+        ref.cut[u] = (mask, min(1.0, mass), mass)
+    again = (B._value_subtree(view, ref), B._value_semi_local(view, ref))
+    assert np.allclose(values, again, rtol=0, atol=1e-9), (values, again)
 
 
 # --------------------------------------------------------------------------------------- refusals
