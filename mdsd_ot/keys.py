@@ -8,7 +8,10 @@ names each value by a flat string key:
 * ``"<key>:se"`` -- the Monte Carlo standard error of a verifier value (present when > 0);
 * a *method* is a key without its ``@<n>``: ``"bound:<scheme>"``, ``"verifier:<name>"``, and in the
   summaries ``"gap:<name>"`` (the bound of the verifier's scheme minus its acceptance) and, in decode
-  tables, ``"exact:<name>"``.
+  tables, ``"exact:<name>"``;
+* in decode rows, ``"upper:<rule>"`` -- one call's value of the tree-dual rule ``<rule>``
+  (:func:`mdsd_ot.trees.upper_bound`), whose mean over calls is a certified upper bound on the tokens
+  per call of every valid verifier (not ``"bound"``, the node-alpha* heuristic of older rows).
 
 Also here, because a row needs them to pair a verifier with its bound: :func:`verifier_scheme` (the
 bound a verifier is compared with) and :func:`verifier_applies` (whether a verifier is defined for
@@ -28,12 +31,15 @@ __all__ = [
     "VERIFIER",
     "GAP",
     "EXACT",
+    "UPPER",
     "SE_SUFFIX",
     "bound_key",
     "verifier_key",
     "se_key",
     "exact_key",
     "is_exact",
+    "upper_key",
+    "is_upper",
     "key_of",
     "method_key",
     "split_key",
@@ -49,7 +55,7 @@ __all__ = [
 ]
 
 #: The kinds of method a key can name (the text before the first ``:``).
-BOUND, VERIFIER, GAP, EXACT = "bound", "verifier", "gap", "exact"
+BOUND, VERIFIER, GAP, EXACT, UPPER = "bound", "verifier", "gap", "exact", "upper"
 
 #: Suffix of the Monte Carlo standard error of a value key.
 SE_SUFFIX = ":se"
@@ -151,6 +157,40 @@ def is_exact(key: str) -> bool:
     bool
     """
     return key.startswith("exact:")
+
+
+def upper_key(rule: str) -> str:
+    """``"upper:<rule>"``: a decode row's per-call value of tree-dual rule ``rule``
+    (:func:`mdsd_ot.trees.upper_bound`; its mean over calls is the certified bound).
+
+    Parameters
+    ----------
+    rule : str
+        Rule name (:data:`mdsd_ot.trees.RULES`).
+
+    Returns
+    -------
+    str
+
+    >>> upper_key("subtree")
+    'upper:subtree'
+    """
+    return f"upper:{rule}"
+
+
+def is_upper(key: str) -> bool:
+    """Whether a decode key or method is a tree-dual upper-bound value (``"upper:..."``).
+
+    Parameters
+    ----------
+    key : str
+        A key or method.
+
+    Returns
+    -------
+    bool
+    """
+    return key.startswith("upper:")
 
 
 def se_key(key: str) -> str:

@@ -1,5 +1,6 @@
 """Summary of a decode folder: block efficiency per cell and verifier with clustered 95% intervals,
-the SpecTr speedup model, and two plots (vs temperature, vs tree size)."""
+the certified upper bound per cell and the width of the sandwich [best verifier, bound], the SpecTr
+speedup model, and two plots (vs temperature, vs tree size)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ from pathlib import Path
 
 from .. import _store
 from ..intervals import cluster_mean_ci, interval_note  # noqa: F401  (the one interval formula, via the runs wing)
-from ..keys import is_exact, split_method
+from ..keys import is_exact, is_upper, split_method
 from ..runs.statistics import clustered_mean, values_of
 from ..trees import parse_shape, speedup
 
-__all__ = ["summarize", "write_report", "measured_cost_ratio"]
+__all__ = ["summarize", "sandwich", "write_report", "measured_cost_ratio"]
 
 
 def _methods(rows) -> list[str]:
-    keys = {k for r in rows for k in r if is_exact(k)}
+    keys = {k for r in rows for k in r if is_exact(k) or is_upper(k)}
     out = sorted(keys)
     if any("bound" in r for r in rows):
         out.append("bound")  # shown as "heuristic"
@@ -153,10 +154,11 @@ def check_cost_ratio(cost_ratio) -> float | None:
 def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
     """Mean tokens per target call per (T, tree, scheme, method) with a 95% interval clustered by prompt.
 
-    Methods: ``exact:<verifier>`` (the exact recursion on every call's tree), ``bound`` (the
-    node-alpha* heuristic, shown as ``heuristic``) and ``sampled`` (tokens the driving verifier
-    actually emitted). ``speedup`` is the SpecTr model ``tau / (1 + D c)`` at ``cost_ratio``
-    (default: :func:`measured_cost_ratio`).
+    Methods: ``exact:<verifier>`` (the exact recursion on every call's tree), ``upper:<rule>`` (a
+    tree-dual rule, docs/math.md#the-tree-dual: its mean is a certified upper bound on every valid
+    verifier at the contexts reached), ``bound`` (the node-alpha* heuristic, shown as ``heuristic``)
+    and ``sampled`` (tokens the driving verifier actually emitted). ``speedup`` is the SpecTr model
+    ``tau / (1 + D c)`` at ``cost_ratio`` (default: :func:`measured_cost_ratio`).
 
     Parameters
     ----------
@@ -207,6 +209,99 @@ def summarize(rows, *, cost_ratio: float | None = None) -> list[dict]:
                 }
             )
     return table
+
+
+def sandwich(rows, table=None) -> list[dict]:
+    """Per (T, tree, scheme) cell: the best verifier, the certified bound and the width between them.
+
+    The best verifier is the ``exact:<verifier>`` method with the highest mean; the bound is the
+    ``upper:<rule>`` method with the lowest upper end of its interval (``mean + ci95``; each rule's
+    mean is certified, so is the smaller of two, and ranking by the interval's end keeps a rule whose
+    per-call values spread widely from being picked for a lucky low mean);
+    the width is the clustered mean of the per-call differences ``upper:<rule> - exact:<best>`` over
+    the calls that carry both (a paired difference: its interval is narrower than the two apart),
+    ``relative`` that width over the best verifier's mean. Intervals are 95%, clustered by prompt.
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Decode rows.
+    table : list of dict or None
+        :func:`summarize` of ``rows`` (computed when None).
+
+    Returns
+    -------
+    list of dict
+        ``T``, ``tree``, ``scheme``, ``best``, ``best_mean``, ``best_ci95``, ``rule``, ``bound``,
+        ``bound_ci95``, ``bound_calls``, ``width``, ``width_ci95``, ``relative``, ``calls``, ``records``;
+        cells without both a verifier and a bound are left out.
+    """
+    rows = list(rows)
+    table = summarize(rows) if table is None else table
+    by_cell: dict = {}
+    for t in table:
+        by_cell.setdefault((t["T"], t["tree"], t["scheme"]), []).append(t)
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["T"], r["tree"], r["scheme"]), []).append(r)
+    out = []
+    for key, entries in by_cell.items():
+        exact = [t for t in entries if is_exact(t["method"])]
+        upper = [t for t in entries if is_upper(t["method"])]
+        if not exact or not upper:
+            continue
+        best = max(exact, key=lambda t: t["mean"])
+        bound = min(upper, key=lambda t: t["mean"] + (t["ci95"] if math.isfinite(t["ci95"]) else 0.0))
+        pairs = [
+            (r[bound["method"]] - r[best["method"]], r["record"])
+            for r in cells[key]
+            if r.get(bound["method"]) is not None and r.get(best["method"]) is not None
+        ]
+        if not pairs:
+            continue
+        width, ci, count, records = clustered_mean(pairs)
+        out.append(
+            {
+                "T": key[0],
+                "tree": key[1],
+                "scheme": key[2],
+                "best": split_method(best["method"])[1],
+                "best_mean": best["mean"],
+                "best_ci95": best["ci95"],
+                "rule": split_method(bound["method"])[1],
+                "bound": bound["mean"],
+                "bound_ci95": bound["ci95"],
+                "bound_calls": bound["calls"],
+                "width": width,
+                "width_ci95": ci,
+                "relative": width / best["mean"] if best["mean"] > 0 else math.nan,
+                "calls": count,
+                "records": records,
+            }
+        )
+    return out
+
+
+def format_sandwich(cells) -> str:
+    """Markdown table of :func:`sandwich`: one line per cell."""
+    lines = [
+        "| T | tree | scheme | best verifier | tokens per call | certified bound (rule) | width "
+        "| width / best | calls |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(cells, key=lambda c: (c["T"], parse_shape(c["tree"]).size, c["tree"], c["scheme"])):
+
+        def ci(m, h):
+            m = 0.0 if abs(m) < 5e-10 else m  # rounding noise is not shown as -0.000
+            return f"{m:.3f} ± {h:.3f}" if math.isfinite(h) else f"{m:.3f}"
+
+        lines.append(
+            f"| {c['T']:g} | {c['tree']} | {c['scheme']} | {c['best']} "
+            f"| {ci(c['best_mean'], c['best_ci95'])} "
+            f"| {ci(c['bound'], c['bound_ci95'])} ({c['rule']}) | {ci(c['width'], c['width_ci95'])} "
+            f"| {0.0 if abs(c['relative']) < 5e-10 else c['relative']:.1%} | {c['calls']} |"
+        )
+    return "\n".join(lines)
 
 
 def _fmt(t) -> str:
@@ -290,15 +385,40 @@ def write_report(out, *, title: str = "mdsd_ot tree decoding", cost_ratio=None, 
             if any("bound" in r for r in rows)
             else ""
         )
+        + (
+            ", `upper:<rule>` a certified tree-dual rule (docs/math.md#the-tree-dual): each call's value "
+            "is not a bound, its mean over the calls is an upper bound on the mean tokens per call of "
+            "every valid verifier at the contexts reached"
+            if any(is_upper(k) for r in rows for k in r)
+            else ""
+        )
         + ". "
         + interval_note(len({r["record"] for r in rows}))
         + _union_note(rows),
         "",
         _proven_note(table),
         "",
-        format_table(table),
-        "",
     ]
+    cells = sandwich(rows, table)
+    if cells:
+        md += [
+            "Certified sandwich per cell: the best verifier measured, the certified bound whose interval "
+            "ends lowest (its rule), and the width between them (mean of the per-call differences, "
+            "clustered by prompt). The mean optimum over all valid verifiers at these contexts lies in "
+            "[best verifier, bound]; a bound is certified in the mean only, so with few calls its "
+            "interval (and the width's) can reach below the best verifier.",
+            "",
+            format_sandwich(cells),
+            "",
+        ]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(cells[0]), lineterminator="\n")
+        w.writeheader()
+        for cell in cells:
+            w.writerow(cell)
+        _store.atomic_write(out / "sandwich.csv", buf.getvalue(), step="sandwich.csv")
+        written["sandwich"] = out / "sandwich.csv"
+    md += [format_table(table), ""]
     if c is not None:
         md.append(
             f"Speedup model (SpecTr): tokens per call / (1 + depth x c) with c = {c:.3f} "

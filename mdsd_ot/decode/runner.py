@@ -8,6 +8,8 @@ once per temperature for every (tree, scheme) cell at once:
 2. one target forward over every distinct node (tree attention mask) gives ``p`` at every node;
 3. every cell's tree (a first-children sub-tree of its union tree, or its own tree) gets every valid
    verifier's exact expected tokens (:func:`mdsd_ot.trees.expected_tokens`, node-wise and tree-level),
+   the per-call values of the certified tree-dual rules (``upper:<rule>``,
+   :func:`mdsd_ot.trees.upper_bound`: their means over calls bound every valid verifier from above),
    and, with ``bound=True``, the node-alpha* heuristic;
 4. decoding continues along the driving cell's verifier sample (:func:`mdsd_ot.trees.verify_tree`).
 
@@ -36,7 +38,7 @@ from .. import _store
 from .._config import DECODE_OPTIMAL_MAX_V
 from .._validate import check_probabilities
 from ..drafts import SCHEMES
-from ..keys import exact_key
+from ..keys import exact_key, upper_key
 from ..runs import runner as _runs
 from ..runs.identity import identify, prompts_identity
 from ..runs.inputs import (
@@ -51,12 +53,14 @@ from ..runs.inputs import (
 from ..runs.shards import parse_shard, shard_records
 from ..runs.shards import progress as progress_bar
 from ..trees import (
+    default_rule,
     draft_forest,
     draft_tree,
     expected_tokens,
     first_children,
     node_alpha_heuristic,
     parse_shape,
+    upper_bound,
     verify_tree,
 )
 from .config import DecodeConfig, driver_for
@@ -199,6 +203,7 @@ def decode_prompt(
             except (ValueError, RuntimeError) as exc:  # recorded, never silent
                 row[exact_key(name)] = None
                 row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
+        _upper_values(row, tree, scheme)
         if config.bound:
             try:
                 # alpha* of every node: by the torch evaluation plan, batched on the models' device when
@@ -234,9 +239,46 @@ def decode_prompt(
     return rows
 
 
+#: The tree-dual rules every call records per cell (``upper:<rule>``), besides the scheme's default
+#: (:func:`mdsd_ot.trees.default_rule`): ``one_level`` costs one alpha* at the root and has almost no
+#: spread per call; the default uses the whole tree (docs/math.md#the-tree-dual).
+DECODE_UPPER_RULES = ("one_level",)
+
+
+def upper_rules(scheme: str) -> list[str]:
+    """The tree-dual rules a decode row records for ``scheme``: its default rule, then
+    :data:`DECODE_UPPER_RULES`.
+
+    Parameters
+    ----------
+    scheme : str
+        Draft scheme name.
+
+    Returns
+    -------
+    list of str
+
+    >>> upper_rules("with_replacement"), upper_rules("top_n")
+    (['subtree', 'one_level'], ['top_n', 'one_level'])
+    """
+    return list(dict.fromkeys([default_rule(scheme), *DECODE_UPPER_RULES]))
+
+
+def _upper_values(row, tree, scheme):
+    """Each recorded tree-dual rule's value on ``tree`` into ``row`` (``upper:<rule>``); a failure is
+    recorded under ``errors``, never silent."""
+    for rule in upper_rules(scheme):
+        key = upper_key(rule)
+        try:
+            row[key] = upper_bound(tree, rule)
+        except (ValueError, RuntimeError) as exc:
+            row[key] = None
+            row.setdefault("errors", {})[key] = " ".join(str(exc).split())[:200]
+
+
 def _exact_values(row, tree, names, scheme, config):
-    """Every verifier's exact expected tokens on ``tree`` (and the heuristic when asked) into ``row``;
-    a failure is recorded under ``errors``, never silent."""
+    """Every verifier's exact expected tokens on ``tree``, the tree-dual rules' values (and the
+    heuristic when asked) into ``row``; a failure is recorded under ``errors``, never silent."""
     for name in names:
         if not runs_at(name, scheme, tree.vocab, shape=tree.shape):
             continue
@@ -245,6 +287,7 @@ def _exact_values(row, tree, names, scheme, config):
         except (ValueError, RuntimeError) as exc:
             row[exact_key(name)] = None
             row.setdefault("errors", {})[name] = " ".join(str(exc).split())[:200]
+    _upper_values(row, tree, scheme)
     if config.bound:
         try:
             row["bound"] = node_alpha_heuristic(tree)

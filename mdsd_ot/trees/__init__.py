@@ -8,11 +8,14 @@
   verification), which verify a whole chain or tree at once;
 * :mod:`.enumerate`, :mod:`.optimum`, :mod:`.compare` -- every drafted tree with its probability, the
   exact optimum over all valid tree verifiers (the causal LP, :func:`tree_optimum`) and every valid
-  verifier against it (:func:`compare_tree`), at small scale.
+  verifier against it (:func:`compare_tree`), at small scale;
+* :mod:`.bound` -- the LP's dual on the tree a call drafted (:func:`upper_bound`): per-tree values
+  whose mean over drafted trees is a certified upper bound on every valid verifier, at any vocabulary.
 
 The real decoder over Hugging Face models is :mod:`mdsd_ot.decode`.
 """
 
+from .bound import RULES, DualHeights, certified_rules, default_rule, mean_upper_bound, upper_bound
 from .compare import TreeComparison, TreeComparisonRecord, compare_tree
 from .enumerate import NextTokenLaw, TreeEnumeration, enumerate_trees, model_law, toy_models
 from .optimum import LPTreeVerifier, TreeOptimum, tree_optimum
@@ -59,6 +62,12 @@ __all__ = [
     "TREE_VERIFIERS",
     "tree_optimum",
     "TreeOptimum",
+    "upper_bound",
+    "mean_upper_bound",
+    "certified_rules",
+    "default_rule",
+    "DualHeights",
+    "RULES",
     "LPTreeVerifier",
     "compare_tree",
     "TreeComparison",

@@ -3,7 +3,9 @@
 :func:`compare_tree` is :func:`mdsd_ot.compare.compare` for draft trees: for one pair of models, a tree
 shape and a draft scheme, the exact expected tokens per target call of every valid verifier (node-wise
 and tree-level), averaged over every drafted tree, against :func:`mdsd_ot.trees.tree_optimum`, with
-the gaps ``optimum - value`` and ``(optimum - value) / optimum``.
+the gaps ``optimum - value`` and ``(optimum - value) / optimum``; and above the optimum, the mean of
+every certified upper-bound rule (:func:`mdsd_ot.trees.upper_bound`, the ones a decoder computes on
+each drafted tree at any vocabulary) with its excess over the optimum.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from .._config import TREE_COMPARE_MAX_TREES, TREE_OPTIMUM_MAX_CLASSES, VALUE_TOL
+from .bound import certified_rules, mean_upper_bound
 from .enumerate import _positive_int, enumerate_trees
 from .optimum import TreeOptimum, solve_tree_lp
 from .shape import parse_shape
@@ -52,7 +55,9 @@ class TreeComparisonRecord:
 class TreeComparison:
     """The table returned by :func:`compare_tree` (``str()`` a text table; :meth:`to_json` machine output).
 
-    Iterating yields the records; ``table["rrs"]`` looks one up by verifier name.
+    Iterating yields the records; ``table["rrs"]`` looks one up by verifier name. ``bounds`` holds
+    ``(rule, mean)`` per certified upper-bound rule (:func:`mdsd_ot.trees.upper_bound`), each mean over
+    every drafted tree at least :attr:`optimum`.
     """
 
     records: tuple
@@ -62,6 +67,7 @@ class TreeComparison:
     scheme: str
     V: int
     n_ordered_trees: int
+    bounds: tuple = ()
 
     def __iter__(self):
         return iter(self.records)
@@ -95,6 +101,7 @@ class TreeComparison:
             "lp_variables": o.n_variables,
             "records": self.to_dicts(),
             "skipped": [{"verifier": n, "reason": why} for n, why in self.skipped],
+            "upper_bounds": {rule: value for rule, value in self.bounds},
         }
         return json.dumps(payload, **kwargs)
 
@@ -133,6 +140,15 @@ class TreeComparison:
                 "not the tree optimum (the lp row)"
             )
         lines += [f"skipped {name}: {why}" for name, why in self.skipped]
+        if self.bounds:
+            lines.append(
+                "certified upper bounds, mean over the drafted trees of each rule's per-tree value "
+                "(docs/math.md#the-tree-dual):"
+            )
+            lines += [
+                f"  {rule:<10}  {value:.6f}  (+{_shown(value - o.value) / o.value:.2%} over the optimum)"
+                for rule, value in self.bounds
+            ]
         return "\n".join(line.rstrip() for line in lines)
 
 
@@ -262,6 +278,15 @@ def compare_tree(
             )
         kind = "optimum" if n == "lp" else ("tree-level" if n in TREE_VERIFIERS else "node-wise")
         records.append(TreeComparisonRecord(n, kind, value, gap, gap / opt.value))
+    bounds = []
+    for rule in certified_rules(e.scheme):
+        value = mean_upper_bound(e, rule)
+        if value < opt.value - VALUE_TOL:
+            raise RuntimeError(
+                f"internal error: the {rule!r} upper bound averages {value:.15g} on {e.shape.label} trees of "
+                f"{e.scheme.name!r} drafts, below the proven optimum {opt.value:.15g}; please report this"
+            )
+        bounds.append((rule, value))
     return TreeComparison(
-        tuple(records), tuple(skipped), opt, e.shape.label, e.scheme.name, e.vocab, n_ordered
+        tuple(records), tuple(skipped), opt, e.shape.label, e.scheme.name, e.vocab, n_ordered, tuple(bounds)
     )

@@ -466,6 +466,13 @@ class TreeOptimum:
     verifier : LPTreeVerifier
         Samples from the plan; valid and optimal for trees drafted like those enumerated.
     enumeration : TreeEnumeration
+    heights : DualHeights or None
+        The optimal dual read from the LP's row multipliers (docs/math.md#the-tree-dual): per path
+        ``u``, ``(h_u, K_u)`` with ``g(u, y) = 1 - mu(u, y)`` (``mu`` the multiplier of the causal
+        row of ``(u, y)``), ``K_u = max(max_y g(u, y), 1 + sum_y P(y | u) h_u(y))`` and
+        ``h_u(y) = max g(u, .) - g(u, y)``. :func:`~mdsd_ot.trees.mean_upper_bound` (or
+        :func:`~mdsd_ot.trees.upper_bound` averaged over the drafted trees) with them gives
+        :attr:`value` back. None when the solve failed.
     """
 
     value: float
@@ -479,6 +486,7 @@ class TreeOptimum:
     plan: tuple = field(repr=False)
     verifier: LPTreeVerifier = field(repr=False)
     enumeration: TreeEnumeration = field(repr=False)
+    heights: object = field(default=None, repr=False)
 
     @property
     def classes(self) -> tuple:
@@ -629,4 +637,67 @@ def _attempt(e: TreeEnumeration, lp: CausalLP, solver: str, row_scale: float, pr
         f"proven optimal ({how}: {message.lower()}), emitted law within {law_error:.1e} of the target's, "
         f"dual bound within {max(bound - value, 0.0):.1e}"
     )
-    return TreeOptimum(value, True, 0, msg, bound, law_error, K, lp.n_columns, tuple(plans), verifier, e)
+    heights = dual_heights(lp, duals)
+    return TreeOptimum(
+        value, True, 0, msg, bound, law_error, K, lp.n_columns, tuple(plans), verifier, e, heights
+    )
+
+
+# ------------------------------------------------------------------------------- the dual heights
+def dual_heights(lp: CausalLP, duals):
+    """The tree dual's heights read from row multipliers of the causal LP (docs/math.md#the-tree-dual).
+
+    The LP's dual is ``min sum_C lambda_C`` over class multipliers ``lambda_C`` and causal-row
+    multipliers ``mu(u, y)`` with ``lambda_C >= P(C) sum_k g(E_<k, E_k)`` for every emission ``E``
+    of class ``C`` (its column) and ``sum_y P(y | u) g(u, y) >= 1`` (the ``m^+(u)`` column), where
+    ``g = 1 - mu``. Each candidate ``y`` in ``duals`` is tried with both signs (the solver's sign
+    convention); the sign whose class multipliers sum to a positive value is kept, and among the
+    candidates the one that violates ``sum_y P(y | u) g(u, y) >= 1`` least. The heights are then
+    repaired to be feasible whatever the rounding: ``h_u(y) = max g(u, .) - g(u, y)`` and
+    ``K_u = max(max g(u, .), 1 + sum_y P(y | u) h_u(y))``, so they are always a valid dual.
+
+    Parameters
+    ----------
+    lp : CausalLP
+    duals : sequence of numpy.ndarray
+        Row multipliers (one entry per LP row).
+
+    Returns
+    -------
+    DualHeights
+    """
+    from .bound import DualHeights
+
+    e = lp.enumeration
+    K = len(e.classes)
+    V = e.vocab
+    layout = []  # per kept path: (its target law, its support tokens, their rows)
+    row = K
+    for u in lp.paths:
+        p = e.p(u)
+        s = np.flatnonzero(p > 0)
+        layout.append((p, s, np.arange(row, row + s.size)))
+        row += s.size
+    best = None
+    for y in duals:
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            continue
+        sign = 1.0 if math.fsum(y[:K]) >= 0 else -1.0
+        violation = 0.0
+        for p, s, rows in layout:
+            g = 1.0 - sign * y[rows]
+            violation = max(violation, 1.0 - math.fsum((p[s] * g).tolist()))
+        if best is None or violation < best[0]:
+            best = (violation, sign, y)
+    if best is None:
+        return None
+    _, sign, y = best
+    table = {}
+    for u, (p, s, rows) in zip(lp.paths, layout):
+        g = 1.0 - sign * y[rows]
+        top = float(g.max())
+        h = np.zeros(V)
+        h[s] = top - g
+        table[u] = (h, max(top, 1.0 + math.fsum((p[s] * h[s]).tolist())))
+    return DualHeights(table, V)
