@@ -17,7 +17,7 @@ from mdsd_ot.backends.torch import to_distribution  # noqa: E402
 from mdsd_ot.decode import DecodeConfig, decode_prompt, merge, run_decode, summarize  # noqa: E402
 from mdsd_ot.decode.models import TreeLM  # noqa: E402
 from mdsd_ot.drafts import get_scheme  # noqa: E402
-from mdsd_ot.trees import DraftTree, expected_tokens, parse_shape, valid_verifiers  # noqa: E402
+from mdsd_ot.trees import DraftTree, default_rule, expected_tokens, parse_shape, valid_verifiers  # noqa: E402
 
 V = 16
 torch.set_num_threads(1)  # tiny models: threads only add contention on the shared CPUs
@@ -120,6 +120,16 @@ def test_rows_exact_values_and_summary(tmp_path):
                 assert 1.0 <= r[k] <= depth + 1 + 1e-12
         assert 1 <= r["emitted"] <= depth + 1
         assert len(r["tokens"]) == r["emitted"] - r.get("truncated", 0) >= 1
+        # the certified bound's per-call values: the scheme's default rule and one_level (>= 1 per tree;
+        # only their means are bounds); on top_n trees the default rule is the exact optimum, which
+        # the membership verifier attains tree by tree
+        default = default_rule(r["scheme"])
+        assert {k.split(":")[1] for k in r if k.startswith("upper:")} == {default, "one_level"}
+        assert all(
+            np.isfinite(r[f"upper:{rule}"]) and r[f"upper:{rule}"] >= 1.0 for rule in (default, "one_level")
+        )
+        if r["scheme"] == "top_n":
+            assert r["upper:top_n"] == pytest.approx(r["exact:naive"], abs=1e-12)
     calls: dict = {}  # no EOS here: every prompt and cell gets exactly max_new_tokens, never more
     for r in rows:
         calls.setdefault((r["record"], r["T"], r["tree"], r["scheme"]), []).append(r)
