@@ -152,12 +152,22 @@ LOG_TERMS = 13
 #: A probability P(N < n) or a node weight below this is dropped: at most 1e-18 of W_n in all.
 SATURATED = 1e-18
 
+#: Sequential sampling, n >= 3, fast path: a quadrature node whose terms for a prefix are provably below
+#: ``NODE_FLOOR`` times the step (the node's weight times ``lam^m / m!``, a bound on the probability
+#: that ``m`` more tokens ring, docs/math.md#small-tokens) is not evaluated for it; the terms left out
+#: add up to at most ``NODE_FLOOR`` per unit of ``log t``, under ``8e-18`` over the whole grid.
+NODE_FLOOR = 1e-20
+
 #: A clock with q t at least this has rung by t: up to e^-40 = 4e-18 per token.
 CERTAIN_QT = 40.0
 
-#: Power-of-two bands of q for the small tokens' power sums (the last band also holds every smaller q;
-#: its tokens are then treated as big, exactly, at the nodes beyond it).
-NBANDS = 80
+#: Power-of-two bands of q for the small tokens' power sums, band b holding q in (2^-(b+1), 2^-b]: one
+#: band per binary exponent of a positive float64, subnormals included (q >= 2^-1074), so that a token
+#: is small at every node where q t <= SMALL_QT. (With 80 bands the last one also held every q below
+#: 2^-79, whose tokens were then walked one by one, exactly, at every node beyond t = SMALL_QT 2^79:
+#: seconds per call on drafts with a block of tiny masses; docs/math.md#small-tokens.) Tables hold
+#: only the bands in use.
+NBANDS = 1075
 
 #: A quadrature node of the fast path with more big tokens than this share of the prefix finds them
 #: by their bands as it walks instead of a prepared list (the lists are cumulative over the nodes).
