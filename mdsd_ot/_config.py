@@ -17,11 +17,6 @@ CERT_TOL = 1e-9
 #: p(H) + 1 - Q(H) recomputed independently must agree to this.
 RECHECK_TOL = 1e-12
 
-#: The conditional-Poisson re-check (``drafts.conditional_poisson._elementary_symmetric_tree``) trusts
-#: plain float64 products for ``e_n`` at or above this value (a term lost to underflow moves it by at
-#: most 2^-1074 per operation); below it the product runs on mantissas with integer exponents.
-PLAIN_ESP_MIN = 2.0**-900
-
 #: How often the quadrature step of sequential sampling (n >= 3) is halved, at most, when the solver's
 #: value and the independent re-evaluation on the finer grid disagree by more than RECHECK_TOL.
 QUAD_MAX_REFINE = 3
