@@ -164,6 +164,12 @@ CERTAIN_QT = 40.0
 #: only the bands in use.
 NBANDS = 1075
 
+#: From this many tokens on, the k most likely tokens of a draft (top-n and greedy drafts) are found by
+#: one pass keeping a heap of the best k (``_kernels.top_k_tokens``) instead of ``np.argpartition``,
+#: whose selection degenerates where most masses tie (3x an argsort at V = 152,064). Below, numpy
+#: (no kernel to compile on a first call). Speed only: the same tokens in the same order.
+TOP_HEAP_MIN_V = 4096
+
 #: A quadrature node of the fast path with more big tokens than this share of the prefix finds them
 #: by their bands as it walks instead of a prepared list (the lists are cumulative over the nodes).
 #: Speed only: the tokens and their order are the same either way.

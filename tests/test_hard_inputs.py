@@ -201,6 +201,29 @@ def test_class_oracles_agree_with_the_general_ones():
         assert abs(_block_conditional_poisson_alpha(p, q, ORDINARY[name], 6) - cp) <= 1e-13
 
 
+def test_top_tokens_on_tied_and_ordered_drafts_equal_the_stable_sort():
+    """``top_tokens`` (the heap above TOP_HEAP_MIN_V tokens) against ``argsort(-q, stable)[:k]`` on
+    drafts whose masses tie at the floor, at the top, in a few values, or increase or decrease along
+    the index, k from 2 to V / 64."""
+    from mdsd_ot._config import TOP_HEAP_MIN_V
+    from mdsd_ot.drafts._common import top_tokens
+
+    rng = np.random.default_rng(7)
+    V = TOP_HEAP_MIN_V + 1000
+    kinds = [
+        lambda: np.where(rng.random(V) < 0.99, 1e-9, rng.random(V)),
+        lambda: np.where(rng.random(V) < 0.5, 1.0, rng.random(V)),
+        lambda: rng.integers(0, 4, V).astype(float),
+        lambda: np.sort(rng.random(V)),
+        lambda: np.sort(rng.random(V))[::-1].copy(),
+        lambda: np.full(V, 1.0 / V),
+    ]
+    for make in kinds:
+        q = make()
+        for k in (2, 3, 17, V // 64):
+            assert np.array_equal(top_tokens(q, k), np.argsort(-q, kind="stable")[:k])
+
+
 def test_class_builders_are_valid_distributions():
     """Each builder returns two distributions (non-negative, summing to one) with n positive draft
     masses at every n the sweeps use, seeded (the same arrays twice)."""

@@ -16,7 +16,7 @@ tests (``tests/oracles.py``, or the plain DP :func:`sequential_masses`). Thresho
 :mod:`mdsd_ot._config`.
 """
 
-from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums
+from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums, top_k_tokens
 from .dispatch import (
     compile_notice,
     masked_row_sums,
@@ -94,5 +94,6 @@ __all__ = [
     "solve_batch",
     "solve_sorted",
     "suffix_sums",
+    "top_k_tokens",
     "without_replacement_bounds",
 ]
