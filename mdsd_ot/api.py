@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from . import _compile, _kernels, dual, primal
-from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL
+from ._config import (
+    BINNED_MIN_V,
+    CERT_TOL,
+    PARALLEL_MIN_ENTRIES,
+    PYTHON_MAX_V,
+    QUAD_MAX_REFINE,
+    RECHECK_TOL,
+)
+from ._kernels import dispatch as _dispatch
 from ._validate import (
+    N_MAX,
     check_bool,
     check_choice,
     check_n,
@@ -106,6 +115,39 @@ def _with_lower_bound(verdict, value, lower):
     return ok, message + f"; optimality proven: a valid verifier attains the value to {max(gap, 0.0):.1e}"
 
 
+#: The schemes of the one-kernel path at small V (:func:`_small_dual`) and their kernel codes.
+_SMALL_CODES = {"with_replacement": 0, "without_replacement": 1}
+
+
+def _small_dual(p, q, n, sampling):
+    """:func:`optimal_acceptance` with its defaults for one float64 pair of fewer than ``BINNED_MIN_V``
+    tokens (where the general path sorts), i.i.d. drafts or sequential n = 2, in one kernel
+    (:func:`mdsd_ot._kernels.small_dual`: the validation, the scan and the independent re-check of the
+    general path, in the same arithmetic): the same result, or None where the general path must run
+    (another input, a failing check, whose message comes from there; the kernel not compiled yet at a
+    size whose first call runs the Python twins)."""
+    code = _SMALL_CODES.get(sampling) if type(sampling) is str else None
+    if (
+        code is None
+        or p.ndim != 1
+        or p.shape != q.shape
+        or p.dtype != np.float64
+        or q.dtype != np.float64
+        or not 0 < p.size < BINNED_MIN_V
+        or not 1 <= n <= N_MAX
+        or (code == 1 and n != 2)
+    ):
+        return None
+    kernel = _kernels.small_dual
+    if p.size <= PYTHON_MAX_V and not _dispatch.compiled_ready(kernel):
+        return None
+    status, value, subset, diff = kernel(np.ascontiguousarray(p), np.ascontiguousarray(q), n, code)
+    if status:
+        return None
+    ok, message = _verdict(diff, RECHECK_TOL)
+    return AcceptanceResult(value, subset, "dual", sampling, n, ok, message, lower_bound=None)
+
+
 def optimal_acceptance(
     p,
     q,
@@ -163,6 +205,17 @@ def optimal_acceptance(
     >>> round(r.value, 6), r.subset.tolist()
     (0.69, [1, 2, 3])
     """
+    if (
+        type(p) is np.ndarray
+        and type(q) is np.ndarray
+        and type(n) is int
+        and method == "auto"
+        and normalize is False
+        and prove is False
+    ):
+        small = _small_dual(p, q, n, sampling)
+        if small is not None:
+            return small
     p, q = normalized_pair(p, q, normalize=normalize)
     n = check_n(n)
     scheme = get_scheme(sampling)

@@ -85,10 +85,12 @@ def near_one_hot_target(V, n, rng):
 
 
 def tied_draft(V, n, rng):
-    """A draft whose masses mostly tie: 64 distinct ordinary masses, the rest one equal floor."""
+    """A draft whose masses mostly tie: 64 distinct ordinary masses (V / 2 below V = 128), the rest one
+    equal floor."""
     p, q = llm_like(V, rng)
     q = np.full(V, 1e-9)
-    q[rng.choice(V, 64, replace=False)] = rng.random(64)
+    k = min(64, V // 2)
+    q[rng.choice(V, k, replace=False)] = rng.random(k)
     return p, _norm(q)
 
 
