@@ -196,6 +196,10 @@ REFINE_BINS = 1 << 11
 #: kernels (which take seconds to compile on a first call).
 PARALLEL_MIN_ENTRIES = 1 << 16
 
+#: ``optimal_acceptance_batch`` keeps its normalised copies of p and q per thread between calls up to
+#: this many entries each (8 MB): fresh arrays are page faults of the whole batch at every call.
+BATCH_BUFFER_MAX_ENTRIES = 1 << 20
+
 #: Up to this vocabulary size the prefix scans run their Python bodies instead of compiling them.
 PYTHON_MAX_V = 256
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._config import BINNED_MIN_V, PARALLEL_MIN_ENTRIES, PLAN_BLOCK, PYTHON_MAX_V, SEQUENTIAL_WORKSPACE_MAX_V
 from .common import neumaier_add, neumaier_add_nonneg
+from .plan import ratio_order
 from .scans import (
     bucketed_scan,
     complement_masses_kernel,
@@ -209,8 +210,8 @@ def _batch_with(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = scan_with_replacement(P[b][order], Q[b][order], n)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = scan_with_replacement(ps, qs, n)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
@@ -221,8 +222,8 @@ def _batch_without_2(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = _scan_without_replacement_2(P[b][order], Q[b][order], n)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = _scan_without_replacement_2(ps, qs, n)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
@@ -233,8 +234,8 @@ def _batch_without(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = scan_without_replacement(P[b][order], Q[b][order], n, 0)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = scan_without_replacement(ps, qs, n, 0)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
@@ -245,8 +246,8 @@ def _batch_conditional_poisson(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = scan_conditional_poisson(P[b][order], Q[b][order], n)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = scan_conditional_poisson(ps, qs, n)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
