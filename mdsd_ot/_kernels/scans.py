@@ -251,6 +251,26 @@ def _poly_product(am, ae, da, bm, be, db, om, oe, n):
     return dd
 
 
+@nb.njit(cache=True, inline="always")
+def _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n):
+    """Push the polynomial ``(tm, te)`` of degree ``td`` on the binary counter's stack, multiplying it
+    with the stack's top while their levels are equal (a balanced tree); returns the new depth."""
+    lev = 0
+    while depth > 0 and slev[depth - 1] == lev:
+        depth -= 1
+        td = _poly_product(sm[depth], se[depth], sdeg[depth], tm, te, td, om, oe, n)
+        for j in range(td + 1):
+            tm[j] = om[j]
+            te[j] = oe[j]
+        lev += 1
+    for j in range(td + 1):
+        sm[depth, j] = tm[j]
+        se[depth, j] = te[j]
+    sdeg[depth] = td
+    slev[depth] = lev
+    return depth + 1
+
+
 @nb.njit(cache=True)
 def esp_tree_coefficients(x, n):
     """``e_j(x) = m[j] * 2**k[j]`` for j = 0..n as ``(m, k)`` (``m[j] = 0``: fewer than j positive
@@ -258,14 +278,18 @@ def esp_tree_coefficients(x, n):
     certificate re-check (docs/math.md#conditional-poisson), independent of the solver's sequential DP
     (:func:`esp_prefix_scaled`).
 
-    The leaves are the runs of consecutive equal positive masses of ``x``: a run of ``c`` masses ``v``
-    is the polynomial ``(1 + v t)^c`` truncated at degree n, coefficients ``C(c, j) v^j`` in closed
-    form (each within ``3j`` ulps). Leaves are multiplied in pairs, pairs of pairs and so on (a binary
-    counter over a stack of at most ``log2(V) + 1`` polynomials: no memory grows with V), a product of
+    The leaves, in token order: a run of ``c >= 2`` consecutive equal positive masses ``v`` is the
+    polynomial ``(1 + v t)^c`` truncated at degree n, coefficients ``C(c, j) v^j`` in closed form (each
+    within ``3j`` ulps); consecutive single masses of at least ``2^(-1000 / n)`` are multiplied in
+    plain float64 in chunks of ``max(16, 4n)`` (every product of at most n of them is above 2^-1000:
+    no underflow; positive terms, within the chunk's length in ulps); any other mass is a leaf
+    ``1 + v t`` of its own. Leaves are multiplied in pairs, pairs of pairs and so on (a binary counter
+    over a stack of at most ``log2(V) + 1`` polynomials: no memory grows with V), a product of
     degrees ``a``, ``b`` having degree ``min(a + b, n)`` and only the products of coefficients within
-    the degrees formed. Every coefficient is a mantissa in [1/2, 1) and an integer exponent, so no
-    range is lost; the terms of a product coefficient are positive and added after alignment to the
-    largest, so the relative error is at most about ``(n + 2) (log2(V) + 1) + 3n`` ulps. O(V n) in all.
+    the degrees formed. Every coefficient above the chunks is a mantissa in [1/2, 1) and an integer
+    exponent, so no range is lost; the terms of a product coefficient are positive and added after
+    alignment to the largest, so the relative error is at most about
+    ``(n + 2) (log2(V) + 1) + 4n + 16`` ulps. O(V n) in all.
     """
     levels = 66  # a binary counter over at most 2^63 leaves
     sm = np.zeros((levels, n + 1))
@@ -277,36 +301,51 @@ def esp_tree_coefficients(x, n):
     te = np.zeros(n + 1, dtype=np.int64)
     om = np.zeros(n + 1)
     oe = np.zeros(n + 1, dtype=np.int64)
+    chunk = max(16, 4 * n)
+    safe = 2.0 ** (-1000.0 / n)
+    cp = np.zeros(n + 1)  # the plain chunk's coefficients
+    cp[0] = 1.0
+    cc = 0  # masses in the chunk
     i = 0
     V = x.size
-    while i < V:
-        v = x[i]
-        if not v > 0.0:
+    while i <= V:
+        if i == V:
+            v = 0.0
+            c = 0
+        else:
+            v = x[i]
+            if not v > 0.0:
+                i += 1
+                continue
+            c = 1
+            while i + c < V and x[i + c] == v:
+                c += 1
+        if c == 1 and v >= safe:  # into the plain chunk
             i += 1
+            for j in range(min(cc + 1, n), 0, -1):
+                cp[j] += v * cp[j - 1]
+            cc += 1
+            if cc < chunk:
+                continue
+        if cc > 0:  # the chunk is full, or another leaf follows, or the end: push the chunk
+            td = min(cc, n)
+            for j in range(td + 1):
+                tm[j], te[j] = _normalised(cp[j], 0)
+                cp[j] = 0.0
+            cp[0] = 1.0
+            cc = 0
+            depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
+        if c == 0 or (c == 1 and v >= safe):
+            if i == V:
+                break
             continue
-        c = 1
-        while i + c < V and x[i + c] == v:
-            c += 1
         i += c
         td = min(c, n)  # (1 + v t)^c: C(c, j) v^j = C(c, j - 1) v^(j - 1) * v * (c - j + 1) / j
         fv, kv = math.frexp(v)
         tm[0], te[0] = 0.5, 1
         for j in range(1, td + 1):
             tm[j], te[j] = _normalised(tm[j - 1] * fv * ((c - j + 1) / j), te[j - 1] + kv)
-        lev = 0
-        while depth > 0 and slev[depth - 1] == lev:  # merge equal levels: a balanced tree
-            depth -= 1
-            td = _poly_product(sm[depth], se[depth], sdeg[depth], tm, te, td, om, oe, n)
-            for j in range(td + 1):
-                tm[j] = om[j]
-                te[j] = oe[j]
-            lev += 1
-        for j in range(td + 1):
-            sm[depth, j] = tm[j]
-            se[depth, j] = te[j]
-        sdeg[depth] = td
-        slev[depth] = lev
-        depth += 1
+        depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
     out_m = np.zeros(n + 1)
     out_e = np.zeros(n + 1, dtype=np.int64)
     if depth == 0:
