@@ -17,11 +17,6 @@ CERT_TOL = 1e-9
 #: p(H) + 1 - Q(H) recomputed independently must agree to this.
 RECHECK_TOL = 1e-12
 
-#: The conditional-Poisson re-check (``drafts.conditional_poisson._elementary_symmetric_tree``) trusts
-#: plain float64 products for ``e_n`` at or above this value (a term lost to underflow moves it by at
-#: most 2^-1074 per operation); below it the product runs on mantissas with integer exponents.
-PLAIN_ESP_MIN = 2.0**-900
-
 #: How often the quadrature step of sequential sampling (n >= 3) is halved, at most, when the solver's
 #: value and the independent re-evaluation on the finer grid disagree by more than RECHECK_TOL.
 QUAD_MAX_REFINE = 3
@@ -152,12 +147,28 @@ LOG_TERMS = 13
 #: A probability P(N < n) or a node weight below this is dropped: at most 1e-18 of W_n in all.
 SATURATED = 1e-18
 
+#: Sequential sampling, n >= 3, fast path: a quadrature node whose terms for a prefix are provably below
+#: ``NODE_FLOOR`` times the step (the node's weight times ``lam^m / m!``, a bound on the probability
+#: that ``m`` more tokens ring, docs/math.md#small-tokens) is not evaluated for it; the terms left out
+#: add up to at most ``NODE_FLOOR`` per unit of ``log t``, under ``8e-18`` over the whole grid.
+NODE_FLOOR = 1e-20
+
 #: A clock with q t at least this has rung by t: up to e^-40 = 4e-18 per token.
 CERTAIN_QT = 40.0
 
-#: Power-of-two bands of q for the small tokens' power sums (the last band also holds every smaller q;
-#: its tokens are then treated as big, exactly, at the nodes beyond it).
-NBANDS = 80
+#: Power-of-two bands of q for the small tokens' power sums, band b holding q in (2^-(b+1), 2^-b]: one
+#: band per binary exponent of a positive float64, subnormals included (q >= 2^-1074), so that a token
+#: is small at every node where q t <= SMALL_QT. (With 80 bands the last one also held every q below
+#: 2^-79, whose tokens were then walked one by one, exactly, at every node beyond t = SMALL_QT 2^79:
+#: seconds per call on drafts with a block of tiny masses; docs/math.md#small-tokens.) Tables hold
+#: only the bands in use.
+NBANDS = 1075
+
+#: From this many tokens on, the k most likely tokens of a draft (top-n and greedy drafts) are found by
+#: one pass keeping a heap of the best k (``_kernels.top_k_tokens``) instead of ``np.argpartition``,
+#: whose selection degenerates where most masses tie (3x an argsort at V = 152,064). Below, numpy
+#: (no kernel to compile on a first call). Speed only: the same tokens in the same order.
+TOP_HEAP_MIN_V = 4096
 
 #: A quadrature node of the fast path with more big tokens than this share of the prefix finds them
 #: by their bands as it walks instead of a prepared list (the lists are cumulative over the nodes).
@@ -184,6 +195,10 @@ REFINE_BINS = 1 << 11
 #: Batches with fewer entries (rows x vocabulary) than this run row by row, without the row-parallel
 #: kernels (which take seconds to compile on a first call).
 PARALLEL_MIN_ENTRIES = 1 << 16
+
+#: ``optimal_acceptance_batch`` keeps its normalised copies of p and q per thread between calls up to
+#: this many entries each (8 MB): fresh arrays are page faults of the whole batch at every call.
+BATCH_BUFFER_MAX_ENTRIES = 1 << 20
 
 #: Up to this vocabulary size the prefix scans run their Python bodies instead of compiling them.
 PYTHON_MAX_V = 256

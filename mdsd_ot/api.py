@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import _compile, _kernels, dual, primal
-from ._config import CERT_TOL, PARALLEL_MIN_ENTRIES, QUAD_MAX_REFINE, RECHECK_TOL
+from ._config import (
+    BATCH_BUFFER_MAX_ENTRIES,
+    BINNED_MIN_V,
+    CERT_TOL,
+    PARALLEL_MIN_ENTRIES,
+    PYTHON_MAX_V,
+    QUAD_MAX_REFINE,
+    RECHECK_TOL,
+)
+from ._kernels import dispatch as _dispatch
 from ._validate import (
+    N_MAX,
     check_bool,
     check_choice,
     check_n,
@@ -107,6 +119,39 @@ def _with_lower_bound(verdict, value, lower):
     return ok, message + f"; optimality proven: a valid verifier attains the value to {max(gap, 0.0):.1e}"
 
 
+#: The schemes of the one-kernel path at small V (:func:`_small_dual`) and their kernel codes.
+_SMALL_CODES = {"with_replacement": 0, "without_replacement": 1}
+
+
+def _small_dual(p, q, n, sampling):
+    """:func:`optimal_acceptance` with its defaults for one float64 pair of fewer than ``BINNED_MIN_V``
+    tokens (where the general path sorts), i.i.d. drafts or sequential n = 2, in one kernel
+    (:func:`mdsd_ot._kernels.small_dual`: the validation, the scan and the independent re-check of the
+    general path, in the same arithmetic): the same result, or None where the general path must run
+    (another input, a failing check, whose message comes from there; the kernel not compiled yet at a
+    size whose first call runs the Python twins)."""
+    code = _SMALL_CODES.get(sampling) if type(sampling) is str else None
+    if (
+        code is None
+        or p.ndim != 1
+        or p.shape != q.shape
+        or p.dtype != np.float64
+        or q.dtype != np.float64
+        or not 0 < p.size < BINNED_MIN_V
+        or not 1 <= n <= N_MAX
+        or (code == 1 and n != 2)
+    ):
+        return None
+    kernel = _kernels.small_dual
+    if p.size <= PYTHON_MAX_V and not _dispatch.compiled_ready(kernel):
+        return None
+    status, value, subset, diff = kernel(np.ascontiguousarray(p), np.ascontiguousarray(q), n, code)
+    if status:
+        return None
+    ok, message = _verdict(diff, RECHECK_TOL)
+    return AcceptanceResult(value, subset, "dual", sampling, n, ok, message, lower_bound=None)
+
+
 def optimal_acceptance(
     p,
     q,
@@ -168,6 +213,17 @@ def optimal_acceptance(
     >>> round(r.value, 6), r.subset.tolist()
     (0.69, [1, 2, 3])
     """
+    if (
+        type(p) is np.ndarray
+        and type(q) is np.ndarray
+        and type(n) is int
+        and method == "auto"
+        and normalize is False
+        and prove is False
+    ):
+        small = _small_dual(p, q, n, sampling)
+        if small is not None:
+            return small
     report = []  # inputs that came in float32, bfloat16 or float16: said in the message
     p, q = normalized_pair(p, q, normalize=normalize, report=report)
     note = renormalized_note(report)
@@ -215,6 +271,30 @@ def optimal_acceptance(
     return AcceptanceResult(float(value), subset, method, scheme.name, n, ok, message, **extra)
 
 
+class _RowBuffers(threading.local):
+    """The normalised copies of a batch's p and q rows, kept per thread between calls up to
+    ``BATCH_BUFFER_MAX_ENTRIES`` entries each: fresh ones are page faults of the whole batch at every
+    call (at 256 x 1,000 about a third of the call). They never leave the call."""
+
+    arrays = None
+
+
+_ROW_BUFFERS = _RowBuffers()
+
+
+def _row_buffer(i: int, shape) -> np.ndarray:
+    """This thread's buffer ``i`` (0: p, 1: q) of ``shape``, or a fresh array above the cap."""
+    size = shape[0] * shape[1]
+    if size > BATCH_BUFFER_MAX_ENTRIES:
+        return np.empty(shape)
+    arrays = _ROW_BUFFERS.arrays
+    if arrays is None:
+        arrays = _ROW_BUFFERS.arrays = [np.empty(0), np.empty(0)]
+    if arrays[i].size < size:
+        arrays[i] = np.empty(size)
+    return arrays[i][:size].reshape(shape)
+
+
 def _normalized_rows(P, Q, normalize):
     """:func:`check_pair` for ``(B, V)`` batches, then every row divided by its sum, in fresh arrays.
 
@@ -237,8 +317,8 @@ def _normalized_rows(P, Q, normalize):
         Q /= Q.sum(axis=1, keepdims=True)
         return P, Q
     out = []
-    for x, name in ((P, "p"), (Q, "q")):
-        rows = np.empty_like(x)
+    for i, (x, name) in enumerate(((P, "p"), (Q, "q"))):
+        rows = _row_buffer(i, x.shape)
         with np.errstate(invalid="ignore", over="ignore"):  # (a NaN or inf entry: refused below)
             sums, mins = _kernels.normalized_rows(x, rows)
         check_totals(x, name, sums, float(mins.min()), normalize)  # rows written where these pass

@@ -15,6 +15,10 @@ a checksum of the subset) for every scheme and n = 1, 2, 3, 4, 8, ``optimal_acce
 both backends. An input a function refuses is recorded with its exception type and message, so
 messages are compared too. ``compare`` prints every differing record and the largest difference, and
 exits 1 when any record differs. Needs torch.
+
+It also records ``optimal_acceptance`` on the hard input classes of ``tests/hard_inputs.py`` (tiny and
+subnormal draft blocks, one-hot and near one-hot targets, tied drafts, ...; V = 500 and 3,000) for
+every scheme and n = 2, 3, 4, 8, 16, 64: the inputs the worst-case speed work changed paths for.
 """
 
 from __future__ import annotations
@@ -26,6 +30,25 @@ import sys
 import zlib
 
 import numpy as np
+
+HARD_NS = (2, 3, 4, 8, 16, 64)
+HARD_SIZES = (500, 3000)
+
+
+def hard_pairs():
+    """``(name, V, n, p, q)`` for every hard input class of ``tests/hard_inputs.py``."""
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from hard_inputs import CLASSES, build
+
+    for name in CLASSES:
+        for V in HARD_SIZES:
+            for n in HARD_NS:
+                p, q = build(name, V, n, seed=V + n)
+                yield name, V, n, p, q
 
 
 def pairs():
@@ -136,6 +159,16 @@ def capture(path: str) -> None:
                         backend=backend,
                     )
                 )
+    for name, V, n, p, q in hard_pairs():
+        for scheme in SCHEMES:
+            if scheme == "hub" and n != 2:
+                continue
+
+            def hard():
+                r = optimal_acceptance(p, q, n, sampling=scheme)
+                return r.value, r.success, zlib.crc32(np.sort(np.asarray(r.subset)).tobytes())
+
+            res[("hard", name, V, scheme, n)] = record(hard)
     with open(path, "wb") as fh:
         pickle.dump(res, fh)
     refused = sum(1 for v in res.values() if isinstance(v, tuple) and v and v[0] == "ERR")

@@ -608,3 +608,77 @@ def test_small_v_compiled_and_python_bodies_agree(monkeypatch):
                 out.append((r.value, tuple(r.subset), r.success))
         runs[compiled] = out
     assert runs[False] == runs[True]
+
+
+def test_numpy_sum_is_numpys_sum_bit_for_bit(rng):
+    """``_kernels.numpy_sum`` and ``masked_sums`` reproduce numpy's pairwise summation exactly (the
+    one-kernel small-V path divides by these sums and re-checks with them)."""
+    for trial in range(400):
+        V = int(rng.integers(1, 3000)) if trial % 2 else int(rng.integers(1, 200))
+        x = rng.random(V) * 10.0 ** -rng.uniform(0, 30, V)
+        y = rng.random(V)
+        if trial % 3 == 0:
+            x[rng.random(V) < 0.5] = 0.0
+        mask = rng.random(V) < 0.5
+        assert K.numpy_sum(x) == x.sum()
+        assert K.small.masked_sums(x, y, mask) == ((x * mask).sum(), (y * mask).sum(), (y * ~mask).sum())
+
+
+def test_small_dual_kernel_is_the_general_path_bit_for_bit(rng):
+    """``optimal_acceptance`` below BINNED_MIN_V tokens with its defaults (i.i.d. drafts, sequential
+    n = 2) runs one kernel (``_kernels.small_dual``); ``method="dual"`` runs the general path. Same
+    value, subset, success and message on every kind of input, refusals included (the kernel hands
+    those to the general path, whose message is raised)."""
+    from mdsd_ot import optimal_acceptance
+
+    if not hasattr(K.small_dual, "py_func"):
+        pytest.skip("NUMBA_DISABLE_JIT=1: kernels are plain functions")
+    cases = []
+    for trial in range(90):
+        V = int(rng.choice([1, 2, 7, 8, 9, 60, 128, 129, 300, 1000, 4097, 9000]))
+        kind = trial % 6
+        if kind == 0:
+            p, q = llm_like(V, rng, float(rng.choice([0.05, 0.3, 1.0, 2.0])))
+        elif kind == 1:
+            p, q = rng.dirichlet(np.full(V, 0.05)), rng.dirichlet(np.full(V, 0.05))
+        elif kind == 2:  # zeros on both sides
+            p, q = rng.random(V), rng.random(V)
+            p[rng.random(V) < 0.3] = 0.0
+            q[rng.random(V) < 0.3] = 0.0
+            p[0], q[-1] = 1.0, 1.0
+            p, q = p / p.sum(), q / q.sum()
+        elif kind == 3:  # masses down to subnormals
+            p, q = 10.0 ** -rng.uniform(0, 320, V), 10.0 ** -rng.uniform(0, 320, V)
+            p, q = p / p.sum(), q / q.sum()
+        elif kind == 4:  # identical, and off one by up to SUM_TOL
+            p, _ = llm_like(V, rng, 1.0)
+            q = p.copy() if trial % 12 < 6 else p * (1 + 1e-7 * rng.standard_normal(V))
+        else:  # refused: a negative entry, a sum off one, too few tokens for sequential n = 2
+            p, q = llm_like(V, rng, 1.0)
+            which = trial % 18
+            if which < 6:
+                p[0] = -1e-3
+            elif which < 12:
+                q = q * 1.1
+            else:
+                q = np.zeros(V)
+                q[0] = 1.0
+        cases.append((p, q))
+    refused = 0
+    for p, q in cases:
+        for sampling, n in (
+            ("with_replacement", 1),
+            ("with_replacement", 2),
+            ("with_replacement", 100),
+            ("without_replacement", 2),
+        ):
+            got = []
+            for method in ("auto", "dual"):
+                try:
+                    r = optimal_acceptance(p, q, n, sampling=sampling, method=method)
+                    got.append((r.value, r.subset.tolist(), r.success, r.message, r.lower_bound))
+                except ValueError as exc:
+                    got.append(str(exc))
+            assert got[0] == got[1], (sampling, n, p.size)
+            refused += isinstance(got[0], str)
+    assert 0 < refused < len(cases) * 4 // 3

@@ -8,6 +8,7 @@
 * :mod:`.verifiers` -- the verifiers' kernels (RSD, naive inclusion probabilities);
 * :mod:`.plan` -- the per-position evaluation plan: the token order by a bucket sort, greedy/hub and
   naive sums for every n in one pass, ratio tables of the verifiers, certificate sums;
+* :mod:`.small` -- one call of the dual at small V (validation, scan, re-check) in one kernel;
 * :mod:`.dispatch` -- which kernel runs (by scheme code, in Python), row-parallel batches, and the
   Python bodies used for small inputs.
 
@@ -16,9 +17,10 @@ tests (``tests/oracles.py``, or the plain DP :func:`sequential_masses`). Thresho
 :mod:`mdsd_ot._config`.
 """
 
-from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums
+from .common import logaddexp, neumaier_add, prefix_sums, suffix_sums, top_k_tokens
 from .dispatch import (
     compile_notice,
+    compiled_ready,
     masked_row_sums,
     normalized_rows,
     small_or_jit,
@@ -31,6 +33,9 @@ from .scans import (
     complement_masses_kernel,
     complement_parts_kernel,
     esp_prefix_scaled,
+    esp_split_ratio,
+    esp_tree_coefficients,
+    esp_tree_scaled,
     log_esp_suffix_table,
     order_keys,
     power_of_mass,
@@ -53,18 +58,25 @@ from .sequential import (
     series_length,
     without_replacement_bounds,
 )
+from .small import numpy_sum, small_dual
 
 __all__ = [
     "break_ties_by_index",
     "bucketed_scan",
     "candidate_prefixes",
     "compile_notice",
+    "compiled_ready",
     "complement_masses_kernel",
     "complement_parts_kernel",
     "esp_prefix_scaled",
+    "esp_split_ratio",
+    "esp_tree_coefficients",
+    "esp_tree_scaled",
     "log_esp_suffix_table",
     "logaddexp",
     "masked_row_sums",
+    "numpy_sum",
+    "small_dual",
     "normalized_rows",
     "neumaier_add",
     "order_keys",
@@ -88,5 +100,6 @@ __all__ = [
     "solve_batch",
     "solve_sorted",
     "suffix_sums",
+    "top_k_tokens",
     "without_replacement_bounds",
 ]

@@ -188,3 +188,70 @@ def radix_run_descending(order, rs, ps, qs, a, e):
         rs[a + t] = r2[j]
         ps[a + t] = p2[j]
         qs[a + t] = q2[j]
+
+
+@nb.njit(cache=True, inline="always")
+def _worse(q, a, b):
+    """Whether token ``a`` ranks below token ``b`` (a smaller mass, or an equal one at a larger index)."""
+    return q[a] < q[b] or (q[a] == q[b] and a > b)
+
+
+@nb.njit(cache=True)
+def top_k_tokens(q, k):
+    """The ``k`` most likely tokens of ``q`` (``1 <= k < q.size``, no NaN) in decreasing order of mass,
+    ties by index: ``np.argsort(-q, kind="stable")[:k]``, in one pass.
+
+    A min-heap of the k best tokens so far (its root the worst of them); a later token enters only
+    with a larger mass than the root's (an equal mass comes at a larger index: it ranks below), so
+    most tokens cost one comparison. O(V + m log k) for m entries, at most O(V log k) (increasing
+    masses); unlike ``np.argpartition``, whose selection degenerates on vectors where most masses tie
+    (21 ms against 0.7 ms at V = 152,064 on a draft whose masses mostly share one floor value)."""
+    heap = np.empty(k, dtype=np.int64)
+    for i in range(k):  # the first k tokens, then heapified
+        heap[i] = i
+    for start in range(k // 2 - 1, -1, -1):
+        j = start
+        while True:
+            c = 2 * j + 1
+            if c >= k:
+                break
+            if c + 1 < k and _worse(q, heap[c + 1], heap[c]):
+                c += 1
+            if _worse(q, heap[c], heap[j]):
+                heap[j], heap[c] = heap[c], heap[j]
+                j = c
+            else:
+                break
+    for i in range(k, q.size):
+        if q[i] > q[heap[0]]:  # ranks above the worst kept (an equal mass has a larger index)
+            heap[0] = i
+            j = 0
+            while True:
+                c = 2 * j + 1
+                if c >= k:
+                    break
+                if c + 1 < k and _worse(q, heap[c + 1], heap[c]):
+                    c += 1
+                if _worse(q, heap[c], heap[j]):
+                    heap[j], heap[c] = heap[c], heap[j]
+                    j = c
+                else:
+                    break
+    out = np.empty(k, dtype=np.int64)
+    for pos in range(k - 1, -1, -1):  # pop the worst first: filled from the back
+        out[pos] = heap[0]
+        last = pos  # the heap now holds heap[:pos + 1]; move its last entry to the root
+        heap[0] = heap[last]
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= last:
+                break
+            if c + 1 < last and _worse(q, heap[c + 1], heap[c]):
+                c += 1
+            if _worse(q, heap[c], heap[j]):
+                heap[j], heap[c] = heap[c], heap[j]
+                j = c
+            else:
+                break
+    return out

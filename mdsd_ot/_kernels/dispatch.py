@@ -21,6 +21,7 @@ from .._config import (
     SEQUENTIAL_WORKSPACE_MAX_V,
 )
 from .common import neumaier_add, neumaier_add_nonneg
+from .plan import ratio_order
 from .scans import (
     bucketed_scan,
     complement_masses_kernel,
@@ -248,8 +249,8 @@ def _batch_with(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = scan_with_replacement(P[b][order], Q[b][order], n)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = scan_with_replacement(ps, qs, n)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
@@ -260,8 +261,8 @@ def _batch_without_2(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = _scan_without_replacement_2(P[b][order], Q[b][order], n)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = _scan_without_replacement_2(ps, qs, n)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H
@@ -277,10 +278,10 @@ def _batch_without(P, Q, n, refine, have_sums):
     out = np.empty(B)
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(B):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
         fwork, iwork, bwork = new_workspace(V)
         d, k = scan_without_replacement_into(
-            P[b][order], Q[b][order], n, refine, fwork[0][:V1], fwork[1][:V1], fwork[2][:V1], have_sums,
+            ps, qs, n, refine, fwork[0][:V1], fwork[1][:V1], fwork[2][:V1], have_sums,
             fwork, iwork, bwork,
         )  # fmt: skip
         _mark(H, b, order, k)
@@ -293,8 +294,8 @@ def _batch_conditional_poisson(P, Q, n):
     out = np.empty(P.shape[0])
     H = np.zeros(P.shape, dtype=np.bool_)
     for b in nb.prange(P.shape[0]):
-        order = np.argsort(order_keys(P[b], Q[b]), kind="mergesort")
-        d, k = scan_conditional_poisson(P[b][order], Q[b][order], n)
+        order, _, ps, qs = ratio_order(P[b], Q[b])  # the stable order by q/p, p and q along it
+        d, k = scan_conditional_poisson(ps, qs, n)
         _mark(H, b, order, k)
         out[b] = max(1.0 - d, 0.0)
     return out, H

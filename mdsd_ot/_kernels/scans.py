@@ -134,13 +134,29 @@ def scan_without_replacement_2_sums(P, Q, R, qs, rest_s):
 # binary exponent: a sum of positive terms, exact to a few ulps for every V and every magnitude.
 
 
+_SCALE_MAX = 1100
+_SCALE_DOWN = np.array([2.0**-i for i in range(_SCALE_MAX + 1)])  # 2^-i (0 from i = 1075 on)
+
+
+@nb.njit(cache=True, inline="always")
+def _scale_down(x, i):
+    """``ldexp(x, -i)`` for ``i >= 0`` as one multiplication by the exact power ``2^-i`` (0 beyond the
+    table, where ``|x| < 2`` makes the exact result round to 0 anyway): the product of a float and a
+    power of two is rounded once, correctly, as ``ldexp`` rounds a subnormal result, so the two give
+    the same bits, without a library call."""
+    return x * _SCALE_DOWN[min(i, _SCALE_MAX)]
+
+
 @nb.njit(cache=True)
 def esp_prefix_scaled(xs, ns):
     """``e_{ns[j]}(xs[:k]) = M[j, k] * 2**E[j, k]`` for k = 0..V and every requested degree (one pass,
     the DP up to ``max(ns)``); ``M = 0`` where fewer than that many entries are positive.
 
     Every term ``x * e_{j-1}`` is positive, so relative errors do not grow with V: each e_j is within
-    a few ulps times j of the exact value (the compensated sum), whatever the magnitudes."""
+    a few ulps times j of the exact value (the compensated sum), whatever the magnitudes. The binary
+    exponents are moved by multiplications with exact powers of two (:func:`_scale_down`; a mantissa
+    after one addition lies in [1/4, 2), renormalised by 1/2 or 2), bit for bit what ``ldexp`` and
+    ``frexp`` give."""
     n = 0
     for j in range(ns.size):
         n = max(n, ns[j])
@@ -167,25 +183,219 @@ def esp_prefix_scaled(xs, ns):
                 else:
                     d = et - e[j]
                     if d > 0:  # the new term is the larger: move the sum to its exponent
-                        m[j] = math.ldexp(m[j], int(-d))
-                        c[j] = math.ldexp(c[j], int(-d))
+                        m[j] = _scale_down(m[j], d)
+                        c[j] = _scale_down(c[j], d)
                         e[j] = et
                         d = 0
-                    a = math.ldexp(t, int(d))  # <= the sum's scale; 0 when below its last ulp by far
+                    a = _scale_down(t, -d)  # <= the sum's scale; 0 when below its last ulp by far
                     s = m[j] + a
                     if m[j] >= a:
                         c[j] += (m[j] - s) + a
                     else:
                         c[j] += (a - s) + m[j]
                     m[j] = s
-                f, k = math.frexp(m[j])
-                m[j] = f
-                c[j] = math.ldexp(c[j], int(-k))
-                e[j] += k
+                v = m[j]  # in [1/4, 2): frexp's (f, k) is (v/2, 1), (v, 0) or (2v, -1)
+                if v >= 1.0:
+                    m[j] = v * 0.5
+                    c[j] = c[j] * 0.5
+                    e[j] += 1
+                elif v < 0.5:
+                    if v >= 0.25:
+                        m[j] = v * 2.0
+                        c[j] = c[j] * 2.0
+                        e[j] -= 1
+                    else:  # (not reached: kept exact all the same)
+                        f, k = math.frexp(v)
+                        m[j] = f
+                        c[j] = math.ldexp(c[j], int(-k))
+                        e[j] += k
         for j in range(ns.size):
             M[j, i + 1] = m[ns[j]] + c[ns[j]]
             E[j, i + 1] = e[ns[j]]
     return M, E
+
+
+@nb.njit(cache=True, inline="always")
+def _normalised(v, k):
+    """``(f, k + j)`` with ``v = f 2^j``, ``f`` in [1/2, 1) (``v > 0``): ``math.frexp``, by exact
+    halvings and doublings where ``v`` lies within a few octaves of [1/2, 1) (every sum of aligned
+    terms here: at least 1/4, at most n + 1), so without a library call."""
+    if v < 2.0**-8 or v >= 2.0**16:
+        f, j = math.frexp(v)
+        return f, k + j
+    while v >= 1.0:
+        v *= 0.5
+        k += 1
+    while v < 0.5:
+        v *= 2.0
+        k -= 1
+    return v, k
+
+
+@nb.njit(cache=True, inline="always")
+def _poly_product(am, ae, da, bm, be, db, om, oe, n):
+    """``o = a b`` truncated at degree n for polynomials with coefficients ``m * 2**e`` (mantissas in
+    [1/2, 1)); returns the degree of ``o``, ``min(da + db, n)``. Each coefficient's positive terms are
+    aligned to the largest and added, then renormalised."""
+    dd = min(da + db, n)
+    for d in range(dd + 1):
+        i0 = max(0, d - db)
+        i1 = min(d, da)
+        top = ae[i0] + be[d - i0]
+        for i in range(i0 + 1, i1 + 1):
+            top = max(top, ae[i] + be[d - i])
+        acc = 0.0
+        for i in range(i0, i1 + 1):
+            acc += _scale_down(am[i] * bm[d - i], top - (ae[i] + be[d - i]))  # a term in [1/4, 1)
+        om[d], oe[d] = _normalised(acc, top)
+    return dd
+
+
+@nb.njit(cache=True, inline="always")
+def _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n):
+    """Push the polynomial ``(tm, te)`` of degree ``td`` on the binary counter's stack, multiplying it
+    with the stack's top while their levels are equal (a balanced tree); returns the new depth."""
+    lev = 0
+    while depth > 0 and slev[depth - 1] == lev:
+        depth -= 1
+        td = _poly_product(sm[depth], se[depth], sdeg[depth], tm, te, td, om, oe, n)
+        for j in range(td + 1):
+            tm[j] = om[j]
+            te[j] = oe[j]
+        lev += 1
+    for j in range(td + 1):
+        sm[depth, j] = tm[j]
+        se[depth, j] = te[j]
+    sdeg[depth] = td
+    slev[depth] = lev
+    return depth + 1
+
+
+@nb.njit(cache=True)
+def esp_tree_coefficients(x, n):
+    """``e_j(x) = m[j] * 2**k[j]`` for j = 0..n as ``(m, k)`` (``m[j] = 0``: fewer than j positive
+    entries) by a pairwise product of polynomials up a balanced tree: the conditional-Poisson
+    certificate re-check (docs/math.md#conditional-poisson), independent of the solver's sequential DP
+    (:func:`esp_prefix_scaled`).
+
+    The leaves, in token order: a run of ``c >= 2`` consecutive equal positive masses ``v`` is the
+    polynomial ``(1 + v t)^c`` truncated at degree n, coefficients ``C(c, j) v^j`` in closed form (each
+    within ``3j`` ulps); consecutive single masses of at least ``2^(-1000 / n)`` are multiplied in
+    plain float64 in chunks of ``max(16, 4n)`` (every product of at most n of them is above 2^-1000:
+    no underflow; positive terms, within the chunk's length in ulps); any other mass is a leaf
+    ``1 + v t`` of its own. Leaves are multiplied in pairs, pairs of pairs and so on (a binary counter
+    over a stack of at most ``log2(V) + 1`` polynomials: no memory grows with V), a product of
+    degrees ``a``, ``b`` having degree ``min(a + b, n)`` and only the products of coefficients within
+    the degrees formed. Every coefficient above the chunks is a mantissa in [1/2, 1) and an integer
+    exponent, so no range is lost; the terms of a product coefficient are positive and added after
+    alignment to the largest, so the relative error is at most about
+    ``(n + 2) (log2(V) + 1) + 4n + 16`` ulps. O(V n) in all.
+    """
+    levels = 66  # a binary counter over at most 2^63 leaves
+    sm = np.zeros((levels, n + 1))
+    se = np.zeros((levels, n + 1), dtype=np.int64)
+    sdeg = np.zeros(levels, dtype=np.int64)
+    slev = np.zeros(levels, dtype=np.int64)
+    depth = 0
+    tm = np.zeros(n + 1)  # the polynomial being pushed
+    te = np.zeros(n + 1, dtype=np.int64)
+    om = np.zeros(n + 1)
+    oe = np.zeros(n + 1, dtype=np.int64)
+    chunk = max(16, 4 * n)
+    safe = 2.0 ** (-1000.0 / n)
+    cp = np.zeros(n + 1)  # the plain chunk's coefficients
+    cp[0] = 1.0
+    cc = 0  # masses in the chunk
+    i = 0
+    V = x.size
+    while i <= V:
+        if i == V:
+            v = 0.0
+            c = 0
+        else:
+            v = x[i]
+            if not v > 0.0:
+                i += 1
+                continue
+            c = 1
+            while i + c < V and x[i + c] == v:
+                c += 1
+        if c == 1 and v >= safe:  # into the plain chunk
+            i += 1
+            for j in range(min(cc + 1, n), 0, -1):
+                cp[j] += v * cp[j - 1]
+            cc += 1
+            if cc < chunk:
+                continue
+        if cc > 0:  # the chunk is full, or another leaf follows, or the end: push the chunk
+            td = min(cc, n)
+            for j in range(td + 1):
+                tm[j], te[j] = _normalised(cp[j], 0)
+                cp[j] = 0.0
+            cp[0] = 1.0
+            cc = 0
+            depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
+        if c == 0 or (c == 1 and v >= safe):
+            if i == V:
+                break
+            continue
+        i += c
+        td = min(c, n)  # (1 + v t)^c: C(c, j) v^j = C(c, j - 1) v^(j - 1) * v * (c - j + 1) / j
+        fv, kv = math.frexp(v)
+        tm[0], te[0] = 0.5, 1
+        for j in range(1, td + 1):
+            tm[j], te[j] = _normalised(tm[j - 1] * fv * ((c - j + 1) / j), te[j - 1] + kv)
+        depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
+    out_m = np.zeros(n + 1)
+    out_e = np.zeros(n + 1, dtype=np.int64)
+    if depth == 0:
+        out_m[0], out_e[0] = 0.5, 1  # the empty product: e_0 = 1
+        return out_m, out_e
+    depth -= 1  # the rest, from the smallest subtree up
+    td = sdeg[depth]
+    for j in range(td + 1):
+        tm[j] = sm[depth, j]
+        te[j] = se[depth, j]
+    while depth > 0:
+        depth -= 1
+        td = _poly_product(sm[depth], se[depth], sdeg[depth], tm, te, td, om, oe, n)
+        for j in range(td + 1):
+            tm[j] = om[j]
+            te[j] = oe[j]
+    for j in range(td + 1):
+        out_m[j] = tm[j]
+        out_e[j] = te[j]
+    return out_m, out_e
+
+
+@nb.njit(cache=True)
+def esp_tree_scaled(x, n):
+    """``e_n(x) = m * 2**k`` as ``(m, k)`` (``m = 0``: fewer than n positive entries): the coefficient
+    of degree n of :func:`esp_tree_coefficients`."""
+    m, k = esp_tree_coefficients(x, n)
+    return m[n], k[n]
+
+
+@nb.njit(cache=True)
+def esp_split_ratio(x_in, x_out, n):
+    """``e_n(x_in) / e_n(x_in + x_out)`` (0 when ``x_in`` has fewer than n positive entries) from the
+    tree polynomials of the two parts (:func:`esp_tree_coefficients`): the whole set's
+    ``e_n = sum_i e_i(x_in) e_(n-i)(x_out)``, its positive terms aligned to the largest and added, so
+    that one tree over the vocabulary gives both sides of the conditional-Poisson ``Q(H)``."""
+    am, ae = esp_tree_coefficients(x_in, n)
+    if am[n] == 0.0:
+        return 0.0
+    bm, be = esp_tree_coefficients(x_out, n)
+    top = ae[n] + be[0]  # (b_0 = 1: a term that is always there)
+    for i in range(n + 1):
+        if am[i] > 0.0 and bm[n - i] > 0.0:
+            top = max(top, ae[i] + be[n - i])
+    acc = 0.0
+    for i in range(n + 1):
+        if am[i] > 0.0 and bm[n - i] > 0.0:
+            acc += _scale_down(am[i] * bm[n - i], top - (ae[i] + be[n - i]))
+    f, k = math.frexp(acc)
+    return math.ldexp(am[n] / f, int(ae[n] - (top + k)))
 
 
 @nb.njit(cache=True)

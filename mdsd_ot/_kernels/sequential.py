@@ -16,6 +16,7 @@ from .._config import (
     CERTAIN_QT,
     LOG_TERMS,
     NBANDS,
+    NODE_FLOOR,
     POWER_FROM_REST_N,
     PRUNE_BATCH,
     PRUNE_SLACK,
@@ -412,7 +413,12 @@ def _candidates_into(lo, hi, exact, out):
 LOG_CERTAIN = math.log(CERTAIN_QT)
 _LN2 = math.log(2.0)
 _RESCALE = 1e200
-_POW2 = np.array([2.0**b for b in range(NBANDS)])  # 2^b of band b
+# 2^b of band b as a product of two factors (2^b overflows from b = 1024 on): _POW2[b] * _POW2_HI[b],
+# the second one 1 below band 960, so that q 2^b is one exact multiplication there as it always was
+_POW2 = np.array([2.0 ** min(b, 960) for b in range(NBANDS)])
+_POW2_HI = np.array([2.0 ** (b - min(b, 960)) for b in range(NBANDS)])
+_POW2_NEG_MAX = 1100
+_POW2_NEG = np.array([2.0**-e for e in range(_POW2_NEG_MAX + 1)])  # 2^-e (0 from e = 1075 on)
 _SAT_EVERY = 8  # the fast path looks whether a node's big tokens saturate every this many tokens
 _S_DIRECT = 700.0  # below: q t = q * e^s (e^s finite); above, exp(log q + s)
 
@@ -454,17 +460,34 @@ def series_length(L):
 
 @nb.njit(cache=True)
 def _bands(qs, out):
-    """Band of each token, ``q in (2^-(b+1), 2^-b]``, from the float's exponent bits; clipped to
-    ``[0, NBANDS - 1]`` (zero and subnormal masses go to the last band). Written to ``out``."""
+    """Band of each token, ``q in (2^-(b+1), 2^-b]``, from the float's exponent bits (a subnormal mass's
+    from ``math.frexp``): every positive float64 has its own band, up to ``NBANDS - 1 = 1074``.
+    Written to ``out``; returns the number of bands in use, one more than the highest band of a
+    positive mass (at least 1). Zero masses go to the last band in use (they add
+    nothing to any sum, and are never drawn)."""
     bits = qs.view(np.int64)
+    used = 0
+    zeros = False
     for i in range(qs.size):
-        e = (bits[i] >> 52) & 0x7FF
-        if qs[i] <= 0.0 or e == 0:
-            out[i] = NBANDS - 1
+        if qs[i] <= 0.0:
+            zeros = True
+            out[i] = -1
             continue
-        b = 1022 - e + (1 if (bits[i] & 0xFFFFFFFFFFFFF) == 0 else 0)  # q = 2^-b exactly: band b
-        out[i] = min(max(b, 0), NBANDS - 1)
-    return out
+        e = (bits[i] >> 52) & 0x7FF
+        if e == 0:  # subnormal: q = f 2^E with f in [1/2, 1), exactly
+            f, E = math.frexp(qs[i])
+            b = -E + (1 if f == 0.5 else 0)
+        else:
+            b = 1022 - e + (1 if (bits[i] & 0xFFFFFFFFFFFFF) == 0 else 0)  # q = 2^-b exactly: band b
+        b = min(max(b, 0), NBANDS - 1)
+        out[i] = b
+        used = max(used, b + 1)
+    used = max(used, 1)
+    if zeros:
+        for i in range(qs.size):
+            if out[i] < 0:
+                out[i] = used - 1
+    return used
 
 
 @nb.njit(cache=True, inline="always")
@@ -476,7 +499,7 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
     not be."""
     for i in range(i0, i1):
         b = bands[i]
-        v = qs[i] * _POW2[b]  # exact, as ldexp (the result lies in (1/2, 1] or is q's own scale-up)
+        v = qs[i] * _POW2[b] * _POW2_HI[b]  # exact, as ldexp (the result lies in (1/2, 1], or is 0)
         run[b, 1], comp[b, 1] = neumaier_add_nonneg(run[b, 1], comp[b, 1], v)
         x = v * v
         run[b, 2], comp[b, 2] = neumaier_add_nonneg(run[b, 2], comp[b, 2], x)
@@ -486,7 +509,7 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
 
 
 @nb.njit(cache=True)
-def _band_tables(qs, bands, J, lo, perm, node_band, limit):
+def _band_tables(qs, bands, J, lo, perm, node_band, limit, nb):
     """Tokens grouped by band, and the power sums of each band before position ``lo``:
     ``(off, perm, run, comp)``.
 
@@ -494,10 +517,11 @@ def _band_tables(qs, bands, J, lo, perm, node_band, limit):
     the tokens of band b, increasing (a counting sort, written to ``perm``), for the bands that
     :func:`_big_lists` reads (below the last node threshold ``node_band[m]`` with ``off[.] <=
     limit``; ``perm`` is left as it was beyond). ``run``, ``comp`` as in :func:`_add_power_sums` over
-    the tokens before ``lo`` (prefixes queried later are no shorter).
+    the tokens before ``lo`` (prefixes queried later are no shorter). ``nb``: the bands in use
+    (:func:`_bands`); every table has a row per band in use, none beyond.
     """
     V = qs.size
-    cnt = np.zeros((4, NBANDS), dtype=np.int64)  # four counts side by side: no chain through memory
+    cnt = np.zeros((4, nb), dtype=np.int64)  # four counts side by side: no chain through memory
     V4 = V - V % 4
     for i in range(0, V4, 4):
         cnt[0, bands[i]] += 1
@@ -506,23 +530,23 @@ def _band_tables(qs, bands, J, lo, perm, node_band, limit):
         cnt[3, bands[i + 3]] += 1
     for i in range(V4, V):
         cnt[0, bands[i]] += 1
-    off = np.zeros(NBANDS + 1, dtype=np.int64)
-    for b in range(NBANDS):
+    off = np.zeros(nb + 1, dtype=np.int64)
+    for b in range(nb):
         off[b + 1] = off[b] + (cnt[0, b] + cnt[1, b] + cnt[2, b] + cnt[3, b])
     top_band = 0  # the bands that _big_lists reads: below top_band
     for m in range(node_band.size):
-        bm = min(node_band[m], NBANDS)
+        bm = min(node_band[m], nb)
         if off[bm] > limit:
             break
         top_band = max(top_band, bm)
-    fill = off[:NBANDS].copy()
+    fill = off[:nb].copy()
     for i in range(V):
         b = bands[i]
         if b < top_band:
             perm[fill[b]] = i
             fill[b] += 1
-    run = np.zeros((NBANDS, J + 1))
-    comp = np.zeros((NBANDS, 3))
+    run = np.zeros((nb, J + 1))
+    comp = np.zeros((nb, 3))
     _add_power_sums(qs, bands, run, comp, 0, lo, J)
     return off, perm, run, comp
 
@@ -549,16 +573,16 @@ def _big_lists(off, perm, node_band, M, limit):
     for m in range(M):  # the node thresholds increase with m
         if node_band[m] != prev:
             prev = node_band[m]
-            if off[min(prev, NBANDS)] > limit:
+            if off[min(prev, off.size - 1)] > limit:
                 break
-            total += off[min(prev, NBANDS)]
+            total += off[min(prev, off.size - 1)]
     flat = np.empty(total, dtype=np.int64)
     pos = 0
     prev = 0
     first = 0
     last = 0  # flat[first:last] is the previous list
     for m in range(M):
-        bm = min(node_band[m], NBANDS)
+        bm = min(node_band[m], off.size - 1)
         if off[bm] > limit:
             break  # (and every later node)
         if m == 0 or bm != prev:
@@ -585,8 +609,9 @@ def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
     """Everything about the tokens ``qs[:top]`` and the grid that does not depend on the prefixes
     (prefixes queried later have lengths in ``[lo, top]``).
 
-    Returns ``(s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs)``
-    where ``coef_u[m, k, j] = c[j, k] u_m^k`` folds the node's ``u_m = t 2^-b`` into the series.
+    Returns ``(s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef, lo, qs)``
+    with ``coef[j, k] = c[j, k]`` of the series (:func:`_node_coefficients` folds a node's
+    ``u = t 2^-b`` into them where the node needs them).
     ``iwork`` (int64, two rows of at least ``top``) holds ``bands`` and the band order, ``lq`` (at
     least ``top``) the logarithms of the masses.
     """
@@ -595,23 +620,12 @@ def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
     J = series_length(L)
     coef = series_coefficients(L, J)
     bands = iwork[0][:top]
-    _bands(qs[:top], bands)
+    nb = _bands(qs[:top], bands)
     node_band = np.empty(M, dtype=np.int64)
     for m in range(M):
-        node_band[m] = _node_band(s_lo + m * h)
+        node_band[m] = min(_node_band(s_lo + m * h), nb)  # nb: every band in use is big there
     limit = int(BIG_LIST_MAX_SHARE * top)
-    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo, iwork[1][:top], node_band, limit)
-    coef_u = np.zeros((M, J + 1, L + 1))
-    for m in range(M):
-        s = s_lo + m * h
-        if node_band[m] == NBANDS:
-            continue  # no small tokens at this node (and u would overflow): coef_u stays unused
-        u = math.exp(s - node_band[m] * _LN2)  # t 2^-b <= SMALL_QT
-        uk = 1.0
-        for k in range(J + 1):
-            for j in range(1, L + 1):
-                coef_u[m, k, j] = coef[j, k] * uk
-            uk *= u
+    off, perm, run, comp = _band_tables(qs[:top], bands, J, lo, iwork[1][:top], node_band, limit, nb)
     flat, start = _big_lists(off, perm, node_band, M, limit)
     lq = lq[:top]
     lq[:] = -np.inf
@@ -620,15 +634,30 @@ def _prepare_fast(qs, top, n, refine, r_min, lo, iwork, lq):
         for i in range(top):  # every token that is big at some node
             if bands[i] < last and qs[i] > 0.0:
                 lq[i] = math.log(qs[i])
-    return s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef_u, lo, qs
+    return s_lo, h, M, bands, lq, off, run, comp, flat, start, node_band, coef, lo, qs
+
+
+@nb.njit(cache=True, inline="always")
+def _node_coefficients(coef, s, band, cu):
+    """``cu[k, j] = c[j, k] u^k`` with ``u = t 2^-band <= SMALL_QT`` at node s: the series' coefficients
+    with the node's power of ``t`` folded in (``cu[1, 1] = u``)."""
+    L = coef.shape[0] - 1
+    u = math.exp(s - band * _LN2)
+    uk = 1.0
+    for k in range(coef.shape[1]):
+        for j in range(1, L + 1):
+            cu[k, j] = coef[j, k] * uk
+        uk *= u
 
 
 @nb.njit(cache=True)
-def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, b_lo, b_hi):
-    """``(S, tops)``: ``S[b - b_lo, k, c]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]``
-    in bands ``>= b``, for the bands ``b_lo <= b <= b_hi`` that the nodes read (zero above ``tops[c]``:
-    every band above it holds no positive mass there), from the band sums at the prefix of ``resume``
-    (no longer than ``queries[0]``); the band sums at every ``save_every``-th query are written to
+def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, rows):
+    """``(S, tops)``: ``S[r, k, c]`` = sum of ``(q_i 2^b)^k`` over the tokens before ``queries[c]`` in
+    bands ``>= b = rows[r]``, for the bands ``rows`` (increasing) that hold tokens and that the nodes
+    read (a node whose threshold band holds no token reads the next band in ``rows``, scaled by
+    :data:`_POW2_NEG`: the sums of the empty bands in between add zeros), from the band sums at the
+    prefix of ``resume`` (no longer than ``queries[0]``); ``tops[c]``: the highest band with a positive
+    mass before ``queries[c]``. The band sums at every ``save_every``-th query are written to
     ``saved`` where ``PRUNE_SUMS_GAP`` tokens lie since the last ones written (``saved[5][k]``: the
     saved query whose sums hold for the k-th, -1: those of ``resume``). Queries last in memory: the
     nodes evaluate all queries side by side."""
@@ -638,32 +667,34 @@ def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, b_lo, b_
     src = -1
     src_pos = resume[3][0]
     C = queries.size
-    S = np.empty((max(b_hi - b_lo + 1, 0), J + 1, C))
+    nr = rows.size
+    S = np.empty((nr, J + 1, C))
     tops = np.empty(C, dtype=np.int64)
-    shrink = np.empty(J + 1)
-    for k in range(J + 1):
-        shrink[k] = 0.5**k
     acc = np.zeros(J + 1)
     i = resume[3][0]
     for c in range(C):
         _add_power_sums(qs, bands, run, comp, i, queries[c], J)
         i = queries[c]
-        top = NBANDS - 1  # bands above the highest one with a positive mass add zeros
+        top = run.shape[0] - 1  # bands above the highest one with a positive mass add zeros
         while top > 0 and run[top, 1] == 0.0:
             top -= 1
         tops[c] = top
-        for b in range(max(top + 1, b_lo), b_hi + 1):
-            for k in range(J + 1):
-                S[b - b_lo, k, c] = 0.0
         acc[:] = 0.0
-        for b in range(top, b_lo - 1, -1):  # (bands below b_lo: read by no node)
-            acc[1] = (run[b, 1] + comp[b, 1]) + shrink[1] * acc[1]
-            acc[2] = (run[b, 2] + comp[b, 2]) + shrink[2] * acc[2]
-            for k in range(3, J + 1):
-                acc[k] = run[b, k] + shrink[k] * acc[k]
-            if b <= b_hi:
+        prev = run.shape[0]  # the band of the last row summed (none yet)
+        for r in range(nr - 1, -1, -1):  # each band's sums plus those of the bands above, scaled
+            b = rows[r]
+            if b > top:
                 for k in range(J + 1):
-                    S[b - b_lo, k, c] = acc[k]
+                    S[r, k, c] = 0.0
+                continue
+            gap = prev - b if prev <= top else 0  # (the empty bands in between: factors 2^-k each)
+            acc[1] = (run[b, 1] + comp[b, 1]) + _POW2_NEG[min(gap, _POW2_NEG_MAX)] * acc[1]
+            acc[2] = (run[b, 2] + comp[b, 2]) + _POW2_NEG[min(2 * gap, _POW2_NEG_MAX)] * acc[2]
+            for k in range(3, J + 1):
+                acc[k] = run[b, k] + _POW2_NEG[min(k * gap, _POW2_NEG_MAX)] * acc[k]
+            for k in range(J + 1):
+                S[r, k, c] = acc[k]
+            prev = b
         if c % save_every == 0:
             k = c // save_every
             if queries[c] - src_pos >= PRUNE_SUMS_GAP:
@@ -676,22 +707,23 @@ def _query_power_sums(qs, bands, resume, queries, J, saved, save_every, b_lo, b_
 
 
 @nb.njit(cache=True)
-def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
-    """``g[k] = P(N_small = k)`` for k < n, query ``c`` at node ``m`` (row ``b`` of ``S``), one query
-    at a time: the path of :func:`_small_count_laws` for the queries where it needs a rescale.
+def _small_count_law(Sb, c, cu, n, L, J, a, g):
+    """``g[k] = P(N_small = k)`` for k < n, query ``c`` at a node (``Sb[k, c]``: the power sums of its
+    small tokens, see :func:`_fast_nodes`), one query at a time: the path of
+    :func:`_small_count_laws` for the queries where it needs a rescale.
 
     ``a[j] = (-1)^(j-1) p_j(r)``; the recurrence runs on ``e_k(r)`` scaled by a running power of
     ``_RESCALE`` (e_k spans far more than float64 when t q(small) is large); the factor
     ``e^{-t q(small)}`` is applied at the end, in logarithms where it would underflow.
     """
-    lam = coef_u[m, 1, 1] * S[b, 1, c]  # c[1, 1] = 1: t q(small)
+    lam = cu[1, 1] * Sb[1, c]  # c[1, 1] = 1: t q(small)
     # p_j = sum_k c[j, k] u^k S_k, each summed over k upwards
     for j in range(1, L + 1):
         a[j] = 0.0
     for k in range(1, J + 1):
-        sk = S[b, k, c]
+        sk = Sb[k, c]
         for j in range(1, min(k, L) + 1):
-            a[j] += coef_u[m, k, j] * sk
+            a[j] += cu[k, j] * sk
     for j in range(2, L + 1, 2):
         a[j] = -a[j]
     g[0] = 1.0
@@ -715,7 +747,7 @@ def _small_count_law(S, c, b, coef_u, m, n, L, J, a, g):
 
 
 @nb.njit(cache=True, inline="always")
-def _small_count_laws(S, cn, b, coef_u, m, n, L, J, A, G, big):
+def _small_count_laws(Sb, cn, cu, n, L, J, A, G, big):
     """The unscaled laws of :func:`_small_count_law` for the queries ``c < cn`` side by side (each loop
     over the queries innermost, so that it runs in vector registers; every value is summed in the
     same order as there): ``A[j, c] = a[j]``, ``G[k, c] = e_k(r)`` (before the factor
@@ -726,9 +758,9 @@ def _small_count_laws(S, cn, b, coef_u, m, n, L, J, A, G, big):
             A[j, c] = 0.0
     for k in range(1, J + 1):
         for j in range(1, min(k, L) + 1):
-            f = coef_u[m, k, j]
+            f = cu[k, j]
             for c in range(cn):
-                A[j, c] += f * S[b, k, c]
+                A[j, c] += f * Sb[k, c]
     for j in range(2, L + 1, 2):
         for c in range(cn):
             A[j, c] = -A[j, c]
@@ -768,7 +800,7 @@ def _new_state(prep, n):
 
 
 @nb.njit(cache=True)
-def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, b_lo):
+def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, node_row):
     """Add the trapezoid terms of nodes 0..M-1 for every query prefix (fast path): those of W_n to
     ``acc``, those of ``X = int R e^{-R t} (R t) P(N >= n - 1) dt`` to ``accx`` (the slope bounds of
     docs/math.md#pruning).
@@ -778,15 +810,18 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
     ``saved`` (one state set per saved query, see :func:`_new_state`), so that a later round can
     resume there. A resumed state is the very one a fresh run computes: the values are the same.
     Per node, the walk over the big tokens first keeps the count law at every query; then the small
-    tokens' laws of all queries are formed side by side (:func:`_small_count_laws`; ``S`` row
-    ``b - b_lo`` holds band b, see :func:`_query_power_sums`).
+    tokens' laws of all queries are formed side by side (:func:`_small_count_laws`). Node m's small
+    tokens are those of the bands from its threshold on: their power sums are the row
+    ``node_row[m, 0]`` of ``S`` (:func:`_query_power_sums`, -1: no small token) scaled by
+    ``2^-(k node_row[m, 1])`` (the empty bands in between).
     """
-    s_lo, h, _, bands, lq, off, _, _, flat, start, node_band, coef_u, _, qs = prep
+    s_lo, h, _, bands, lq, off, _, _, flat, start, node_band, coef, _, qs = prep
     r_dp, r_ptr, r_flag = resume[0], resume[1], resume[2]
     s_dp, s_ptr, s_flag = saved[0], saved[1], saved[2]
     dp = np.empty(n)  # P(N_big = j), j < n
-    L = coef_u.shape[2] - 1
-    J = coef_u.shape[1] - 1
+    L = coef.shape[0] - 1
+    J = coef.shape[1] - 1
+    cu = np.zeros((J + 1, L + 1))  # the node's coefficients (_node_coefficients)
     a = np.empty(L + 1)
     g = np.empty(n)
     C = queries.size
@@ -794,7 +829,16 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
     A = np.empty((L + 1, C))
     G = np.empty((n, C))
     big_g = np.empty(C)
+    Sb = np.empty((J + 1, C))  # the node's power sums of its small tokens, per query
+    nbig = np.empty(C, dtype=np.int64)  # at least the number of big tokens before each query
+    wts = np.empty(C)  # the node's weight and R t for each query
+    rts = np.empty(C)
+    live = np.empty(C, dtype=np.bool_)  # the node adds a measurable term to the query
     log_r = np.log(Rq)
+    log_floor = math.log(NODE_FLOOR * h)
+    log_fact = np.empty(n + 1)  # log m!
+    for k in range(n + 1):
+        log_fact[k] = math.lgamma(k + 1.0)
     for m in range(M):
         s = s_lo + m * h
         bm = node_band[m]
@@ -811,6 +855,31 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
             for c in range(0, C, save_every):
                 s_flag[c // save_every, m] = 2
             continue
+        row = node_row[m, 0]
+        gap = node_row[m, 1]
+        small = row >= 0  # some query may have small tokens at this node
+        u = math.exp(s - bm * _LN2) if small else 0.0  # t 2^-bm: t q(small) = u Sb[1, c]
+        scale1 = _POW2_NEG[min(gap, _POW2_NEG_MAX)]
+        # the whole node, for every query, when the bound below holds for the longest query (the
+        # most big tokens and small mass; lam^m / m! falls with m while lam <= 1) with the largest
+        # weight bound: no walk, no state saved (a later round starts the node afresh)
+        last = queries[C - 1]
+        most = last if by_band else np.searchsorted(big, last)
+        if most <= n - 2:
+            lam = u * (S[row, 1, C - 1] * scale1) if small and bm <= tops[C - 1] else 0.0
+            if lam <= 1.0:
+                if not lam > 0.0:
+                    continue  # no small token: fewer than n - 1 tokens can ring, for every query
+                rt = Rq[0] * et if direct else math.exp(log_r[0] + s)  # the largest R t
+                lw = math.log(h) + math.log(min(rt, 1.0 / math.e))  # weight <= h min(R t, 1/e)
+                lw1 = math.log(h) + 2.0 * math.log(min(rt, 2.0 / math.e))  # weight R t <= h min(.)^2
+                mm = n - most
+                lg = math.log(lam)
+                if (
+                    lw + mm * lg - log_fact[mm] < log_floor
+                    and lw1 + (mm - 1) * lg - log_fact[mm - 1] < log_floor
+                ):
+                    continue
         slot = 0  # the next saved state, and the query it belongs to
         next_save = 0
         if r_flag[m] == 1:
@@ -870,6 +939,7 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
                 for c2 in range(c + (-c) % save_every, C, save_every):
                     s_flag[c2 // save_every, m] = 2
                 break
+            nbig[c] = stop if by_band else ptr  # (the list's tokens before stop; by band: all of them)
             if c == next_save:  # (no integer division per query and node)
                 k = slot
                 slot += 1
@@ -880,18 +950,51 @@ def _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save
                 s_flag[k, m] = 1
             for j in range(n):
                 D[c, j] = dp[j]
-        small = 0 <= bm - b_lo < S.shape[0]  # some query may have small tokens at this node
-        if small:
-            _small_count_laws(S, cn, bm - b_lo, coef_u, m, n, L, J, A, G, big_g)
+        series = False  # some query needs the small tokens' count law
         for c in range(cn):
             rt = Rq[c] * et if direct else math.exp(log_r[c] + s)
             weight = _weight_at(h, rt)
-            if weight < SATURATED:
-                continue  # this node adds nothing measurable to this prefix
-            if small and bm <= tops[c] and S[bm - b_lo, 1, c] > 0.0:
-                lam = coef_u[m, 1, 1] * S[bm - b_lo, 1, c]  # c[1, 1] = 1: t q(small)
+            wts[c] = weight
+            rts[c] = rt
+            if small:
+                Sb[1, c] = S[row, 1, c] * scale1
+            has_small = small and bm <= tops[c] and Sb[1, c] > 0.0
+            # this node adds nothing measurable to this prefix: a weight below SATURATED, or fewer
+            # than n - 1 big tokens and a small tokens' mean count lam = t q(small) for which
+            # P(N >= n) <= lam^(n - nbig) / (n - nbig)! (and P(N >= n - 1) likewise) leaves both
+            # terms below NODE_FLOOR h (docs/math.md#small-tokens)
+            keep = weight >= SATURATED
+            if keep and nbig[c] <= n - 2:
+                mm = n - nbig[c]
+                lam = u * Sb[1, c] if has_small else 0.0
+                if not lam > 0.0:
+                    keep = False  # no small token: P(N >= n - 1) = 0
+                else:
+                    lg = math.log(lam)
+                    lw = math.log(weight)
+                    keep = (
+                        lw + mm * lg - log_fact[mm] >= log_floor
+                        or lw + math.log(rt) + (mm - 1) * lg - log_fact[mm - 1] >= log_floor
+                    )
+            live[c] = keep
+            series = series or (keep and has_small)
+        if series:
+            _node_coefficients(coef, s, bm, cu)
+            for k in range(J + 1):
+                if k != 1:
+                    f = _POW2_NEG[min(k * gap, _POW2_NEG_MAX)]
+                    for c in range(cn):
+                        Sb[k, c] = S[row, k, c] * f
+            _small_count_laws(Sb, cn, cu, n, L, J, A, G, big_g)
+        for c in range(cn):
+            if not live[c]:
+                continue
+            weight = wts[c]
+            rt = rts[c]
+            if small and bm <= tops[c] and Sb[1, c] > 0.0:
+                lam = cu[1, 1] * Sb[1, c]  # c[1, 1] = 1: t q(small)
                 if big_g[c] > _RESCALE or not -lam > -700.0:
-                    _small_count_law(S, c, bm - b_lo, coef_u, m, n, L, J, a, g)
+                    _small_count_law(Sb, c, cu, n, L, J, a, g)
                 else:  # e^{-t q(small)} e_k(r) as that function forms it without a rescale
                     f = math.exp(-lam)
                     for k in range(n):
@@ -935,24 +1038,43 @@ def _evaluate_fast(prep, queries, Rq, n, resume, save_every):
     """W_n at ``queries`` (increasing, ``>= resume``'s prefix); returns the values, the moments ``X``
     of :func:`_fast_nodes` and the states at every ``save_every``-th query (:func:`_fast_nodes`,
     :func:`_query_power_sums`)."""
-    J = prep[11].shape[1] - 1
+    J = prep[11].shape[1] - 1  # (coef: (L + 1, J + 1))
     M = _nodes_needed(prep[0], prep[1], prep[2], Rq.min())
     ns = (queries.size - 1) // save_every + 1
     saved = (
         np.empty((ns, M, n)),
         np.zeros((ns, M), dtype=np.int64),
         np.zeros((ns, M), dtype=np.int64),
-        np.empty((ns, NBANDS, J + 1)),
-        np.empty((ns, NBANDS, 3)),
+        np.empty((ns, prep[6].shape[0], J + 1)),
+        np.empty((ns, prep[6].shape[0], 3)),
         np.empty(ns, dtype=np.int64),
     )
     node_band = prep[10]
-    b_lo = node_band[0]  # the bands the nodes read (thresholds increase with m)
-    b_hi = min(node_band[M - 1], NBANDS - 1)
-    S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every, b_lo, b_hi)
+    off = prep[5]
+    nb = off.size - 1
+    # the bands that hold tokens from the first node's threshold on (thresholds increase with m);
+    # node m reads the first of them at or above its threshold (node_row: its row and the gap)
+    b_lo = min(node_band[0], nb)
+    nr = 0
+    for b in range(b_lo, nb):
+        nr += off[b + 1] > off[b]
+    rows = np.empty(nr, dtype=np.int64)
+    r = 0
+    for b in range(b_lo, nb):
+        if off[b + 1] > off[b]:
+            rows[r] = b
+            r += 1
+    node_row = np.empty((M, 2), dtype=np.int64)
+    r = 0
+    for m in range(M):
+        while r < nr and rows[r] < node_band[m]:
+            r += 1
+        node_row[m, 0] = r if r < nr else -1
+        node_row[m, 1] = rows[r] - node_band[m] if r < nr else 0
+    S, tops = _query_power_sums(prep[13], prep[3], resume, queries, J, saved, save_every, rows)
     acc = np.zeros(queries.size)
     accx = np.zeros(queries.size)
-    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, b_lo)
+    _fast_nodes(prep, queries, Rq, n, S, tops, M, acc, accx, resume, saved, save_every, node_row)
     return acc, accx, saved
 
 
@@ -1288,11 +1410,20 @@ def _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, qv):
     e = np.empty(n)
     g = np.empty(n)
     total = 0.0
+    log_floor = math.log(NODE_FLOOR * h)
     for m in range(M):
         s = s_lo + m * h
         weight = _node_weight(h, outside, s)
         if weight == 0.0:
             continue
+        if cut[m] <= n - 1:
+            # at most cut[m] big tokens ring, and m' = n - cut[m] of the small ones (mean count
+            # lam = t q(small) = pw[m, 1]) with probability <= lam^m' / m'!: a term below
+            # NODE_FLOOR h adds nothing measurable (docs/math.md#small-tokens)
+            lam = pw[m, 1]
+            mm = n - cut[m]
+            if not lam > 0.0 or math.log(weight) + mm * math.log(lam) - math.lgamma(mm + 1.0) < log_floor:
+                continue
         dp[:] = 0.0
         dp[0] = 1.0
         below_big = 1.0

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .._config import ENUMERATION_MAX_TUPLES
+from .._config import ENUMERATION_MAX_TUPLES, TOP_HEAP_MIN_V
 from ..backends._tensor import require_torch
 
 
@@ -61,9 +61,11 @@ def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` most likely tokens of ``q`` in decreasing order, ties broken by token index.
 
     Exactly ``np.argsort(-q, kind="stable")[:k]`` (the reference, and the path for ``k >= V`` and for
-    input with NaN), in O(V + k log k): ``np.argpartition`` finds the k-th largest value ``v``; every
-    token above ``v`` is taken and the remaining places go to the lowest-index tokens equal to ``v``;
-    the ``k`` candidates are then sorted by value, ties by index.
+    input with NaN). Above ``TOP_HEAP_MIN_V`` tokens (float64 input) one pass keeping a heap of the
+    best k (:func:`mdsd_ot._kernels.top_k_tokens`, O(V) for small k whatever the ties); below, in
+    O(V + k log k): ``np.argpartition`` finds the k-th largest value ``v``; every token above ``v`` is
+    taken and the remaining places go to the lowest-index tokens equal to ``v``; the ``k`` candidates
+    are then sorted by value, ties by index.
 
     >>> top_tokens(np.array([0.1, 0.3, 0.2, 0.3, 0.1]), 3).tolist()
     [1, 3, 2]
@@ -77,6 +79,10 @@ def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
         return np.argsort(-q, kind="stable")[:k].astype(np.int64)
     if k == 1:
         return np.array([int(np.argmax(q))], dtype=np.int64)  # argmax returns the first maximum
+    if V >= TOP_HEAP_MIN_V and k <= V // 64 and q.dtype == np.float64 and q.ndim == 1:
+        from .. import _kernels
+
+        return _kernels.top_k_tokens(np.ascontiguousarray(q), k)
     v = q[np.argpartition(q, V - k)[V - k]]  # the k-th largest value
     above = np.flatnonzero(q > v)
     ties = np.flatnonzero(q == v)[: k - above.size]

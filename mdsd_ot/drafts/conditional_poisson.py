@@ -1,8 +1,9 @@
 """Conditional Poisson: an n-subset drawn with probability proportional to ``prod q``;
 ``Q(H) = e_n(q_H) / e_n(q)`` (docs/math.md#conditional-poisson).
 
-The numpy mass is the independent re-check (a pairwise polynomial product); the solver's sequential
-DP is the numba kernel :func:`mdsd_ot._kernels.scans.esp_prefix_scaled` (kernel code 2).
+The mass is the independent re-check (a pairwise polynomial product up a tree,
+:func:`mdsd_ot._kernels.esp_tree_scaled`); the solver's sequential DP is the numba kernel
+:func:`mdsd_ot._kernels.scans.esp_prefix_scaled` (kernel code 2).
 """
 
 from __future__ import annotations
@@ -12,65 +13,26 @@ import math
 
 import numpy as np
 
-from .._config import PLAIN_ESP_MIN
 from ._common import _check_enumerable_log, _distinct_structure
 from .scheme import KERNEL_CP, DraftScheme
-
-_NO_EXPONENT = -(1 << 40)  # the exponent of a zero coefficient: below every other after alignment
 
 
 def _elementary_symmetric_tree(x: np.ndarray, n: int) -> tuple[float, int]:
     """``e_n(x) = m * 2**k`` as ``(m, k)`` (``m = 0``: fewer than n positive entries), by a pairwise
-    product of the polynomials ``1 + x_i t`` truncated at degree n, in numpy.
+    product of the polynomials ``1 + x_i t`` truncated at degree n up a balanced tree
+    (:func:`mdsd_ot._kernels.esp_tree_scaled`; a run of equal masses is one leaf, ``(1 + x t)^c`` in
+    closed form).
 
     The conditional-Poisson re-check (docs/math.md#conditional-poisson): an algorithm independent of
     the solver's sequential DP (``_kernels.esp_prefix_scaled``). Each coefficient is a mantissa in
     [1/2, 1) and an integer exponent (so no range is lost); the terms of a product coefficient are
     positive and added after alignment to the largest, so the relative error is at most about
-    ``(n + 2) log2(V)`` ulps."""
-    x = np.asarray(x, dtype=np.float64)
-    x = x[x > 0]
-    if x.size < n:
-        return 0.0, 0
-    size = x.size + (x.size % 2)  # an even number of leaves; odd levels get one identity row below
-    # Plain float64 first: with x <= 1 no coefficient overflows, and a term lost to underflow moves the
-    # result by at most 2^-1074 per operation, negligible when e_n >= 2^-900 (else: exponents below)
-    c = np.zeros((size, n + 1))
-    c[:, 0] = 1.0
-    c[: x.size, 1] = x
-    if x.max() <= 1.0:
-        while c.shape[0] > 1:
-            if c.shape[0] % 2:
-                c = np.vstack([c, np.eye(1, n + 1)])
-            a, b = c[0::2], c[1::2]
-            out = a * b[:, :1]
-            for i in range(1, n + 1):
-                out[:, i:] += a[:, : n + 1 - i] * b[:, i : i + 1]
-            c = out
-        if c[0, n] >= PLAIN_ESP_MIN:
-            m0, k0 = np.frexp(c[0, n])
-            return float(m0), int(k0)
-    m = np.zeros((size, n + 1))
-    k = np.full((size, n + 1), _NO_EXPONENT, dtype=np.int64)
-    m[:, 0], k[:, 0] = 0.5, 1  # the constant 1
-    m[: x.size, 1], k[: x.size, 1] = np.frexp(x)
-    while m.shape[0] > 1:
-        if m.shape[0] % 2:
-            m = np.vstack([m, 0.5 * np.eye(1, n + 1)])
-            k = np.vstack([k, np.where(np.eye(1, n + 1, dtype=bool), 1, _NO_EXPONENT)])
-        ma, mb, ka, kb = m[0::2], m[1::2], k[0::2], k[1::2]
-        mo = np.zeros_like(ma)
-        ko = np.full_like(ka, _NO_EXPONENT)
-        for d in range(n + 1):
-            tm = ma[:, : d + 1] * mb[:, d::-1]  # terms a_i b_(d - i), i = 0..d
-            tk = ka[:, : d + 1] + kb[:, d::-1]
-            tk = np.where(tm > 0, tk, _NO_EXPONENT)
-            top = tk.max(axis=1)
-            total = np.ldexp(tm, tk - top[:, None]).sum(axis=1)
-            mo[:, d], shift = np.frexp(total)
-            ko[:, d] = np.where(total > 0, top + shift, _NO_EXPONENT)
-        m, k = mo, ko
-    return float(m[0, n]), int(k[0, n])
+    ``(n + 2) log2(V) + 3n`` ulps."""
+    from .. import _kernels
+
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    m, k = _kernels.small_or_jit(_kernels.esp_tree_scaled, x.size)(x, int(n))
+    return float(m), int(k)
 
 
 def _cp_sample(q, n, rng):
@@ -109,12 +71,13 @@ def _cp_tuples(q, n):
 
 
 def _cp_mass(q, n, mask):
-    """``e_n(q on H) / e_n(q)`` by the pairwise product (independent of the solver's DP)."""
-    m_in, k_in = _elementary_symmetric_tree(q[mask], n)
-    if m_in == 0.0:
-        return 0.0
-    m_all, k_all = _elementary_symmetric_tree(q, n)
-    return float(np.ldexp(m_in / m_all, k_in - k_all))
+    """``e_n(q on H) / e_n(q)`` by the pairwise products of H and of its complement (independent of
+    the solver's DP; :func:`mdsd_ot._kernels.esp_split_ratio`)."""
+    from .. import _kernels
+
+    inside = np.ascontiguousarray(q[mask], dtype=np.float64)
+    outside = np.ascontiguousarray(q[~mask], dtype=np.float64)
+    return float(_kernels.small_or_jit(_kernels.esp_split_ratio, q.size)(inside, outside, int(n)))
 
 
 SCHEME = DraftScheme(

@@ -191,6 +191,19 @@ def _torch_check_mass(ps, qs, inside, q_h, out_h, n):
     return q_h - (qs * ratio).sum(-1)
 
 
+def _without_mass_rows(Q, n, masks):
+    """``W_n(H_b)`` per row (the batch re-check): n = 2 in one compiled loop over the rows
+    (:func:`mdsd_ot._kernels.small.pair_mass_rows`, the same bits as :func:`_without_mass` row by
+    row), other n row by row."""
+    if n == 2:
+        from .. import _kernels
+
+        Q = np.ascontiguousarray(Q, dtype=np.float64)
+        masks = np.ascontiguousarray(masks, dtype=np.bool_)
+        return _kernels.small_or_jit(_kernels.small.pair_mass_rows, Q.shape[1])(Q, masks)
+    return np.array([SCHEME.mass(q, n, h) for q, h in zip(Q, masks)])
+
+
 SCHEME = DraftScheme(
     "without_replacement",
     "sequential draws without replacement (Gumbel-top-n order)",
@@ -206,6 +219,7 @@ SCHEME = DraftScheme(
     _structure=_distinct_structure,
     _inclusion=_without_inclusion,
     _set_mass_rows=_without_set_mass_rows,
+    _mass_rows=_without_mass_rows,
     reference_verifier="rrs_without_replacement",
     nested_draws=True,
     torch_prefix=TorchPrefix(2, _torch_prefix_mass, _torch_check_mass),
