@@ -143,8 +143,10 @@ def _small_dual(p, q, n, sampling):
     ):
         return None
     kernel = _kernels.small_dual
-    if p.size <= PYTHON_MAX_V and not _dispatch.compiled_ready(kernel):
-        return None
+    if not _dispatch.compiled_ready(kernel):
+        if p.size <= PYTHON_MAX_V:
+            return None
+        _compile.notice("sorted_scan", kernel=kernel)  # a line before a long first compile
     status, value, subset, diff = kernel(np.ascontiguousarray(p), np.ascontiguousarray(q), n, code)
     if status:
         return None

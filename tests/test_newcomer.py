@@ -648,7 +648,7 @@ def test_the_entry_points_ask_for_their_notice(monkeypatch):
         monkeypatch.setattr(_compile, name, lambda *a, _n=name, **kw: calls.append(_n))
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300))
-    optimal_acceptance(p, q, 2)
+    optimal_acceptance(p, q, 2, normalize=True)  # the general path (the default call: the next test)
     optimal_acceptance_batch(np.stack([p, q]), np.stack([q, p]), 2)
     evaluate_rows(
         p[None], q[None], ns=[2], schemes=["with_replacement"], verifiers=["rrs_without_replacement"]
@@ -659,6 +659,22 @@ def test_the_entry_points_ask_for_their_notice(monkeypatch):
     verifier_acceptance("optimal", p, q, 2)
     assert calls[:3] == ["notice_for_bound", "notice_for_batch", "notice_for_plan"]
     assert calls.count("notice") >= 2  # RSD and the optimal verifier
+
+
+def test_the_small_one_kernel_path_asks_for_the_sorted_scan_notice(monkeypatch):
+    # optimal_acceptance's default call at 256 < V < 16,384 runs one kernel (mdsd_ot._kernels.small_dual)
+    # that compiles for 15 s on an empty cache: while it is not compiled, its family's notice comes first
+    from mdsd_ot import _compile, _kernels, optimal_acceptance
+    from mdsd_ot._kernels import dispatch
+
+    calls = []
+    monkeypatch.setattr(_compile, "notice", lambda *a, **kw: calls.append((a, kw)))
+    monkeypatch.setattr(dispatch, "compiled_ready", lambda kernel: False)
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(300)), rng.dirichlet(np.ones(300))
+    optimal_acceptance(p, q, 2)
+    assert calls == [(("sorted_scan",), {"kernel": _kernels.small_dual})]
+    assert _compile.family_of(_kernels.small_dual) == "sorted_scan"
 
 
 @pytest.mark.slow

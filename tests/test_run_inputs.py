@@ -9,7 +9,7 @@ import re
 import pytest
 
 from mdsd_ot.cli import main
-from mdsd_ot.runs.inputs import check_token_ids, load_prompts, model_vocab
+from mdsd_ot.runs.inputs import check_token_ids, load_prompts, model_vocab, models_vocab, vocab_size
 
 BAD_RECORDS = [
     ({"prompt_ids": [1.5, 2]}, r"prompt_ids\[0\] = 1.5 is not an integer token id"),
@@ -48,6 +48,25 @@ def test_ranges_and_good_records():
 
     check_token_ids([{"id": "n", "prompt_ids": np.arange(3, dtype=np.int32).tolist()}], 3)
     check_token_ids([{"id": "n", "prompt_ids": list(np.arange(3, dtype=np.int64))}], 3)  # numpy ints
+
+
+def test_the_vocabulary_of_models_and_of_wrapped_models():
+    """Rows of the output embedding; a wrapper (a counting or logging proxy) without it: its config's
+    vocab_size; neither: unknown (None), and then only types and signs are checked."""
+    from types import SimpleNamespace as NS
+
+    head = NS(weight=NS(shape=(7, 3)))
+    full = NS(get_output_embeddings=lambda: head, config=NS(vocab_size=5))
+    assert vocab_size(full) == 7  # the logits the model really has, not the config's claim
+    assert vocab_size(NS(config=NS(vocab_size=5))) == 5
+    assert vocab_size(NS(config=NS(vocab_size=True))) is None
+    assert vocab_size(NS()) is None
+    assert models_vocab(full, NS(config=NS(vocab_size=5))) == 5
+    assert models_vocab(NS(), full) == 7
+    assert models_vocab(NS(), NS()) is None
+    check_token_ids([{"prompt_ids": [10**6]}], models_vocab(NS(), NS()))
+    with pytest.raises(ValueError, match="outside"):
+        check_token_ids([{"prompt_ids": [5]}], models_vocab(full, NS(config=NS(vocab_size=5))))
 
 
 def test_empty_prompt_files_say_so(tmp_path):

@@ -47,8 +47,8 @@ from ..runs.inputs import (
     load_prompts,
     model_vocab,
     models_of,
+    models_vocab,
     record_ids,
-    vocab_size,
 )
 from ..runs.shards import parse_shard, shard_records
 from ..runs.shards import progress as progress_bar
@@ -557,7 +557,7 @@ def run_decode(
     records = list(records)
     check_record_ids(records)
     if target_model is not None and draft_model is not None:  # ids every model can read, up front
-        check_token_ids(records, min(vocab_size(target_model), vocab_size(draft_model)))
+        check_token_ids(records, models_vocab(target_model, draft_model))
 
     def open_new():
         ident = identity

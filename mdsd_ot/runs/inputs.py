@@ -27,6 +27,7 @@ __all__ = [
     "device_of",
     "check_device",
     "vocab_size",
+    "models_vocab",
 ]
 
 
@@ -413,18 +414,40 @@ def _from_pretrained(cls, name, role: str, **kw):
         ) from None
 
 
-def vocab_size(model) -> int:
-    """The number of logits of ``model`` (rows of its output embedding).
+def vocab_size(model) -> int | None:
+    """The number of logits of ``model``: rows of its output embedding, else its config's
+    ``vocab_size``; None when a wrapped model shows neither (its ids are then checked by the model).
 
     Parameters
     ----------
-    model : transformers causal LM
+    model : transformers causal LM, or a wrapper of one
 
     Returns
     -------
-    int
+    int or None
     """
-    return int(model.get_output_embeddings().weight.shape[0])
+    head = getattr(model, "get_output_embeddings", None)
+    weight = getattr(head() if callable(head) else None, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def models_vocab(*models) -> int | None:
+    """The smallest :func:`vocab_size` of ``models`` (the ids every one of them can read).
+
+    Parameters
+    ----------
+    *models : transformers causal LMs, or wrappers of them
+
+    Returns
+    -------
+    int or None
+        None when no model's vocabulary is known.
+    """
+    sizes = [v for v in map(vocab_size, models) if v is not None]
+    return min(sizes) if sizes else None
 
 
 def record_ids(record, tokenizer):

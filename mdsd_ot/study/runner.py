@@ -14,8 +14,8 @@ from ..runs.identity import identify as _identify
 from ..runs.identity import model_identity, prompts_identity, tokenizer_identity  # noqa: F401
 from ..runs.inputs import check_record_ids as _check_record_ids
 from ..runs.inputs import check_token_ids as _check_token_ids
+from ..runs.inputs import models_vocab as _models_vocab
 from ..runs.inputs import record_ids as _record_ids
-from ..runs.inputs import vocab_size as _vocab_size
 from ..runs.shards import parse_shard as _parse_shard
 from ..runs.shards import progress as _progress
 from ..runs.shards import shard_records
@@ -181,7 +181,7 @@ def run_study(
     records = list(records)
     _check_record_ids(records)
     if target_model is not None and draft_model is not None:  # ids every model can read, up front
-        _check_token_ids(records, min(_vocab_size(target_model), _vocab_size(draft_model)))
+        _check_token_ids(records, _models_vocab(target_model, draft_model))
     if isinstance(out, _store.ResultsFolder):
         if shard is not None and "{}/{}".format(*_parse_shard(shard)) != out.shard:
             raise ValueError(f"shard {shard} does not match the open folder's shard {out.shard}")

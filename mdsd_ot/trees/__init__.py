@@ -17,7 +17,14 @@ The real decoder over Hugging Face models is :mod:`mdsd_ot.decode`.
 
 from .bound import RULES, DualHeights, certified_rules, default_rule, mean_upper_bound, upper_bound
 from .compare import TreeComparison, TreeComparisonRecord, compare_tree
-from .enumerate import NextTokenLaw, TreeEnumeration, enumerate_trees, model_law, toy_models
+from .enumerate import (
+    NextTokenLaw,
+    TreeEnumeration,
+    enumerate_trees,
+    estimate_tree_size,
+    model_law,
+    toy_models,
+)
 from .optimum import LPTreeVerifier, TreeOptimum, tree_optimum
 from .shape import TreeShape, parse_shape
 from .tree import (
@@ -73,6 +80,7 @@ __all__ = [
     "TreeComparison",
     "TreeComparisonRecord",
     "enumerate_trees",
+    "estimate_tree_size",
     "TreeEnumeration",
     "NextTokenLaw",
     "model_law",
