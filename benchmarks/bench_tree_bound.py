@@ -15,6 +15,10 @@ temperature, ``noise`` the draft's distance from the target.
   contexts) and of the exact tokens per call of node-wise ``optimal``, ``traversal`` and ``lookahead`` on the
   same trees; the lowest rule minus the best verifier, paired over the trees, and the width
   ``best bound / best verifier - 1``.
+* ``paired``: per setting and scheme (i.i.d. and sequential without replacement), ``--trees`` trees;
+  each certified rule minus the default ``subtree`` on the same trees, mean +- standard error (a
+  negative mean: a tighter certified bound on the same contexts), and each rule's time over
+  ``subtree``'s (median over the trees, timed back to back).
 * ``tiny``: the tightness at V = 3-4 (toy models, random seeds, draft temperatures and noises; shapes
   1,1 / 1,1,1 / 2,1 / 2,2 / 3,1 / 2,1,1; i.i.d. and without replacement): each rule's exact mean over
   every drafted tree against the causal LP's optimum, ``mean / OPT - 1`` as median / max per group, and
@@ -22,6 +26,7 @@ temperature, ``noise`` the draft's distance from the target.
 
     NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py cost [--trees 6]
     NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py sandwich [--trees 24]
+    NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py paired [--trees 24]
     NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py tiny [--cases 4]
 """
 
@@ -172,6 +177,41 @@ def sandwich(trees: int) -> str:
     return "\n".join(lines)
 
 
+def paired(trees: int) -> str:
+    lines = [
+        header(f"Tree dual: each rule minus subtree on the same {SHAPE} trees, V = {V:,} ({trees} per row)"),
+        "| scheme | scale, noise | rule | subtree mean | rule - subtree (paired) | time / subtree's |",
+        "|---|---|---|---|---|---|",
+    ]
+    for scheme in ("with_replacement", "without_replacement"):
+        rules = [r for r in certified_rules(scheme) if r != "subtree"]
+        for scale, noise in SETTINGS:
+            base, diff, ratio = [], {r: [] for r in rules}, {r: [] for r in rules}
+            for i in range(trees):
+                tree = tree_of(20_000 * int(10 * scale) + 100 * int(10 * noise) + i, scale, noise, scheme)
+                t0 = time.perf_counter()
+                b = upper_bound(tree, "subtree")
+                tb = time.perf_counter() - t0
+                base.append(b)
+                for rule in rules:
+                    t0 = time.perf_counter()
+                    v = upper_bound(tree, rule)
+                    ratio[rule].append((time.perf_counter() - t0) / tb)
+                    diff[rule].append(v - b)
+            m = float(np.mean(base))
+            for rule in rules:
+                d = np.asarray(diff[rule])
+                se = d.std(ddof=1) / math.sqrt(d.size)
+                lines.append(
+                    f"| {scheme} | {scale:g}, {noise:g} | {rule} | {m:.3f} | {d.mean():+.3f} ± {se:.3f} "
+                    f"| {np.median(ratio[rule]):.2f} |"
+                )
+            print(f"# {scheme} {scale}, {noise} done", flush=True)
+    lines.append("")
+    lines.append("The first tree of a run also pays the cuts' first compilation inside subtree's time.")
+    return "\n".join(lines)
+
+
 #: (V, shape, cases per scheme, relative to --cases) of the tiny battery
 TINY_PLAN = [(3, "1,1", 1), (4, "1,1", 1), (3, "1,1,1", 1), (3, "2,1", 3), (4, "2,1", 3), (3, "2,2", 3),
              (4, "2,2", 1), (3, "3,1", 3), (4, "3,1", 2), (3, "2,1,1", 3)]  # fmt: skip
@@ -228,7 +268,7 @@ def tiny(cases: int) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("cost", "sandwich", "tiny"))
+    ap.add_argument("what", choices=("cost", "sandwich", "paired", "tiny"))
     ap.add_argument("--trees", type=int, default=None)
     ap.add_argument("--cases", type=int, default=4)
     a = ap.parse_args()
@@ -236,6 +276,8 @@ def main():
         print(cost(a.trees or 6))
     elif a.what == "tiny":
         print(tiny(a.cases))
+    elif a.what == "paired":
+        print(paired(a.trees or 24))
     else:
         print(sandwich(a.trees or 24))
 

@@ -96,6 +96,28 @@ def test_chain_and_top_n_rules_are_exact():
             assert abs(mean_upper_bound(e) - r.value) < 1e-12
 
 
+def test_split_rule_on_chains_and_depth_two():
+    """The split rule keeps subtree's heights and replaces the cap of a drafted child outside its
+    parent's cut by the child's local value plus a convex estimate of the excess. On depth-2 trees the
+    children outside a cut are leaf parents, whose local value is their exact K (1 + p(H)), equal to
+    their cap: the rule is subtree exactly (checked at V = 3). On depth-3 chains (V = 3-4, both
+    schemes) the caps bind and the split mean is lower, yet never below the LP optimum."""
+    for case in _cases(SWEEP):
+        V, shape, scheme = case[:3]
+        if V == 3 and len(shape.split(",")) == 2 and scheme != "top_n":
+            e, r = solved(*case)
+            assert abs(mean_upper_bound(e, "split") - mean_upper_bound(e, "subtree")) < 1e-12, case
+    for V, seed, T, noise, scheme in [
+        (3, 103922439, 1.0, 0.5, "with_replacement"),
+        (4, 31000564, 1.4, 1.5, "without_replacement"),
+    ]:
+        target, draft = toy_models(V, seed, T, noise)
+        e = enumerate_trees(target, draft, "1,1,1", scheme)
+        opt = solve_tree_lp(e).value
+        split, sub = mean_upper_bound(e, "split"), mean_upper_bound(e, "subtree")
+        assert opt - 1e-12 <= split < sub - 1e-3 * opt, (scheme, opt, split, sub)
+
+
 # ------------------------------------------------------------------------------ one level by hand
 P3, Q3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
 #: alpha* of (P3, Q3, n = 2, i.i.d.) by hand: prefixes by q/p are {}, {2}, {2, 1}, all, with
@@ -137,7 +159,7 @@ def test_per_tree_values_average_to_the_class_mean():
         target, draft = toy_models(V, seed)
         e = enumerate_trees(target, draft, shape, scheme)
         opt = solve_tree_lp(e)
-        for rule in ("subtree", "semi_local", "local", "one_level"):
+        for rule in ("subtree", "split", "semi_local", "local", "one_level"):
             terms = []
             for tokens, parent, paths, qs, prob in ordered_tree_draws(shape, scheme, draft, ()):
                 p = np.array([target(w) for w in paths])

@@ -26,6 +26,10 @@ of a run, over the contexts the run reached).
   ``K`` only for drafted children outside their parent's cut (bounded pointwise), and ``K_root`` is
   estimated without bias from the drafted subtree (a recursive Horvitz-Thompson difference
   estimator).
+* ``"split"``: the heights of ``"subtree"``, evaluated with less slack: a drafted child outside its
+  parent's cut enters the maximum at ``min(cap, d)``, ``d`` its own local value, and the part of its
+  ``K`` above ``d`` is added once per node outside the maximum, estimated from the drafted subtree
+  (``max(0, Khat - d)``: convex, so its mean is above the exact term).
 * ``"semi_local"``: the same cuts, heights from the drafted children's own laws (their local guess),
   undrafted children at a cap, the root's ``K`` by Horvitz-Thompson.
 * ``"local"``: the same cuts, heights from each node's own laws; no estimate.
@@ -62,7 +66,7 @@ __all__ = [
 ]
 
 #: The rules :func:`upper_bound` computes, tightest-first where they compete (docs/math.md#the-tree-dual).
-RULES = ("subtree", "semi_local", "local", "one_level", "top_n")
+RULES = ("subtree", "split", "semi_local", "local", "one_level", "top_n")
 
 #: Slack allowed in ``K_u >= 1 + sum_y P(y | u) h_u(y)`` for given heights (relative to ``K_u``).
 _FEASIBILITY_TOL = 1e-12
@@ -152,12 +156,12 @@ def certified_rules(scheme) -> list[str]:
     list of str
 
     >>> certified_rules("with_replacement"), certified_rules("top_n")[0]
-    (['subtree', 'semi_local', 'local', 'one_level'], 'top_n')
+    (['subtree', 'split', 'semi_local', 'local', 'one_level'], 'top_n')
     """
     name = get_scheme(scheme).name
     if name == "top_n":
-        return ["top_n", "subtree", "semi_local", "local", "one_level"]
-    return ["subtree", "semi_local", "local", "one_level"]
+        return ["top_n", "subtree", "split", "semi_local", "local", "one_level"]
+    return ["subtree", "split", "semi_local", "local", "one_level"]
 
 
 def default_rule(scheme) -> str:
@@ -458,16 +462,21 @@ def _value_local(view, cuts: _Cuts) -> float:
     return R[()]
 
 
-def _value_subtree(view, cuts: _Cuts) -> float:
+def _value_subtree(view, cuts: _Cuts, *, split: bool = False) -> float:
     """The subtree rule: heights ``h_u(y) = K*_{uy}`` on the cut (each child's exact ``K`` under the
     same rule, a fixed function of the path), so that ``R(root) = K*_root + X`` with ``X`` free of
     every ``K*`` in a cut; ``K*_root`` by the recursive difference estimator, the ``K*`` of drafted
-    children outside their parent's cut by their pointwise upper bound ``Kbar`` (caps)."""
+    children outside their parent's cut by their pointwise upper bound ``Kbar`` (caps).
+
+    ``split=True`` (the split rule): such a child ``w`` enters ``X`` at ``min(Kbar_w, d_w)`` with
+    ``d_w = k_w`` its local value, and ``max over those w of max(0, Khat_w - d_w)`` (the ones with
+    ``d_w < Kbar_w``) is added per node outside the maximum (docs/math.md#the-tree-dual)."""
     D = view.depth
     iid = view.scheme.name == "with_replacement"
     if iid and view.copies is None:
         raise ValueError("internal: the subtree rule needs the drafted tree's repeated paths (i.i.d. drafts)")
     est, cap, X = {}, {}, {}
+    extra = []  # split: the parts of K* above d pulled out of the maxima, one per node
     for u in reversed(view.order):
         if len(u) == D:
             est[u] = cap[u] = 1.0
@@ -489,6 +498,16 @@ def _value_subtree(view, cuts: _Cuts) -> float:
             est[u] = 1.0 + mass
             X[u] = max([0.0] + [cap[u + (y,)] for y in outside])
             continue
+        out_value = {y: cap[u + (y,)] for y in outside}  # K* of a drafted child outside the cut: its cap
+        if split and outside:
+            above = []
+            for y in outside:
+                d = cuts.local_K(view, u + (y,))
+                if d < out_value[y]:  # else K* <= cap <= d: nothing above d
+                    out_value[y] = d
+                    above.append(max(0.0, est[u + (y,)] - d))
+            if above:
+                extra.append(max(above))
         g = cuts.guess(view, u)
         lo, hi = cuts.inclusion(view, u, inside, copies=view.copies[u] if iid else 1)
         terms = []
@@ -496,8 +515,8 @@ def _value_subtree(view, cuts: _Cuts) -> float:
             res = est[u + (y,)] - g  # divided by the bound on iota that keeps the mean above K*
             terms.append(float(p[y]) * res / (a if res >= 0 else b))
         est[u] = 1.0 + mass * g + math.fsum(terms)
-        X[u] = max([0.0] + [X[u + (y,)] for y in inside] + [cap[u + (y,)] + X[u + (y,)] for y in outside])
-    return est[()] + X[()]
+        X[u] = max([0.0] + [X[u + (y,)] for y in inside] + [out_value[y] + X[u + (y,)] for y in outside])
+    return est[()] + X[()] + math.fsum(extra)
 
 
 def _value_heights(view, heights: DualHeights) -> float:
@@ -550,8 +569,8 @@ def _evaluate(view, rule, heights, cuts, alpha=None) -> float:
         return _value_top_n(view)
     if rule == "local":
         return _value_local(view, cuts)
-    if rule == "subtree":
-        return _value_subtree(view, cuts)
+    if rule in ("subtree", "split"):
+        return _value_subtree(view, cuts, split=rule == "split")
     return _value_semi_local(view, cuts)
 
 
@@ -587,7 +606,8 @@ def upper_bound(tree, rule: str | None = None, *, heights: DualHeights | None = 
     tree : DraftTree
         With its target laws set. Repeated drafts (i.i.d. schemes) are merged by path.
     rule : str or None
-        ``"subtree"``, ``"semi_local"``, ``"local"``, ``"one_level"`` or ``"top_n"`` (:data:`RULES`);
+        ``"subtree"``, ``"split"``, ``"semi_local"``, ``"local"``, ``"one_level"`` or ``"top_n"``
+        (:data:`RULES`);
         None: the scheme's default (:func:`default_rule`). ``ValueError`` for a rule not certified for the
         tree's scheme (:func:`certified_rules`).
     heights : DualHeights or None
@@ -613,16 +633,16 @@ def upper_bound(tree, rule: str | None = None, *, heights: DualHeights | None = 
     scheme = tree.scheme
     rule = None if heights is not None else _check_rule(rule, scheme)
     view = _view_of_tree(tree)
-    cuts = _Cuts(scheme, view.branching) if rule in ("semi_local", "local", "subtree") else None
+    cuts = _Cuts(scheme, view.branching) if rule in ("semi_local", "local", "subtree", "split") else None
     return float(_evaluate(view, rule, heights, cuts))
 
 
 def mean_upper_bound(enumeration, rule: str | None = None, *, heights: DualHeights | None = None) -> float:
     """The exact mean of :func:`upper_bound` over every drafted tree of an enumeration (small V):
     ``sum over path-set classes C of P(C) upper_bound(C)``, a certified upper bound on
-    :func:`~mdsd_ot.trees.tree_optimum` of the same enumeration. The ``"subtree"`` rule under i.i.d.
-    drafts reads how often a path was drafted, which a class does not record: it is averaged over
-    the ordered trees (:meth:`TreeEnumeration.trees`, at most ``TREE_COMPARE_MAX_TREES``).
+    :func:`~mdsd_ot.trees.tree_optimum` of the same enumeration. The ``"subtree"`` and ``"split"`` rules
+    under i.i.d. drafts read how often a path was drafted, which a class does not record: they are
+    averaged over the ordered trees (:meth:`TreeEnumeration.trees`, at most ``TREE_COMPARE_MAX_TREES``).
 
     Parameters
     ----------
@@ -651,7 +671,7 @@ def mean_upper_bound(enumeration, rule: str | None = None, *, heights: DualHeigh
         return float(_evaluate(_view_of_class(enumeration, enumeration.classes[0].paths), rule, None, None))
     cuts = _Cuts(enumeration.scheme, enumeration.shape.branching)
     terms = []
-    if rule == "subtree" and enumeration.scheme.name == "with_replacement":
+    if rule in ("subtree", "split") and enumeration.scheme.name == "with_replacement":
         # the estimator reads how often a path was drafted, which a path-set class merges: every
         # ordered tree (TreeEnumeration.trees refuses more than TREE_COMPARE_MAX_TREES)
         for tree, prob in enumeration.trees():
