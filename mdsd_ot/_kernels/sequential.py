@@ -581,10 +581,15 @@ def _bands(qs, out):
     bits = qs.view(np.int64)
     used = 0
     zeros = False
+    last = -1.0  # a run of equal masses shares its band (no frexp per subnormal mass)
+    last_b = 0
     for i in range(qs.size):
         if qs[i] <= 0.0:
             zeros = True
             out[i] = -1
+            continue
+        if qs[i] == last:
+            out[i] = last_b
             continue
         e = (bits[i] >> 52) & 0x7FF
         if e == 0:  # subnormal: q = f 2^E with f in [1/2, 1), exactly
@@ -595,6 +600,8 @@ def _bands(qs, out):
         b = min(max(b, 0), NBANDS - 1)
         out[i] = b
         used = max(used, b + 1)
+        last = qs[i]
+        last_b = b
     used = max(used, 1)
     if zeros:
         for i in range(qs.size):
@@ -609,10 +616,15 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
     ``comp[b, k]``, k <= 2) = sum of ``(q_i 2^b)^k``. Each term is at most 1, scaled to its own band,
     so no power that matters underflows; the sums of the first two powers are Neumaier-compensated
     (a band may hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need
-    not be."""
+    not be. A run of equal masses reuses the scaled value (the same number: no multiplication with a
+    subnormal operand per token, which the hardware runs many times slower)."""
+    last = -1.0
+    v = 0.0
     for i in range(i0, i1):
         b = bands[i]
-        v = qs[i] * _POW2[b] * _POW2_HI[b]  # exact, as ldexp (the result lies in (1/2, 1], or is 0)
+        if qs[i] != last:
+            last = qs[i]
+            v = last * _POW2[b] * _POW2_HI[b]  # exact, as ldexp (the result lies in (1/2, 1], or is 0)
         run[b, 1], comp[b, 1] = neumaier_add_nonneg(run[b, 1], comp[b, 1], v)
         x = v * v
         run[b, 2], comp[b, 2] = neumaier_add_nonneg(run[b, 2], comp[b, 2], x)
