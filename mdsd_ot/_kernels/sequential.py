@@ -215,7 +215,8 @@ def _product_bound_below(q_in, others, r, n, floor):
 
 
 _SKIP_ABS = 4e-15  # the absolute margin of the callers of _product_bound_below (values of size <= 2)
-_KNOWN_SAMPLES = 256  # prefixes where _bounds_into forms the product bound before its pass
+_KNOWN_SAMPLES = 256  # prefixes where _bounds_into forms the product bound before its pass,
+_KNOWN_FROM = 8192  # where more prefixes than this have an upper bound above the first lower bound
 _SPAN_MIN = 16  # the shortest span of prefixes _bounds_into tries to settle at once, and the wait
 _SPAN_MAX = 4096  # after a span that did not settle; the longest span (doubling from the shortest)
 
@@ -332,9 +333,14 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
         # trivial bound wherever the upper bound lies below the largest of them, so a maximum of the
         # excess far along the order (a block of tiny masses) is not approached by a long rise of
         # prefixes that each need their product bound (docs/math.md#pruning)
+        # (only where many prefixes have an upper bound above it: the pass of pushes costs as much as
+        # the main pass's sums, which is most of it on subnormal masses)
+        above = 0
+        for k in range(k_star, V + 1):  # (hi is written there wherever R > 0)
+            above += R[k] > 0.0 and hi[k] > known
         step = max(1, (V - k_star) // _KNOWN_SAMPLES)
         k = k_star
-        nxt = k_star + step
+        nxt = k_star + step if above > _KNOWN_FROM else V
         while nxt < V:
             while k < nxt:
                 rs, rc = _push_top(top, qs[k], n, rs, rc)
@@ -378,7 +384,10 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
         else:  # hi[k] from the first pass
             exact[k] = False
             floor_k = max(best_lo, known)
-            if n >= 2 and k >= span_at and hi[k] > floor_k and floor_k + P[k] > 1e-200 and top[n - 2] > 0.0:
+            # (a prefix whose upper bound is within PRUNE_SLACK of best_lo is no candidate whatever
+            # its tighter bound: left to the cheaper tests below, as on flat stretches of the excess)
+            worth = hi[k] > max(best_lo + PRUNE_SLACK, known) and floor_k + P[k] > 1e-200
+            if n >= 2 and k >= span_at and worth and top[n - 2] > 0.0:
                 # a span of prefixes k..k2-1 whose tokens all lie at or below the smallest of the
                 # n-1 largest (pushing them leaves top as it is): the draws' bound at H_k2, a superset
                 # of each of them, bounds every W_n(H_j) there (W_n grows with H); where it lies
@@ -423,7 +432,7 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
                     continue
                 span = max(span // 2, _SPAN_MIN)
                 span_at = k + _SPAN_MIN
-            if n >= 2 and hi[k] > floor_k and floor_k + P[k] > 1e-200:
+            if n >= 2 and worth:
                 # the draws' upper bound, where q(H)^n does not prune and the one below could
                 up = _draw_upper_bound(R[k], top, rs + rc, qmin, count, n, floor_k + P[k] - 4e-15)
                 hi[k] = min(hi[k], up - P[k] + 16.0 * _UNIT)
