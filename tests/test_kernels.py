@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import random_pair
 from numba import njit
-from oracles import mp_sequential_product_bound, slow_excess
+from oracles import class_sequential_mass, mp_sequential_product_bound, slow_excess
 
 from mdsd_ot import _kernels as K
 from mdsd_ot._config import PRUNE_SLACK
@@ -123,12 +123,33 @@ def _few_ordinary_q(rng, V, n):
     return q / q.sum()
 
 
+def _mp_draw_bound(qs, k, n):
+    """The smallest of the draws' upper bounds on ``W_n(H_k)`` at 50 digits (docs/math.md#pruning):
+    over every ``a < n``, ``prod_{i < n - a} (e_a - i m) / (e_a - i m + R)``, ``e_a`` the mass of H
+    outside its ``a`` largest tokens, ``m`` its smallest positive mass, ``R`` the mass outside; each is
+    at least W_n, so the kernel's (one of them, rounded up) is at least their minimum."""
+    import mpmath
+
+    with mpmath.workdps(50):
+        inside = sorted((mpmath.mpf(float(x)) for x in qs[:k]), reverse=True)
+        R = mpmath.fsum(mpmath.mpf(float(x)) for x in qs[k:])
+        m = min(x for x in inside if x > 0)
+        best = mpmath.mpf(1)
+        for a in range(n):
+            e = mpmath.fsum(inside[a:])
+            w = mpmath.mpf(1)
+            for i in range(n - a):
+                w *= (e - i * m) / (e - i * m + R)
+            best = min(best, w)
+        return best
+
+
 def test_cheap_bounds_are_bounds_under_rounding(rng):
     """Every prefix: ``lo[k] + P_k`` at most the product bound evaluated at 50 digits (every mass
     summed directly), which is at most W_n (to one rounding of ``lo = W - P``); ``hi[k] + P_k`` at
-    least ``q(H)^n`` at 50 digits. Inputs where the masses of H outside its largest ones lie far
-    below one ulp of q(H) (the product bound formed them by subtraction and was about 1 where it is
-    about 0)."""
+    least the smallest of ``q(H)^n`` and the draws' bounds at 50 digits. Inputs where the masses of H
+    outside its largest ones lie far below one ulp of q(H) (the product bound formed them by
+    subtraction and was about 1 where it is about 0)."""
     import mpmath
 
     for trial in range(40):
@@ -153,7 +174,45 @@ def test_cheap_bounds_are_bounds_under_rounding(rng):
                 # lo = fl(W_lo - P_k): the lower bound on W_n itself, to the rounding of that
                 # subtraction (the prefix sum P_k enters D_k unwidened; PRUNE_SLACK covers it)
                 assert mpmath.mpf(lo[k]) + mpmath.mpf(P[k]) <= w_lo + 2.0**-52, (trial, k, lo[k], float(w_lo))
-                assert hi[k] >= min(q_h**n, q_h) - p_h, (trial, k, hi[k], float(q_h**n - p_h))
+                w_hi = min(q_h**n, q_h, _mp_draw_bound(qs, k, n))
+                assert hi[k] >= w_hi - p_h, (trial, k, hi[k], float(w_hi - p_h))
+
+
+@pytest.mark.parametrize("tail", [1e-300, 1e-310, 1e-3])
+def test_cheap_bounds_on_blocks_against_exact_masses(tail, rng):
+    """Drafts of a few ordinary masses and blocks of equal small ones (where the draws' upper bound
+    and the settled spans of prefixes prune, docs/math.md#pruning): at every prefix that is not
+    exact, ``lo[k] + P_k <= W_n(H_k) <= hi[k] + P_k`` (to one rounding), W_n by the 50-digit DP
+    over classes of equal masses (``oracles.class_sequential_mass``); and the scan's excess equals
+    the best exact one over every prefix to ``PRUNE_SLACK``."""
+    import mpmath
+
+    for trial in range(4):
+        k_ord = int(rng.integers(1, 5))
+        B1 = int(rng.integers(20, 60))
+        B2 = int(rng.integers(0, 30)) if trial % 2 else 0
+        n = int(rng.integers(k_ord + 1, k_ord + 5))
+        vals = list(0.2 + rng.random(k_ord)) + [tail] * B1 + [tail * 3.0] * B2
+        q = np.array(vals)
+        q /= q.sum()
+        p = rng.dirichlet(np.ones(q.size))
+        ps, qs = sorted_pair(p, q)
+        P, Q, R, lo, hi, exact = K.without_replacement_bounds(ps, qs, n)
+        values = sorted(set(qs.tolist()))
+        best = -np.inf
+        for k in range(qs.size + 1):
+            if exact[k]:
+                best = max(best, lo[k])
+                continue
+            inside = [int(np.count_nonzero(qs[:k] == v)) for v in values]
+            w = class_sequential_mass(values, inside, R[k], n)
+            with mpmath.workdps(50):
+                pk = mpmath.mpf(float(P[k]))
+                assert mpmath.mpf(float(lo[k])) + pk <= w + 2.0**-52, (trial, k)
+                assert mpmath.mpf(float(hi[k])) + pk >= w - 2.0**-52, (trial, k, hi[k], float(w - pk))
+            best = max(best, float(w) - P[k])
+        d, _ = K.scan_without_replacement(ps, qs, n)
+        assert d == pytest.approx(max(best, 0.0), abs=PRUNE_SLACK + 1e-14)
 
 
 def test_pruned_scan_against_every_prefix(rng):

@@ -215,6 +215,50 @@ def _product_bound_below(q_in, others, r, n, floor):
 
 
 _SKIP_ABS = 4e-15  # the absolute margin of the callers of _product_bound_below (values of size <= 2)
+_KNOWN_SAMPLES = 256  # prefixes where _bounds_into forms the product bound before its pass,
+_KNOWN_FROM = 8192  # where more prefixes than this have an upper bound above the first lower bound
+_SPAN_MIN = 16  # the shortest span of prefixes _bounds_into tries to settle at once, and the wait
+_SPAN_MAX = 4096  # after a span that did not settle; the longest span (doubling from the shortest)
+
+
+@nb.njit(cache=True, inline="always")
+def _draw_upper_bound(r, top, rest, qmin, count, n, stop):
+    """An upper bound on ``W_n(H)`` from the masses of H: with ``a`` of its largest tokens set aside
+    (those of the n-1 largest, ``top``, above twice the smallest positive mass ``qmin`` of H) and
+    ``e`` the mass of the others (``rest`` plus the entries of ``top`` from ``a`` on, summed smallest
+    first, as :func:`_product_bound` sums ``d_a``), ``W_n(H) <= prod_{i < n - a} (e - i qmin) /
+    (e - i qmin + r)`` (docs/math.md#pruning, "an upper bound from the draws"). Each factor is at most
+    1, so the product of the first factors is an upper bound too: the loop stops once it falls below
+    ``stop``. Used only where the others form a block (``count`` positive masses in H: at least 2n
+    others, their mean mass at most twice ``qmin``; elsewhere 1 is returned): there it prunes, and
+    elsewhere the candidates, hence the values, stay those of the cheap bounds alone. Every remaining mass
+    ``e - i qmin`` is widened by its rounding (absolute ``(n + 8) u e``), ``r`` narrowed by ``4u``,
+    and the product multiplied by one plus ``(8j + 8) u`` for its ``j`` factors (two roundings per
+    factor and a division): a proven upper bound. A product that falls below ``_PRODUCT_MIN``
+    returns twice that (never a rounded-down underflow)."""
+    a = 0
+    while a < n - 1 and top[a] > 2.0 * qmin:
+        a += 1
+    e = rest
+    for j in range(n - 2, a - 1, -1):
+        e += top[j]
+    if count - a < 2 * n or not e <= 2.0 * qmin * (count - a):
+        return 1.0  # fewer than 2n others, or their mean mass above twice the smallest: no block
+    widen = (n + 8.0) * _UNIT * e
+    r_lo = r * (1.0 - 4.0 * _UNIT)
+    w = 1.0
+    j = 0
+    for i in range(n - a):
+        rem = (e - i * qmin) + widen
+        if not rem > 0.0:
+            return 0.0  # (cannot happen for n positive masses in H: e > (n - a - 1) qmin)
+        w *= rem / (rem + r_lo)
+        j += 1
+        if w < _PRODUCT_MIN:  # then the exact product lies below it too (rounding is monotone)
+            return 2.0 * _PRODUCT_MIN
+        if w < stop:
+            break
+    return w * (1.0 + (8.0 * j + 8.0) * _UNIT)
 
 
 @nb.njit(cache=True, inline="always")
@@ -285,11 +329,31 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
         for k in range(k_star):
             rs, rc = _push_top(top, qs[k], n, rs, rc)
         known = max(known, _product_bound(R[k_star], top, rs + rc, n) - P[k_star])
+        # and the product bound at prefixes spread evenly from there on: the pass below keeps the
+        # trivial bound wherever the upper bound lies below the largest of them, so a maximum of the
+        # excess far along the order (a block of tiny masses) is not approached by a long rise of
+        # prefixes that each need their product bound (docs/math.md#pruning)
+        # (only where many prefixes have an upper bound above it: the pass of pushes costs as much as
+        # the main pass's sums, which is most of it on subnormal masses)
+        above = 0
+        for k in range(k_star, V + 1):  # (hi is written there wherever R > 0)
+            above += R[k] > 0.0 and hi[k] > known
+        step = max(1, (V - k_star) // _KNOWN_SAMPLES)
+        k = k_star
+        nxt = k_star + step if above > _KNOWN_FROM else V
+        while nxt < V:
+            while k < nxt:
+                rs, rc = _push_top(top, qs[k], n, rs, rc)
+                k += 1
+            if R[k] > 0.0:
+                known = max(known, _product_bound(R[k], top, rs + rc, n) - P[k])
+            nxt += step
     top[:] = 0.0
     rs, rc = 0.0, 0.0
     os_, oc = 0.0, 0.0  # the masses so far except the largest, compensated (_product_bound_below)
     count = 0
     best_lo = -np.inf  # the largest lower bound so far
+    qmin = np.inf  # the smallest positive mass so far (_draw_upper_bound)
     # collect: every non-exact prefix whose upper bound beats the largest lower bound *so far* by
     # PRUNE_SLACK (a superset of the candidates: that bound only grows, and from the first position of
     # its maximum on it is the final one), the first position of the maximum of lo (the anchor) and
@@ -298,7 +362,11 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
     anchor = 0
     best = 0.0
     best_k = 0
-    for k in range(V + 1):
+    span = _SPAN_MIN  # the prefixes a span of small tokens tries to settle at once (see below)
+    span_at = 0  # no span tried before this prefix
+    k = -1
+    while k < V:
+        k += 1
         if count < n:
             lo[k] = -P[k]
             hi[k] = lo[k]
@@ -315,6 +383,59 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
                 best_k = k
         else:  # hi[k] from the first pass
             exact[k] = False
+            floor_k = max(best_lo, known)
+            # (a prefix whose upper bound is within PRUNE_SLACK of best_lo is no candidate whatever
+            # its tighter bound: left to the cheaper tests below, as on flat stretches of the excess)
+            worth = hi[k] > max(best_lo + PRUNE_SLACK, known) and floor_k + P[k] > 1e-200
+            if n >= 2 and k >= span_at and worth and top[n - 2] > 0.0:
+                # a span of prefixes k..k2-1 whose tokens all lie at or below the smallest of the
+                # n-1 largest (pushing them leaves top as it is): the draws' bound at H_k2, a superset
+                # of each of them, bounds every W_n(H_j) there (W_n grows with H); where it lies
+                # below the floor at P_k (P_j >= P_k) the whole span is settled as the loop below
+                # would settle each prefix: the trivial lower bound, no candidate
+                # (docs/math.md#pruning, "a span of small tokens")
+                k2 = min(k + span, V)
+                mx = 0.0
+                mn = np.inf
+                for j in range(k, k2):
+                    v = qs[j]
+                    mx = max(mx, v)
+                    mn = min(mn, v if v > 0.0 else np.inf)
+                settled = False
+                if mx <= top[n - 2] and R[k2] > 0.0:
+                    # the span's mass from above (suffix sums, each within _R_REL), added to rest
+                    add = (R[k] - R[k2]) + _R_REL * (R[k] + R[k2])
+                    rest_up = ((rs + rc) + add) * (1.0 + 4.0 * _UNIT)
+                    up = _draw_upper_bound(
+                        R[k2], top, rest_up, min(qmin, mn), count + (k2 - k), n, floor_k + P[k] - 4e-15
+                    )
+                    settled = up - P[k] + 64.0 * _UNIT < floor_k
+                if settled:
+                    for j in range(k, k2):
+                        exact[j] = False
+                        lo[j] = -P[j]
+                        hi[j] = min(hi[j], up - P[j] + 16.0 * _UNIT)
+                        if collect and hi[j] > max(best_lo, lo[j]) + PRUNE_SLACK:
+                            out[cnt] = j  # (not expected: the test above leaves hi below the floor)
+                            cnt += 1
+                        if lo[j] > best_lo:
+                            anchor = j
+                        best_lo = max(best_lo, lo[j])
+                        v = qs[j]
+                        if v > 0.0:  # as below; _push_top(top, v) leaves top and adds v to rest
+                            count += 1
+                            os_, oc = neumaier_add_nonneg(os_, oc, min(v, top[0]))
+                            rs, rc = neumaier_add_nonneg(rs, rc, v)
+                            qmin = min(qmin, v)
+                    span = min(2 * span, _SPAN_MAX)
+                    k = k2 - 1  # the loop goes on at prefix k2
+                    continue
+                span = max(span // 2, _SPAN_MIN)
+                span_at = k + _SPAN_MIN
+            if n >= 2 and worth:
+                # the draws' upper bound, where q(H)^n does not prune and the one below could
+                up = _draw_upper_bound(R[k], top, rs + rc, qmin, count, n, floor_k + P[k] - 4e-15)
+                hi[k] = min(hi[k], up - P[k] + 16.0 * _UNIT)
             if hi[k] <= best_lo or hi[k] < known:
                 # lo[k] <= hi[k] cannot exceed (nor, before it, equal) a lower bound attained
                 # elsewhere: the trivial bound W >= 0 leaves the maximum of lo and its first
@@ -336,6 +457,7 @@ def _bounds_into(ps, qs, n, P, Q, R, have_sums, lo, hi, exact, out, collect):
             count += 1
             os_, oc = neumaier_add_nonneg(os_, oc, min(qs[k], top[0]))  # the smaller of the two leaves
             rs, rc = _push_top(top, qs[k], n, rs, rc)
+            qmin = min(qmin, qs[k])
     if not collect:
         return 0, 0.0, 0
     # before the anchor the superset holds prefixes whose bound does not beat the final one: drop
@@ -468,10 +590,15 @@ def _bands(qs, out):
     bits = qs.view(np.int64)
     used = 0
     zeros = False
+    last = -1.0  # a run of equal masses shares its band (no frexp per subnormal mass)
+    last_b = 0
     for i in range(qs.size):
         if qs[i] <= 0.0:
             zeros = True
             out[i] = -1
+            continue
+        if qs[i] == last:
+            out[i] = last_b
             continue
         e = (bits[i] >> 52) & 0x7FF
         if e == 0:  # subnormal: q = f 2^E with f in [1/2, 1), exactly
@@ -482,6 +609,8 @@ def _bands(qs, out):
         b = min(max(b, 0), NBANDS - 1)
         out[i] = b
         used = max(used, b + 1)
+        last = qs[i]
+        last_b = b
     used = max(used, 1)
     if zeros:
         for i in range(qs.size):
@@ -496,10 +625,15 @@ def _add_power_sums(qs, bands, run, comp, i0, i1, J):
     ``comp[b, k]``, k <= 2) = sum of ``(q_i 2^b)^k``. Each term is at most 1, scaled to its own band,
     so no power that matters underflows; the sums of the first two powers are Neumaier-compensated
     (a band may hold 10^5 equal terms), higher ones enter scaled by ``SMALL_QT^(k - 1)`` and need
-    not be."""
+    not be. A run of equal masses reuses the scaled value (the same number: no multiplication with a
+    subnormal operand per token, which the hardware runs many times slower)."""
+    last = -1.0
+    v = 0.0
     for i in range(i0, i1):
         b = bands[i]
-        v = qs[i] * _POW2[b] * _POW2_HI[b]  # exact, as ldexp (the result lies in (1/2, 1], or is 0)
+        if qs[i] != last:
+            last = qs[i]
+            v = last * _POW2[b] * _POW2_HI[b]  # exact, as ldexp (the result lies in (1/2, 1], or is 0)
         run[b, 1], comp[b, 1] = neumaier_add_nonneg(run[b, 1], comp[b, 1], v)
         x = v * v
         run[b, 2], comp[b, 2] = neumaier_add_nonneg(run[b, 2], comp[b, 2], x)
@@ -1346,8 +1480,19 @@ def _check_small_sums(q_in, outside, n, refine):
     comp = np.zeros(3)  # compensations of the first two powers
     neg = np.empty(q_in.size)  # the others' masses, negated, in token order (only `rest` written)
     rest = 0
+    # a run of equal masses (a block of tiny draft masses) repeats the last small token's scaled
+    # value and powers: they are added again as computed, without the logarithm, exponential and
+    # chain of multiplications (the sums are those of the loop below, bit for bit)
+    pows = np.zeros(J + 1)
+    last_small = -1.0
     for i in range(q_in.size):
         if q_in[i] <= 0.0:
+            continue
+        if q_in[i] == last_small:
+            acc[1], comp[1] = neumaier_add_nonneg(acc[1], comp[1], pows[1])
+            acc[2], comp[2] = neumaier_add_nonneg(acc[2], comp[2], pows[2])
+            for j in range(3, J + 1):
+                acc[j] += pows[j]
             continue
         if plain:
             if q_in[i] > theta_min:
@@ -1365,9 +1510,13 @@ def _check_small_sums(q_in, outside, n, refine):
         acc[1], comp[1] = neumaier_add_nonneg(acc[1], comp[1], v)  # (v > 0: no branch)
         x = v * v
         acc[2], comp[2] = neumaier_add_nonneg(acc[2], comp[2], x)
+        pows[1] = v
+        pows[2] = x
         for j in range(3, J + 1):
             x *= v
             acc[j] += x
+            pows[j] = x
+        last_small = q_in[i]
     return s_lo, h, M, J, coef, acc, comp, neg[:rest]
 
 
