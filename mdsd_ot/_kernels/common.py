@@ -196,6 +196,22 @@ def _worse(q, a, b):
     return q[a] < q[b] or (q[a] == q[b] and a > b)
 
 
+@nb.njit(cache=True, inline="always")
+def _sift_down(q, heap, j, size):
+    """Move ``heap[j]`` down the min-heap ``heap[:size]`` (root: the worst token by :func:`_worse`)."""
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and _worse(q, heap[c + 1], heap[c]):
+            c += 1
+        if _worse(q, heap[c], heap[j]):
+            heap[j], heap[c] = heap[c], heap[j]
+            j = c
+        else:
+            break
+
+
 @nb.njit(cache=True)
 def top_k_tokens(q, k):
     """The ``k`` most likely tokens of ``q`` (``1 <= k < q.size``, no NaN) in decreasing order of mass,
@@ -210,48 +226,14 @@ def top_k_tokens(q, k):
     for i in range(k):  # the first k tokens, then heapified
         heap[i] = i
     for start in range(k // 2 - 1, -1, -1):
-        j = start
-        while True:
-            c = 2 * j + 1
-            if c >= k:
-                break
-            if c + 1 < k and _worse(q, heap[c + 1], heap[c]):
-                c += 1
-            if _worse(q, heap[c], heap[j]):
-                heap[j], heap[c] = heap[c], heap[j]
-                j = c
-            else:
-                break
+        _sift_down(q, heap, start, k)
     for i in range(k, q.size):
         if q[i] > q[heap[0]]:  # ranks above the worst kept (an equal mass has a larger index)
             heap[0] = i
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= k:
-                    break
-                if c + 1 < k and _worse(q, heap[c + 1], heap[c]):
-                    c += 1
-                if _worse(q, heap[c], heap[j]):
-                    heap[j], heap[c] = heap[c], heap[j]
-                    j = c
-                else:
-                    break
+            _sift_down(q, heap, 0, k)
     out = np.empty(k, dtype=np.int64)
     for pos in range(k - 1, -1, -1):  # pop the worst first: filled from the back
         out[pos] = heap[0]
-        last = pos  # the heap now holds heap[:pos + 1]; move its last entry to the root
-        heap[0] = heap[last]
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= last:
-                break
-            if c + 1 < last and _worse(q, heap[c + 1], heap[c]):
-                c += 1
-            if _worse(q, heap[c], heap[j]):
-                heap[j], heap[c] = heap[c], heap[j]
-                j = c
-            else:
-                break
+        heap[0] = heap[pos]  # the heap now holds heap[:pos + 1]; its last entry goes to the root
+        _sift_down(q, heap, 0, pos)
     return out

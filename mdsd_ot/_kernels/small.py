@@ -251,19 +251,25 @@ def small_dual(p, q, n, code):
         else:
             mass = math.pow(inside, float(n))
     else:
-        total = numpy_sum(qn)
-        big = int(np.argmax(qn))
-        big_rest = 1.0
-        if qn[big] > 0.5 * total:
-            rest = np.empty(V - 1)
-            rest[:big] = qn[:big]
-            rest[big:] = qn[big + 1 :]
-            big_rest = numpy_sum(rest)
-        else:
-            big = -1
+        total, big, big_rest = _complement_parts(qn)
         mass = pair_mass_check(qn, mask, total, big, big_rest)
     check = inside_p + 1.0 - mass
     return 0, value, subset, abs(check - value)
+
+
+@nb.njit(cache=True)
+def _complement_parts(q):
+    """``(total, big, big_rest)`` of :func:`mdsd_ot.drafts.complement_parts` with numpy's sums
+    (:func:`numpy_sum`): the total mass, and the largest token with the sum of the others where it
+    holds more than half of it (else ``big = -1``, ``big_rest = 1``)."""
+    total = numpy_sum(q)
+    big = int(np.argmax(q))
+    if q[big] <= 0.5 * total:
+        return total, -1, 1.0
+    rest = np.empty(q.size - 1)
+    rest[:big] = q[:big]
+    rest[big:] = q[big + 1 :]
+    return total, big, numpy_sum(rest)
 
 
 @nb.njit(cache=True)
@@ -271,19 +277,8 @@ def pair_mass_rows(Q, masks):
     """``W_2(H_b)`` for every row of a ``(B, V)`` batch (the batch re-check of sequential n = 2): per
     row what :meth:`DraftScheme.mass` computes for one (:func:`mdsd_ot.drafts.complement_parts` with
     numpy's sums, :func:`numpy_sum`, then :func:`pair_mass_check`), without a Python call per row."""
-    B, V = Q.shape
-    out = np.empty(B)
-    for b in range(B):
-        q = Q[b]
-        total = numpy_sum(q)
-        big = int(np.argmax(q))
-        big_rest = 1.0
-        if q[big] > 0.5 * total:
-            rest = np.empty(V - 1)
-            rest[:big] = q[:big]
-            rest[big:] = q[big + 1 :]
-            big_rest = numpy_sum(rest)
-        else:
-            big = -1
-        out[b] = pair_mass_check(q, masks[b], total, big, big_rest)
+    out = np.empty(Q.shape[0])
+    for b in range(Q.shape[0]):
+        total, big, big_rest = _complement_parts(Q[b])
+        out[b] = pair_mass_check(Q[b], masks[b], total, big, big_rest)
     return out
