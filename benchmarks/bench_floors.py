@@ -20,6 +20,8 @@ Run: ``python benchmarks/bench_floors.py [--repeat 9]`` (prints a Markdown table
   3-token target); the whole ``optimal_acceptance`` call (CPU time, median of ``--repeat`` calls, at
   most 3), the worst class of each (scheme, n) as a ratio to one ``np.argsort`` of a random
   V-vector measured between the calls (median). Targets: 10x for n <= 8, 50x up to n = 128.
+  ``--schemes conditional_poisson`` (a comma list) times only those schemes: a before/after of one
+  scheme's change in a few minutes.
 * **Small V**: V = 60 and 1,000, the kernels compiled (as once cached; a first call on a fresh
   installation runs their Python twins instead of compiling): one ``optimal_acceptance`` call (its
   re-check included) against the ten-line numpy sort-and-scan a user would write (:func:`numpy_dual`)
@@ -248,7 +250,7 @@ def _wall(fn):
     return time.perf_counter() - t0
 
 
-def worst_rows(repeat, ns=WORST_NS, V=152_064):
+def worst_rows(repeat, ns=WORST_NS, V=152_064, schemes=SCHEMES):
     """Per scheme and n, the slowest input class: CPU time of one call (median) as a ratio to one
     argsort of a random V-vector (median of the argsorts timed between the calls)."""
     rng = np.random.default_rng(0)
@@ -261,7 +263,7 @@ def worst_rows(repeat, ns=WORST_NS, V=152_064):
         sorts.append(time.process_time() - t0)
 
     out = []
-    for scheme in SCHEMES:
+    for scheme in schemes:
         for n in (2,) if scheme == "hub" else ns:
             timed = []
             for name in CLASSES:
@@ -347,11 +349,17 @@ def main():
     ap.add_argument(
         "--linprog-1000", action="store_true", help="also time linprog at V = 1,000 (10^6 columns: minutes)"
     )
+    ap.add_argument(
+        "--schemes", default=",".join(SCHEMES), help="schemes of --only worst, comma list (default: all)"
+    )
     args = ap.parse_args()
+    schemes = [x.strip() for x in args.schemes.split(",") if x.strip()]
+    if unknown := sorted(set(schemes) - set(SCHEMES)):
+        ap.error(f"--schemes: unknown {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
     rng = np.random.default_rng(0)
     lines = [header("Speed floors: ratios to baselines measured in the same run"), machine_line()]
     if args.only in (None, "worst"):
-        rows, base = worst_rows(args.repeat)
+        rows, base = worst_rows(args.repeat, schemes=schemes)
         lines += [
             "",
             f"Worst input class per scheme and n, V = 152,064: one optimal_acceptance call (CPU time, "

@@ -644,6 +644,36 @@ def test_elementary_symmetric_solver_and_recheck_against_50_digits(n):
                     e[j] += mpmath.mpf(float(x[k])) * e[j - 1]
 
 
+@pytest.mark.parametrize("n", [2, 8, 64, 128])
+@pytest.mark.parametrize("kind", ["near-equal tiny block", "log-uniform with short runs"])
+def test_elementary_symmetric_recheck_scaled_chunks_against_50_digits(kind, n):
+    """The re-check's scaled chunks (single masses below ``2^(-1000/n)``, grouped by binary exponent,
+    multiplied in plain float64 after an exact power-of-two scaling; short runs of equal masses fed
+    in as singles): every coefficient e_0..e_n within 1e-14 of a 50-digit DP, on a block of nearly
+    equal masses of 1e-300 (one class) and on masses from 1 to subnormal with runs of 2-5 equal
+    ones (at n = 64, 128 more exponent classes than open chunks: chunks pushed early)."""
+    rng = np.random.default_rng(n)
+    V = 500
+    if kind == "near-equal tiny block":
+        x = 1e-300 * (1.0 + 1e-6 * rng.random(V))
+        x[:4] = 0.2 + rng.random(4)
+    else:
+        x = np.repeat(10.0 ** rng.uniform(-323, 0, V // 3), rng.integers(1, 6, V // 3))[:V]
+    x[rng.random(x.size) < 0.05] = 0.0
+    M, E = _kernels.esp_tree_coefficients(x, n)
+    with mpmath.workdps(50):
+        e = [mpmath.mpf(1)] + [mpmath.mpf(0)] * n
+        for v in x[x > 0]:
+            for j in range(n, 0, -1):
+                e[j] += mpmath.mpf(float(v)) * e[j - 1]
+        for j in range(n + 1):
+            if e[j] == 0:
+                assert M[j] == 0.0, j
+            else:
+                got = mpmath.ldexp(mpmath.mpf(float(M[j])), int(E[j]))
+                assert abs(got / e[j] - 1) <= 1e-14, (j, float(got / e[j] - 1))
+
+
 # ---------------------------------------------------------------------------- known bugs (strict)
 # regression: backends.torch.greedy_bounds returned 1 - 1.1e-16 for p == q (fixed in db9bfba)
 @needs_torch

@@ -146,14 +146,18 @@ def test_row_format_and_monte_carlo_fallback():
 def test_ratio_order_is_the_sorting_theorem_order():
     """The bucket sort equals a stable sort of ``order_keys`` (q/p descending, p = 0 < q first,
     q = 0 last, ties and infinite runs in index order), including one bucket of every token, ratios
-    equal up to their last bits, crowded bins and ratios over hundreds of decades; the ratios along it
+    equal up to their last bits, crowded bins (bucketed again on their own range, by index where
+    the ratios are equal) and ratios over hundreds of decades; the ratios along it
     are q/p exactly (inf for p = 0 < q, 0 for q = 0), p and q gathered along it."""
     rng = np.random.default_rng(11)
     for V in (1, 2, 7, 100, 5000):
-        for kind in ("random", "ties", "zeros", "equal", "close", "crowded", "wide"):
+        for kind in ("random", "ties", "zeros", "equal", "close", "crowded", "wide", "near-constant"):
             p, q = rng.random(V), rng.random(V)
             if kind == "close":  # ratios apart only in their last bits (below the records' truncation)
                 q = p * (1.0 + 1e-13 * rng.standard_normal(V))
+            elif kind == "near-constant":  # a crowded bin spread by lower bits (bucketed again)
+                q = 0.7 * p * (1.0 + 1e-9 * rng.random(V))
+                q[: V // 10] = rng.random(V // 10)
             elif kind == "crowded":  # one far ratio: the others crowd a few bins
                 q[V // 2] = 1e30
             elif kind == "wide":  # ratios over ~600 decades

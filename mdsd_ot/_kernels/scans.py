@@ -147,6 +147,10 @@ def _scale_down(x, i):
     return x * _SCALE_DOWN[min(i, _SCALE_MAX)]
 
 
+#: :func:`esp_prefix_scaled` drops a term this many octaves below the sum it would join.
+ESP_DROP_OCTAVES = 100
+
+
 @nb.njit(cache=True)
 def esp_prefix_scaled(xs, ns):
     """``e_{ns[j]}(xs[:k]) = M[j, k] * 2**E[j, k]`` for k = 0..V and every requested degree (one pass,
@@ -156,7 +160,10 @@ def esp_prefix_scaled(xs, ns):
     a few ulps times j of the exact value (the compensated sum), whatever the magnitudes. The binary
     exponents are moved by multiplications with exact powers of two (:func:`_scale_down`; a mantissa
     after one addition lies in [1/4, 2), renormalised by 1/2 or 2), bit for bit what ``ldexp`` and
-    ``frexp`` give."""
+    ``frexp`` give. A term more than ``ESP_DROP_OCTAVES`` octaves below the running sum is not added
+    (it would only enter the compensation, as a subnormal where the masses are tiny: 11-17x slower
+    arithmetic): the sum only grows, so the terms dropped from one ``e_j`` add up to less than
+    ``V 2^-100`` of it, under ``2^-60`` of an ulp at any vocabulary below 2^47 tokens."""
     n = 0
     for j in range(ns.size):
         n = max(n, ns[j])
@@ -182,6 +189,8 @@ def esp_prefix_scaled(xs, ns):
                     m[j], c[j], e[j] = t, 0.0, et
                 else:
                     d = et - e[j]
+                    if d < -ESP_DROP_OCTAVES:  # below 2^-100 of the sum: dropped (see the docstring)
+                        continue
                     if d > 0:  # the new term is the larger: move the sum to its exponent
                         m[j] = _scale_down(m[j], d)
                         c[j] = _scale_down(c[j], d)
@@ -271,6 +280,39 @@ def _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n):
     return depth + 1
 
 
+#: Scaled chunks of :func:`esp_tree_coefficients`: a mass's class is ``(k + _CLASS_BASE) // width``
+#: for its binary exponent ``k >= -1073`` (so never negative), kept in one of ``_SCALED_SLOTS`` open
+#: chunks (class modulo the slots; a class meeting another's open chunk pushes that chunk first).
+_CLASS_BASE = 1100
+_SCALED_SLOTS = 64
+
+
+@nb.njit(cache=True, inline="always")
+def _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
+    """Push the plain chunk ``cp`` of ``cc`` masses on the stack as one leaf and empty it; returns
+    the new depth."""
+    td = min(cc, n)
+    for j in range(td + 1):
+        tm[j], te[j] = _normalised(cp[j], 0)
+        cp[j] = 0.0
+    cp[0] = 1.0
+    return _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
+
+
+@nb.njit(cache=True, inline="always")
+def _push_scaled(cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
+    """Push the scaled chunk in ``slot`` (its coefficient j is ``cs[slot, j] 2^(j s)``, ``s`` its
+    class's scale exponent) on the stack as one leaf and empty the slot; returns the new depth."""
+    s = (sclass[slot] + 1) * width - _CLASS_BASE
+    td = min(scount[slot], n)
+    for j in range(td + 1):
+        tm[j], te[j] = _normalised(cs[slot, j], j * s)
+        cs[slot, j] = 0.0
+    cs[slot, 0] = 1.0
+    scount[slot] = 0
+    return _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
+
+
 @nb.njit(cache=True)
 def esp_tree_coefficients(x, n):
     """``e_j(x) = m[j] * 2**k[j]`` for j = 0..n as ``(m, k)`` (``m[j] = 0``: fewer than j positive
@@ -278,12 +320,16 @@ def esp_tree_coefficients(x, n):
     certificate re-check (docs/math.md#conditional-poisson), independent of the solver's sequential DP
     (:func:`esp_prefix_scaled`).
 
-    The leaves, in token order: a run of ``c >= 2`` consecutive equal positive masses ``v`` is the
-    polynomial ``(1 + v t)^c`` truncated at degree n, coefficients ``C(c, j) v^j`` in closed form (each
-    within ``3j`` ulps); consecutive single masses of at least ``2^(-1000 / n)`` are multiplied in
-    plain float64 in chunks of ``max(16, 4n)`` (every product of at most n of them is above 2^-1000:
-    no underflow; positive terms, within the chunk's length in ulps); any other mass is a leaf
-    ``1 + v t`` of its own. Leaves are multiplied in pairs, pairs of pairs and so on (a binary counter
+    The leaves, in token order: a run of ``c`` consecutive equal positive masses ``v``, at least a
+    chunk long, is the polynomial ``(1 + v t)^c`` truncated at degree n, coefficients ``C(c, j) v^j``
+    in closed form (each within ``3j`` ulps); a shorter run is ``c`` single masses. Single masses of
+    at least ``2^(-1000 / n)`` are multiplied in plain float64 in chunks of ``max(16, 4n)`` (every
+    product of at most n of them is above 2^-1000: no underflow; positive terms, within the chunk's
+    length in ulps); a smaller one joins the chunk of its binary exponent's class (``1000 // n - 1``
+    octaves a class, at most 512 masses a chunk), scaled by an exact power of two into
+    ``[2^-(width + 1), 1/2)`` and multiplied in plain float64 the same way, its chunk's coefficient j
+    carrying the scale to the power j in its exponent (for n > 500 such a mass is a leaf ``1 + v t``
+    of its own). Leaves are multiplied in pairs, pairs of pairs and so on (a binary counter
     over a stack of at most ``log2(V) + 1`` polynomials: no memory grows with V), a product of
     degrees ``a``, ``b`` having degree ``min(a + b, n)`` and only the products of coefficients within
     the degrees formed. Every coefficient above the chunks is a mantissa in [1/2, 1) and an integer
@@ -306,46 +352,69 @@ def esp_tree_coefficients(x, n):
     cp = np.zeros(n + 1)  # the plain chunk's coefficients
     cp[0] = 1.0
     cc = 0  # masses in the chunk
+    # scaled chunks: a single mass below `safe` with binary exponent k (v = f 2^k, f in [1/2, 1))
+    # joins the chunk of its class (k + _CLASS_BASE) // width, multiplied by 2^-s (s the class's top
+    # exponent + 1: exact, into [2^-(width + 1), 1/2)); coefficient j of that chunk is cs[j] 2^(j s)
+    width = 1000 // n - 1  # octaves per class: a product of n scaled masses stays above 2^-1000
+    slots = _SCALED_SLOTS if width >= 1 else 0  # (n > 500: every such mass a leaf of its own)
+    schunk = min(chunk, 512)  # a coefficient of a scaled chunk stays below C(512, j) 2^-j: no overflow
+    cs = np.zeros((max(slots, 1), n + 1))
+    cs[:, 0] = 1.0
+    scount = np.zeros(max(slots, 1), dtype=np.int64)
+    sclass = np.full(max(slots, 1), -1, dtype=np.int64)
     i = 0
     V = x.size
-    while i <= V:
-        if i == V:
-            v = 0.0
-            c = 0
-        else:
-            v = x[i]
-            if not v > 0.0:
-                i += 1
-                continue
-            c = 1
-            while i + c < V and x[i + c] == v:
-                c += 1
-        if c == 1 and v >= safe:  # into the plain chunk
+    while i < V:
+        v = x[i]
+        if not v > 0.0:
             i += 1
-            for j in range(min(cc + 1, n), 0, -1):
-                cp[j] += v * cp[j - 1]
-            cc += 1
-            if cc < chunk:
-                continue
-        if cc > 0:  # the chunk is full, or another leaf follows, or the end: push the chunk
-            td = min(cc, n)
-            for j in range(td + 1):
-                tm[j], te[j] = _normalised(cp[j], 0)
-                cp[j] = 0.0
-            cp[0] = 1.0
-            cc = 0
-            depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
-        if c == 0 or (c == 1 and v >= safe):
-            if i == V:
-                break
             continue
+        c = 1  # a run of c equal masses
+        while i + c < V and x[i + c] == v:
+            c += 1
         i += c
+        if v >= safe and c < chunk:  # into the plain chunk, c times
+            for _ in range(c):
+                for j in range(min(cc + 1, n), 0, -1):
+                    cp[j] += v * cp[j - 1]
+                cc += 1
+                if cc == chunk:
+                    depth = _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
+                    cc = 0
+            continue
+        if v < safe and c < schunk and slots > 0:  # into the scaled chunk of its class, c times
+            cl = (math.frexp(v)[1] + _CLASS_BASE) // width
+            slot = cl % slots
+            if sclass[slot] != cl:
+                if scount[slot] > 0:  # another class held the slot: push its chunk
+                    depth = _push_scaled(
+                        cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n
+                    )
+                sclass[slot] = cl
+            y = math.ldexp(v, _CLASS_BASE - (cl + 1) * width)
+            for _ in range(c):
+                k = scount[slot]
+                for j in range(min(k + 1, n), 0, -1):
+                    cs[slot, j] += y * cs[slot, j - 1]
+                scount[slot] = k + 1
+                if k + 1 == schunk:
+                    depth = _push_scaled(
+                        cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n
+                    )
+            continue
         td = min(c, n)  # (1 + v t)^c: C(c, j) v^j = C(c, j - 1) v^(j - 1) * v * (c - j + 1) / j
         fv, kv = math.frexp(v)
         tm[0], te[0] = 0.5, 1
         for j in range(1, td + 1):
             tm[j], te[j] = _normalised(tm[j - 1] * fv * ((c - j + 1) / j), te[j - 1] + kv)
         depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
+    if cc > 0:
+        depth = _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
+    for slot in range(slots):
+        if scount[slot] > 0:
+            depth = _push_scaled(
+                cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n
+            )
     out_m = np.zeros(n + 1)
     out_e = np.zeros(n + 1, dtype=np.int64)
     if depth == 0:
