@@ -17,9 +17,10 @@ Run: ``python benchmarks/bench_floors.py [--repeat 9]`` (prints a Markdown table
   4, 8, 16, 64, 128 (where the scheme allows) on every input class of ``tests/hard_inputs.py`` (blocks
   of tiny or subnormal draft masses, subnormal tails on both sides, one-hot and near one-hot targets,
   tied drafts, top-k targets with exact zeros, exact ratio clusters, wide-range and cold pairs, a
-  3-token target); the whole ``optimal_acceptance`` call (CPU time, median of ``--repeat`` calls, at
-  most 3), the worst class of each (scheme, n) as a ratio to one ``np.argsort`` of a random
-  V-vector measured between the calls (median). Targets: 10x for n <= 8, 50x up to n = 128.
+  3-token target, draft masses alternating between two far scales); the whole
+  ``optimal_acceptance`` call (CPU time, median of ``--repeat`` calls, at most 3), the worst class
+  of each (scheme, n) as a ratio to one ``np.argsort`` of a random V-vector measured between the
+  calls (median). Targets: 10x for n <= 8, 50x up to n = 128.
   ``--schemes conditional_poisson`` (a comma list) times only those schemes: a before/after of one
   scheme's change in a few minutes.
 * **Small V**: V = 60 and 1,000, the kernels compiled (as once cached; a first call on a fresh

@@ -128,6 +128,14 @@ def small_target_support(V, n, rng):
     return _norm(p), q
 
 
+def interleaved_magnitudes(V, n, rng):
+    """A draft whose masses alternate, token by token, between two scales 384 octaves apart (2^-10 and
+    2^-394, each times 1 to 1.5), a flat random target: every second mass of the conditional-Poisson
+    re-check in another exponent class (before its scaled chunks: 168 ms a call at n = 128, V = 152,064)."""
+    q = np.where(np.arange(V) % 2 == 0, 2.0**-10, 2.0**-394) * (1.0 + 0.5 * rng.random(V))
+    return _norm(rng.random(V)), _norm(q)
+
+
 CLASSES = {
     "tiny block 1e-300": tiny_block,
     "near-equal block": near_equal_block,
@@ -141,6 +149,7 @@ CLASSES = {
     "wide range": wide_range,
     "cold softmax T=0.02": cold_softmax,
     "3-token target": small_target_support,
+    "interleaved magnitudes": interleaved_magnitudes,
 }
 
 #: Ordinary draft tokens (the first ones of the vocabulary) of the classes whose other draft masses

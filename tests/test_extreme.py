@@ -651,7 +651,7 @@ def test_elementary_symmetric_recheck_scaled_chunks_against_50_digits(kind, n):
     multiplied in plain float64 after an exact power-of-two scaling; short runs of equal masses fed
     in as singles): every coefficient e_0..e_n within 1e-14 of a 50-digit DP, on a block of nearly
     equal masses of 1e-300 (one class) and on masses from 1 to subnormal with runs of 2-5 equal
-    ones (at n = 64, 128 more exponent classes than open chunks: chunks pushed early)."""
+    ones (at n = 64, 128 a hundred exponent classes, met in no order)."""
     rng = np.random.default_rng(n)
     V = 500
     if kind == "near-equal tiny block":

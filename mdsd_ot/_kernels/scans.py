@@ -281,10 +281,8 @@ def _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n):
 
 
 #: Scaled chunks of :func:`esp_tree_coefficients`: a mass's class is ``(k + _CLASS_BASE) // width``
-#: for its binary exponent ``k >= -1073`` (so never negative), kept in one of ``_SCALED_SLOTS`` open
-#: chunks (class modulo the slots; a class meeting another's open chunk pushes that chunk first).
+#: for its binary exponent ``k`` (at least -1073, so never negative), each class with its own chunk.
 _CLASS_BASE = 1100
-_SCALED_SLOTS = 64
 
 
 @nb.njit(cache=True, inline="always")
@@ -300,16 +298,16 @@ def _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
 
 
 @nb.njit(cache=True, inline="always")
-def _push_scaled(cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
-    """Push the scaled chunk in ``slot`` (its coefficient j is ``cs[slot, j] 2^(j s)``, ``s`` its
-    class's scale exponent) on the stack as one leaf and empty the slot; returns the new depth."""
-    s = (sclass[slot] + 1) * width - _CLASS_BASE
-    td = min(scount[slot], n)
+def _push_scaled(cs, scount, cl, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
+    """Push the scaled chunk of class ``cl`` (its coefficient j is ``cs[cl, j] 2^(j s)``, ``s`` the
+    class's scale exponent) on the stack as one leaf and empty it; returns the new depth."""
+    s = (cl + 1) * width - _CLASS_BASE
+    td = min(scount[cl], n)
     for j in range(td + 1):
-        tm[j], te[j] = _normalised(cs[slot, j], j * s)
-        cs[slot, j] = 0.0
-    cs[slot, 0] = 1.0
-    scount[slot] = 0
+        tm[j], te[j] = _normalised(cs[cl, j], j * s)
+        cs[cl, j] = 0.0
+    cs[cl, 0] = 1.0
+    scount[cl] = 0
     return _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
 
 
@@ -356,12 +354,11 @@ def esp_tree_coefficients(x, n):
     # joins the chunk of its class (k + _CLASS_BASE) // width, multiplied by 2^-s (s the class's top
     # exponent + 1: exact, into [2^-(width + 1), 1/2)); coefficient j of that chunk is cs[j] 2^(j s)
     width = 1000 // n - 1  # octaves per class: a product of n scaled masses stays above 2^-1000
-    slots = _SCALED_SLOTS if width >= 1 else 0  # (n > 500: every such mass a leaf of its own)
+    classes = _CLASS_BASE // width + 1 if width >= 1 else 0  # (n > 500: each such mass a leaf)
     schunk = min(chunk, 512)  # a coefficient of a scaled chunk stays below C(512, j) 2^-j: no overflow
-    cs = np.zeros((max(slots, 1), n + 1))
-    cs[:, 0] = 1.0
-    scount = np.zeros(max(slots, 1), dtype=np.int64)
-    sclass = np.full(max(slots, 1), -1, dtype=np.int64)
+    cs = np.empty((max(classes, 1), n + 1))  # a class's row is set at its first mass
+    scount = np.zeros(max(classes, 1), dtype=np.int64)
+    used = np.zeros(max(classes, 1), dtype=np.bool_)
     i = 0
     V = x.size
     while i < V:
@@ -382,25 +379,21 @@ def esp_tree_coefficients(x, n):
                     depth = _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
                     cc = 0
             continue
-        if v < safe and c < schunk and slots > 0:  # into the scaled chunk of its class, c times
+        if v < safe and c < schunk and classes > 0:  # into the scaled chunk of its class, c times
             cl = (math.frexp(v)[1] + _CLASS_BASE) // width
-            slot = cl % slots
-            if sclass[slot] != cl:
-                if scount[slot] > 0:  # another class held the slot: push its chunk
-                    depth = _push_scaled(
-                        cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n
-                    )
-                sclass[slot] = cl
+            if not used[cl]:
+                used[cl] = True
+                cs[cl, 0] = 1.0
+                for j in range(1, n + 1):
+                    cs[cl, j] = 0.0
             y = math.ldexp(v, _CLASS_BASE - (cl + 1) * width)
             for _ in range(c):
-                k = scount[slot]
+                k = scount[cl]
                 for j in range(min(k + 1, n), 0, -1):
-                    cs[slot, j] += y * cs[slot, j - 1]
-                scount[slot] = k + 1
+                    cs[cl, j] += y * cs[cl, j - 1]
+                scount[cl] = k + 1
                 if k + 1 == schunk:
-                    depth = _push_scaled(
-                        cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n
-                    )
+                    depth = _push_scaled(cs, scount, cl, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
             continue
         td = min(c, n)  # (1 + v t)^c: C(c, j) v^j = C(c, j - 1) v^(j - 1) * v * (c - j + 1) / j
         fv, kv = math.frexp(v)
@@ -410,11 +403,9 @@ def esp_tree_coefficients(x, n):
         depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
     if cc > 0:
         depth = _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
-    for slot in range(slots):
-        if scount[slot] > 0:
-            depth = _push_scaled(
-                cs, scount, sclass, slot, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n
-            )
+    for cl in range(classes):
+        if scount[cl] > 0:
+            depth = _push_scaled(cs, scount, cl, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
     out_m = np.zeros(n + 1)
     out_e = np.zeros(n + 1, dtype=np.int64)
     if depth == 0:
