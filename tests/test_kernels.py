@@ -741,3 +741,39 @@ def test_small_dual_kernel_is_the_general_path_bit_for_bit(rng):
             assert got[0] == got[1], (sampling, n, p.size)
             refused += isinstance(got[0], str)
     assert 0 < refused < len(cases) * 4 // 3
+
+
+def test_chernoff_saturation_of_the_sequential_check_is_a_bound():
+    """``_surely_n_arrivals`` (the sequential re-check's shortcut for a node where n arrivals are
+    certain): wherever it says so, the probability that fewer than n of the clocks have rung, by a
+    plain Poisson-binomial DP over ``1 - e^(-q t)`` in numpy (positive terms: relative error about
+    1e-15), is below ``SATURATED / 2``; it says so on some of the sets and not on others.
+    Clocks in both forms: ``t = e^s`` as a float and, beyond float range, from ``log q + s``."""
+    import math
+
+    from mdsd_ot._config import SATURATED
+    from mdsd_ot._kernels.sequential import _surely_n_arrivals
+
+    surely = njit(lambda qv, lq, cut, s, et, n: _surely_n_arrivals(qv, lq, cut, s, et, n))
+    rng = np.random.default_rng(5)
+    said = 0
+    for _ in range(60):
+        n = int(rng.choice([16, 64, 128]))
+        cut = int(rng.integers(n, 20 * n))
+        qv = np.sort(rng.uniform(0.5, 1.5, cut) * 10.0 ** rng.uniform(-12, -2))[::-1].copy()
+        mean_x = n * rng.uniform(0.8, 8.0) / cut  # a mean count from 0.8 n to 8 n
+        s = math.log(mean_x / qv.mean())
+        far = rng.random() < 0.3  # the clocks from logarithms (t given as e^s beyond float range)
+        lq = np.log(qv)
+        got = surely(qv, lq, cut, s, 0.0 if far else math.exp(s), n)
+        a = -np.expm1(-qv * math.exp(s))  # (float64 DP: positive terms, relative error ~1e-15)
+        dp = np.zeros(n)
+        dp[0] = 1.0
+        for ai in a:
+            dp[1:] = dp[1:] * (1.0 - ai) + dp[:-1] * ai
+            dp[0] *= 1.0 - ai
+        below = float(dp.sum())
+        if got:
+            assert below < 0.5 * SATURATED, (n, cut, below)
+            said += 1
+    assert 5 <= said <= 55, said

@@ -1520,6 +1520,33 @@ def _check_small_sums(q_in, outside, n, refine):
     return s_lo, h, M, J, coef, acc, comp, neg[:rest]
 
 
+#: :func:`_check_nodes` tries the Chernoff bound of :func:`_surely_n_arrivals` before its DP from this
+#: many drafts on (below, the DP over a node's big tokens costs a few operations a token anyway).
+CHERNOFF_MIN_N = 16
+
+
+@nb.njit(cache=True, inline="always")
+def _surely_n_arrivals(qv, lq, cut, s, et, n):
+    """True when the first ``cut`` tokens of ``qv`` (clocks ``q t``, ``t = e^s``; ``et = t`` or 0 beyond
+    float range, then from ``lq = log q``) provably give ``P(N < n) < SATURATED / 2`` for the count
+    ``N`` of those rung by ``t``: the Chernoff bound ``P(N <= k) <= e^-mu (e mu / k)^k`` (``k = n - 1 <
+    mu``, ``mu = E N``; from ``E e^(-lam N) <= exp(mu (e^-lam - 1))`` at ``lam = log(mu / k)``) with
+    ``mu`` replaced by the smaller ``sum x / (1 + x)`` (``1 - e^-x >= x / (1 + x)``: the bound falls as
+    ``mu`` grows past k). A division a token instead of the DP's n operations; checked every 16
+    tokens. Where it holds, the DP of :func:`_check_nodes` would have found ``P(N < n) < SATURATED``
+    (it computes that probability to rounding) and added the node's whole weight: the same term."""
+    k = n - 1.0
+    target = math.log(0.5 * SATURATED)
+    mu = 0.0
+    for i in range(cut):
+        x = qv[i] * et if et > 0.0 else math.exp(lq[i] + s)
+        mu += 1.0 if x > 1e300 else x / (1.0 + x)
+        if (i & 15) == 15 or i == cut - 1:
+            if mu > k and k * (1.0 + math.log(mu / k)) - mu < target:
+                return True
+    return False
+
+
 @nb.njit(cache=True)
 def _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, qv):
     """The second part of :func:`sequential_mass_check`, ``qv`` the other tokens, high to low."""
@@ -1573,10 +1600,13 @@ def _check_nodes(outside, n, s_lo, h, M, J, coef, acc, comp, qv):
             mm = n - cut[m]
             if not lam > 0.0 or math.log(weight) + mm * math.log(lam) - math.lgamma(mm + 1.0) < log_floor:
                 continue
+        et = math.exp(s) if s < 700.0 else 0.0
+        if n >= CHERNOFF_MIN_N and _surely_n_arrivals(qv, lq, cut[m], s, et, n):
+            total += weight  # what the DP below adds once its P(N < n) falls under SATURATED
+            continue
         dp[:] = 0.0
         dp[0] = 1.0
         below_big = 1.0
-        et = math.exp(s) if s < 700.0 else 0.0
         for i in range(cut[m]):
             if et > 0.0:
                 ai, ei = _arrival(qv[i] * et)
