@@ -12,6 +12,17 @@ report compares with published claims; the wall time per machine; the speedup mo
 draft/target cost ratio and, when ``docs/results/trees2/cost.json`` exists, with measured forward costs
 (``scripts/tree_cost.py``). Every number comes from the rows (``scripts/tree_rows.py`` verifies them
 against SHA256SUMS first).
+
+The second edition's columns (``exact:lookahead``, ``exact:gbv``, the certified rules ``upper:<rule>``)
+get four more sections at the end: the certified sandwich per cell (``mdsd_ot.decode.report.sandwich``)
+with a per-scheme summary of the widths; paired comparisons of lookahead (against traversal and
+node-wise optimal), gbv (against traversal and block) and the bound rules (the scheme's default rule
+against one_level); the same under per-problem weighting; and checks of what the theory forbids (a
+rule's mean below a verifier's, lookahead below node-wise optimal, identities call by call). On rows
+without those columns (the first edition) each of the four says so in one line, and everything
+before them is unchanged:
+
+    scripts/write_tree_report.sh trees2    # docs/results/trees2/tables.md from docs/results/trees2/main
 """
 
 from __future__ import annotations
