@@ -12,6 +12,17 @@ report compares with published claims; the wall time per machine; the speedup mo
 draft/target cost ratio and, when ``docs/results/trees2/cost.json`` exists, with measured forward costs
 (``scripts/tree_cost.py``). Every number comes from the rows (``scripts/tree_rows.py`` verifies them
 against SHA256SUMS first).
+
+The second edition's columns (``exact:lookahead``, ``exact:gbv``, the certified rules ``upper:<rule>``)
+get four more sections at the end: the certified sandwich per cell (``mdsd_ot.decode.report.sandwich``)
+with a per-scheme summary of the widths; paired comparisons of lookahead (against traversal and
+node-wise optimal), gbv (against traversal and block) and the bound rules (the scheme's default rule
+against one_level); the same under per-problem weighting; and checks of what the theory forbids (a
+rule's mean below a verifier's, lookahead below node-wise optimal, identities call by call). On rows
+without those columns (the first edition) each of the four says so in one line, and everything
+before them is unchanged:
+
+    scripts/write_tree_report.sh trees2    # docs/results/trees2/tables.md from docs/results/trees2/main
 """
 
 from __future__ import annotations
@@ -25,7 +36,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from study_rows import load_rows  # noqa: E402
 
-from mdsd_ot.decode.report import format_table, measured_cost_ratio, summarize  # noqa: E402
+from mdsd_ot.decode.report import (  # noqa: E402
+    format_sandwich,
+    format_table,
+    measured_cost_ratio,
+    sandwich,
+    summarize,
+)
 from mdsd_ot.intervals import cluster_mean_ci, interval_note, t_quantile  # noqa: E402
 from mdsd_ot.trees import parse_shape  # noqa: E402
 
@@ -53,16 +70,24 @@ def p_value(mean, ci, clusters):
     return float(2.0 * t.sf(abs(mean) / se, clusters - 1))
 
 
-def paired(rows, left, right, *, per_problem: bool = False):
+def call_index(rows) -> dict:
+    """``{(record, T, call, tree, scheme): row}``: what :func:`paired` looks calls up in (built once
+    and passed as ``index=`` when many comparisons read the same rows)."""
+    index = {}
+    for r in rows:
+        index[(r["record"], r["T"], r["call"], r["tree"], r["scheme"])] = r
+    return index
+
+
+def paired(rows, left, right, *, per_problem: bool = False, index=None):
     """Mean of left - right over the calls where both exist, clustered by problem, with its interval,
     the number of calls and problems and the two-sided p-value: ``{T: (mean, ci, calls, G, p)}``.
 
     ``left`` / ``right``: ``(tree, scheme, key)``; the two values of one call come from the rows of
     the same (record, T, call). ``per_problem``: each problem weighs 1 (the mean of its calls'
-    differences), with a t interval over problems, instead of each call weighing 1."""
-    index = {}
-    for r in rows:
-        index[(r["record"], r["T"], r["call"], r["tree"], r["scheme"])] = r
+    differences), with a t interval over problems, instead of each call weighing 1. ``index``:
+    :func:`call_index` of ``rows`` (built here when None)."""
+    index = call_index(rows) if index is None else index
     out = {}
     for (rec, T, call, tree, scheme), r in index.items():
         if (tree, scheme) != left[:2]:
@@ -84,25 +109,38 @@ def paired(rows, left, right, *, per_problem: bool = False):
     return res
 
 
-def comparisons(rows, *, per_problem: bool = False, collect=None):
+def _comparison_line(label, res, temps):
+    """One line of a comparison table (None when no call carries both values)."""
+    if res and all(abs(res[T][0]) < 1e-9 for T in res):
+        return f"| {label} | " + " | ".join("0 (equal up to rounding)" for _ in temps) + " |"
+    if res:
+        return (
+            f"| {label} | "
+            + " | ".join(_fmt(res[T][0], res[T][1], res[T][4]) if T in res else "" for T in temps)
+            + " |"
+        )
+    return None
+
+
+def _comparison_head(temps):
+    return ["| comparison (same calls) | " + " | ".join(f"T={T:g}" for T in temps) + " |",
+            "|---|" + "---|" * len(temps)]  # fmt: skip
+
+
+def comparisons(rows, *, per_problem: bool = False, collect=None, index=None):
     trees = sorted({r["tree"] for r in rows}, key=lambda t: parse_shape(t).size)
     schemes = sorted({r["scheme"] for r in rows})
     temps = sorted({r["T"] for r in rows})
-    lines = ["| comparison (same calls) | " + " | ".join(f"T={T:g}" for T in temps) + " |",
-             "|---|" + "---|" * len(temps)]  # fmt: skip
+    lines = _comparison_head(temps)
+    index = call_index(rows) if index is None else index
 
     def add(label, left, right):
-        res = paired(rows, left, right, per_problem=per_problem)
+        res = paired(rows, left, right, per_problem=per_problem, index=index)
         if collect is not None:
             collect.update({(label, T): v for T, v in res.items()})
-        if res and all(abs(res[T][0]) < 1e-9 for T in res):
-            lines.append(f"| {label} | " + " | ".join("0 (equal up to rounding)" for _ in temps) + " |")
-        elif res:
-            lines.append(
-                f"| {label} | "
-                + " | ".join(_fmt(res[T][0], res[T][1], res[T][4]) if T in res else "" for T in temps)
-                + " |"
-            )
+        line = _comparison_line(label, res, temps)
+        if line is not None:
+            lines.append(line)
 
     for tree in trees:
         if parse_shape(tree).is_chains and parse_shape(tree).branching[0] == 1:
@@ -264,14 +302,22 @@ def sampled_vs_exact(rows):
 #: (this one excepted), the rest on the AMD EPYC with AVX512-BF16 (git history of docs/results/trees).
 AVX2_RECORDS = ("HumanEval/83",)
 AMX_FIRST = 84
+FIRST_EDITION = Path(__file__).resolve().parent.parent / "docs" / "results" / "trees"
+#: Any other folder's rows do not say which machine ran them: one line for all its calls.
+UNRECORDED = "not recorded in the rows (all calls)"
 
 
 def wall_time(folder, rows):
     """Wall time of the calls per machine (the rows' own timings: draft + target + exact values)."""
     order = [json.loads(line)["id"] for line in (Path(folder) / "done.txt").read_text().splitlines() if line]
+    first = Path(folder).resolve() == FIRST_EDITION  # the machines above are the first edition's history
     where = {}
     for i, rec in enumerate(order):
-        where[rec] = "AVX2" if rec in AVX2_RECORDS else "AMX" if i < AMX_FIRST else "AVX512-BF16"
+        where[rec] = (
+            ("AVX2" if rec in AVX2_RECORDS else "AMX" if i < AMX_FIRST else "AVX512-BF16")
+            if first
+            else UNRECORDED
+        )
     calls: dict = {}
     for r in rows:
         if "emitted" in r:
@@ -281,7 +327,7 @@ def wall_time(folder, rows):
         "| 90th percentile (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in ("AMX", "AVX2", "AVX512-BF16"):
+    for name in ("AMX", "AVX2", "AVX512-BF16", UNRECORDED):
         cs = calls.get(name, [])
         if not cs:
             continue
@@ -396,6 +442,366 @@ def measured_speedups(table, cost):
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ the second edition's new columns
+
+#: The second edition's new verifier columns (docs/math.md#lookahead-verification and
+#: #greedy-multi-path-block-verification); the certified bound rules are every ``upper:<rule>``.
+NEW_VERIFIERS = ("exact:lookahead", "exact:gbv")
+
+#: The scheme's default certified rule (docs/math.md#the-tree-dual): ``top_n`` for top_n trees,
+#: ``subtree`` for every random scheme; ``one_level`` is the rule every scheme also has.
+DEFAULT_RULE = {"top_n": "upper:top_n"}
+
+_ZERO = 1e-9  # a mean difference below this is rounding (the rows' values agree to ~1e-12)
+
+
+def new_columns(rows) -> list[str]:
+    """The second edition's keys the rows carry: the new verifiers and the certified rules."""
+    keys = {k for r in rows for k in r if k in NEW_VERIFIERS or k.startswith("upper:")}
+    return sorted(keys)
+
+
+def _cell_keys(rows) -> dict:
+    """``{(tree, scheme): set of exact:/upper: keys}`` in report order (tree size, tree, scheme)."""
+    keys: dict = {}
+    for r in rows:
+        keys.setdefault((r["tree"], r["scheme"]), set()).update(
+            k for k in r if k.startswith(("exact:", "upper:")) and r[k] is not None
+        )
+    return dict(sorted(keys.items(), key=lambda kv: (parse_shape(kv[0][0]).size, kv[0])))
+
+
+def _label(key):
+    name = key.split(":", 1)[1]
+    return "optimal (one-step)" if name == "optimal" else name
+
+
+def _width(c) -> str:
+    """A sandwich width with its interval (rounding noise shown as 0, as format_sandwich does)."""
+    w = 0.0 if abs(c["width"]) < 5e-10 else c["width"]
+    return f"{w:.3f} ± {c['width_ci95']:.3f}" if math.isfinite(c["width_ci95"]) else f"{w:.3f}"
+
+
+def _zero_width(c) -> bool:
+    return abs(c["width"]) < _ZERO and not c["width_ci95"] > _ZERO
+
+
+def sandwich_summary(cells) -> str:
+    """Per scheme and temperature (and over all temperatures): the median and the largest width
+    relative to the best verifier over the cells, and the cells whose width is 0 up to rounding (the
+    bound is attained: top_n trees), whose width's 95% interval includes 0 (the best verifier is
+    optimal up to noise) or lies wholly below 0 (a bound below a verifier: impossible in the mean)."""
+    lines = [
+        "| scheme | T | cells | median width / best | largest width / best | width 0 up to rounding "
+        "| width's interval includes 0 | wholly below 0 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    schemes = sorted({c["scheme"] for c in cells})
+    temps = sorted({c["T"] for c in cells})
+    order = lambda c: (c["T"], parse_shape(c["tree"]).size, c["tree"])  # noqa: E731
+    for scheme in schemes:
+        for T in [*temps, None]:
+            cs = sorted((c for c in cells if c["scheme"] == scheme and (T is None or c["T"] == T)), key=order)
+            if not cs or (T is None and len(temps) == 1):
+                continue
+
+            def name(c, T=T):
+                return c["tree"] if T is not None else f"{c['tree']} T={c['T']:g}"
+
+            rel = [0.0 if _zero_width(c) else c["relative"] for c in cs]
+            top = max(cs, key=lambda c: 0.0 if _zero_width(c) else c["relative"])
+            zero = [name(c) for c in cs if _zero_width(c)]
+            cover = [
+                name(c) for c in cs
+                if not _zero_width(c) and c["width"] - c["width_ci95"] <= 0.0 <= c["width"] + c["width_ci95"]
+            ]  # fmt: skip
+            below = [name(c) for c in cs if not _zero_width(c) and c["width"] + c["width_ci95"] < 0.0]
+
+            def listed(names, cs=cs):
+                return "every cell" if names and len(names) == len(cs) else ", ".join(names) or "none"
+
+            lines.append(
+                f"| {scheme} | {'all' if T is None else f'{T:g}'} | {len(cs)} | {statistics.median(rel):.1%} "
+                f"| {max(rel):.1%}{f' ({name(top)})' if max(rel) > 0 else ''} | {listed(zero)} "
+                f"| {listed(cover)} | {listed(below)} |"
+            )
+    return "\n".join(lines)
+
+
+def new_comparisons(rows, *, per_problem: bool = False, collect=None, index=None) -> str:
+    """Paired differences of the second edition's columns on the same calls, clustered by problem,
+    with two-sided p-values: ``lookahead`` against ``traversal`` and node-wise ``optimal``, ``gbv``
+    against ``traversal`` and ``block`` (where both exist), and each cell's default certified rule
+    against the others (``upper:subtree - upper:one_level``). ``per_problem`` and ``collect`` as in
+    :func:`comparisons`."""
+    temps = sorted({r["T"] for r in rows})
+    index = call_index(rows) if index is None else index
+    groups = {"lookahead": [], "gbv": [], "rules": []}
+    for (tree, scheme), keys in _cell_keys(rows).items():
+        for new, group, others in (
+            ("exact:lookahead", "lookahead", ("exact:traversal", "exact:optimal")),
+            ("exact:gbv", "gbv", ("exact:traversal", "exact:block")),
+        ):
+            if new in keys:
+                groups[group] += [
+                    (f"{tree} {scheme}: {_label(new)} - {_label(o)}", (tree, scheme, new), (tree, scheme, o))
+                    for o in others
+                    if o in keys
+                ]
+        rule = DEFAULT_RULE.get(scheme, "upper:subtree")
+        if rule in keys:
+            groups["rules"] += [
+                (f"{tree} {scheme}: {rule} - {o}", (tree, scheme, rule), (tree, scheme, o))
+                for o in sorted(k for k in keys if k.startswith("upper:") and k != rule)
+            ]
+    intro = {
+        "lookahead": "`lookahead` against `traversal` and node-wise `optimal` (proved never below it in the "
+        "mean over drafted trees, docs/math.md#lookahead-verification):",
+        "gbv": "`gbv` (K x L cells) against `traversal` and `block`:",
+        "rules": "The certified bound rules of each cell (docs/math.md#the-tree-dual), the scheme's default "
+        "rule minus the others (negative: the default is tighter):",
+    }
+    out = []
+    for group, specs in groups.items():
+        if not specs:
+            out.append(
+                f"No {group} columns in these rows." if group != "rules" else "No bound rules to compare."
+            )
+            continue
+        lines = _comparison_head(temps)
+        for label, left, right in specs:
+            res = paired(rows, left, right, per_problem=per_problem, index=index)
+            if collect is not None:
+                collect.update({(label, T): v for T, v in res.items()})
+            line = _comparison_line(label, res, temps)
+            if line is not None:
+                lines.append(line)
+        out += [intro[group], "", *lines]
+        out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
+def per_problem_rows(rows) -> list[dict]:
+    """One row per (problem, T, tree, scheme) holding the mean of each ``exact:`` / ``upper:`` value
+    over the problem's calls that carry it: anything computed from these rows weighs each problem 1
+    (a clustered interval over them, one value per problem, is the t interval over problems)."""
+    groups: dict = {}
+    for r in rows:
+        g = groups.setdefault((r["record"], r["T"], r["tree"], r["scheme"], r.get("driver")), {})
+        for k, v in r.items():
+            if v is not None and k.startswith(("exact:", "upper:")):
+                g.setdefault(k, []).append(float(v))
+    return [
+        {"record": rec, "T": T, "tree": tree, "scheme": scheme, "call": 0, "driver": driver,
+         **{k: math.fsum(v) / len(v) for k, v in vals.items()}}
+        for (rec, T, tree, scheme, driver), vals in groups.items()
+    ]  # fmt: skip
+
+
+def sandwich_weighting(by_call, by_problem, problem_table) -> str:
+    """The sandwich of every cell under both weightings: per call (each call weighs 1) and per problem
+    (each problem weighs 1; the best verifier and the rule chosen again from the per-problem means,
+    ``problem_table`` = :func:`summarize` of :func:`per_problem_rows`). A verifier or rule whose
+    per-problem mean equals the per-call choice's up to rounding (e.g. ``block`` and ``traversal`` on a
+    chain) is not counted as another choice."""
+    index = {(c["T"], c["tree"], c["scheme"]): c for c in by_problem}
+    means = {(t["T"], t["tree"], t["scheme"], t["method"]): t["mean"] for t in problem_table}
+    lines = [
+        "| T | tree | scheme | best / rule (per call) | width per call | width per problem | per problem "
+        "- per call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    moves, changed = [], []
+    for c in sorted(by_call, key=lambda c: (c["T"], parse_shape(c["tree"]).size, c["tree"], c["scheme"])):
+        p = index.get((c["T"], c["tree"], c["scheme"]))
+        if p is None:
+            continue
+        k = (c["T"], c["tree"], c["scheme"])
+        same = abs(means[(*k, f"exact:{c['best']}")] - p["best_mean"]) < _ZERO and (
+            abs(means[(*k, f"upper:{c['rule']}")] - p["bound"]) < _ZERO
+        )
+        if not same:
+            changed.append(f"{c['tree']} {c['scheme']} T={c['T']:g} ({p['best']} / {p['rule']})")
+        d = p["width"] - c["width"]
+        moves.append((abs(d), c))
+        other = "" if same else f" ({p['best']} / {p['rule']})"
+        lines.append(
+            f"| {c['T']:g} | {c['tree']} | {c['scheme']} | {c['best']} / {c['rule']} "
+            f"| {_width(c)} | {_width(p)}{other} | {d:+.3f} |"
+        )
+    if moves:
+        top = max(moves, key=lambda m: m[0])
+        lines += [
+            "",
+            f"{len(moves)} cells; |width per problem - width per call|: median "
+            f"{statistics.median(m for m, _ in moves):.3f}, largest {top[0]:.3f} ({top[1]['tree']} "
+            f"{top[1]['scheme']}, T = {top[1]['T']:g}). Per-problem weighting picks another best verifier or "
+            f"rule (not tied with the per-call one) in {len(changed)} cells"
+            + (f": {', '.join(changed)}." if changed else "."),
+        ]
+    return "\n".join(lines)
+
+
+def new_columns_weighting(rows, agg, limit: int = 8) -> str:
+    """The new columns' means (``lookahead``, ``gbv``, every certified rule) per call against per
+    problem (``agg``: :func:`per_problem_rows`), the largest differences first, as :func:`weighting`."""
+    keys = set(new_columns(rows))
+    per_call = {
+        (t["T"], t["tree"], t["scheme"], t["method"]): t for t in summarize(rows) if t["method"] in keys
+    }
+    per_prob = {
+        (t["T"], t["tree"], t["scheme"], t["method"]): t for t in summarize(agg) if t["method"] in keys
+    }
+    out = sorted(
+        (
+            (k, per_call[k], per_prob[k], per_prob[k]["mean"] - per_call[k]["mean"])
+            for k in per_call
+            if k in per_prob
+        ),
+        key=lambda x: -abs(x[3]),
+    )
+    if not out:
+        return "No new columns in these rows."
+    lines = [
+        "| T | tree | scheme | method | per call | per problem | per problem - per call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (T, tree, scheme, k), pc, pp, d in out[:limit]:
+        lines.append(
+            f"| {T:g} | {tree} | {scheme} | {k} | {pc['mean']:.3f} | {pp['mean']:.3f} ± {pp['ci95']:.3f} "
+            f"| {d:+.3f} |"
+        )
+    diffs = [abs(x[3]) for x in out]
+    lines += [
+        "",
+        f"{len(out)} (T, tree, scheme, method) means of the new columns; |per problem - per call|: largest "
+        f"{max(diffs):.3f}, median {statistics.median(diffs):.3f}, {sum(d >= 0.05 for d in diffs)} of "
+        f"{len(diffs)} at 0.05 or more.",
+    ]
+    return "\n".join(lines)
+
+
+def moves_summary(by_call, by_problem) -> str:
+    """How much the new paired differences move between the two weightings: the median and largest
+    change, and the comparisons whose sign or significance at the 5% level differs."""
+    keys = [k for k in by_call if k in by_problem and abs(by_call[k][0]) >= _ZERO]
+    if not keys:
+        return "No paired differences of the new columns."
+    moves = sorted(((abs(by_problem[k][0] - by_call[k][0]), k) for k in keys), reverse=True)
+    flips = [
+        k for k in keys
+        if (by_call[k][4] < 0.05) != (by_problem[k][4] < 0.05)
+        or (by_call[k][0] > 0) != (by_problem[k][0] > 0) and min(by_call[k][4], by_problem[k][4]) < 0.05
+    ]  # fmt: skip
+    out = [
+        f"{len(keys)} paired differences of the new columns (those equal up to rounding left out); "
+        f"|per problem - per call|: median {statistics.median(m for m, _ in moves):.3f}, largest "
+        f"{moves[0][0]:.3f} ({moves[0][1][0]}, T = {moves[0][1][1]:g}). Sign or significance at the 5% "
+        f"level differs in {len(flips)} of them" + (":" if flips else ".")
+    ]
+    for k in sorted(flips):
+        a, b = by_call[k], by_problem[k]
+        out.append(
+            f"- {k[0]}, T = {k[1]:g}: per call {_fmt(a[0], a[1], a[4])}, per problem {_fmt(b[0], b[1], b[4])}"
+        )
+    return "\n".join(out)
+
+
+def checks(rows, table, index=None) -> str:
+    """What the theory says the new columns must satisfy, checked on the rows.
+
+    In the mean (each up to noise, so with the paired interval and p-value of every exception):
+    every certified rule's mean is at least every valid verifier's (docs/math.md#the-tree-dual), and
+    ``lookahead`` is at least node-wise ``optimal`` (docs/math.md#lookahead-verification). Call by
+    call (the largest |difference| over the calls): ``lookahead`` and ``gbv`` equal ``block`` on
+    chains, and on top_n trees ``lookahead`` and ``naive`` equal the ``top_n`` rule (the optimum).
+    Also the rules whose mean exceeds the trivial bound depth + 1 (certified, but vacuous)."""
+    index = call_index(rows) if index is None else index
+    keys = _cell_keys(rows)
+    best: dict = {}
+    for t in table:
+        if t["method"].startswith("exact:"):
+            k = (t["T"], t["tree"], t["scheme"])
+            if k not in best or t["mean"] > best[k]["mean"]:
+                best[k] = t
+    out = []
+    below, tied, checked, vacuous = [], 0, 0, []
+    for t in table:
+        if not t["method"].startswith("upper:"):
+            continue
+        k = (t["T"], t["tree"], t["scheme"])
+        b = best.get(k)
+        if b is None:
+            continue
+        checked += 1
+        if t["mean"] > parse_shape(t["tree"]).depth + 1:
+            vacuous.append(f"{t['tree']} {t['scheme']} T={t['T']:g} {t['method']} {t['mean']:.3f}")
+        if abs(t["mean"] - b["mean"]) < _ZERO:
+            tied += 1
+            continue
+        if t["mean"] > b["mean"]:
+            continue
+        res = paired(rows, (k[1], k[2], t["method"]), (k[1], k[2], b["method"]), index=index)[k[0]]
+        below.append(
+            f"- {t['tree']} {t['scheme']} T={t['T']:g}: {t['method']} - {b['method']} "
+            f"{_fmt(res[0], res[1], res[4])}"
+        )
+    out.append(
+        f"Certified rule means against the best verifier's mean: {checked} (cell, rule) pairs, {tied} "
+        f"equal up to rounding (top_n: the rule is the optimum), {len(below)} below"
+        + (" (paired, same calls; a bound is certified in the mean, so only an interval wholly below 0 "
+           "contradicts it):" if below else ".")
+    )  # fmt: skip
+    out += below
+    low = []
+    n_la = 0
+    for (tree, scheme), ks in keys.items():
+        if "exact:lookahead" in ks and "exact:optimal" in ks:
+            for T, res in paired(rows, (tree, scheme, "exact:lookahead"), (tree, scheme, "exact:optimal"),
+                                 index=index).items():  # fmt: skip
+                n_la += 1
+                if res[0] < -_ZERO:
+                    low.append(
+                        f"- {tree} {scheme} T={T:g}: lookahead - optimal {_fmt(res[0], res[1], res[4])}"
+                    )
+    out.append(
+        f"lookahead - node-wise optimal (proved >= 0 in the mean over drafted trees): {n_la} (cell, T), "
+        f"{len(low)} with a negative mean" + (":" if low else ".")
+    )
+    out += low
+    ident = []
+    for (tree, scheme), ks in keys.items():
+        shape = parse_shape(tree)
+        pairs = []
+        if all(b == 1 for b in shape.branching):
+            pairs += [(k, "exact:block") for k in NEW_VERIFIERS if k in ks and "exact:block" in ks]
+        if scheme == "top_n" and "upper:top_n" in ks:
+            pairs += [(k, "upper:top_n") for k in ("exact:lookahead", "exact:naive") if k in ks]
+        for a, b in pairs:
+            d = [
+                abs(r[a] - r[b])
+                for r in rows
+                if (r["tree"], r["scheme"]) == (tree, scheme)
+                and r.get(a) is not None
+                and r.get(b) is not None
+            ]
+            if d:
+                ident.append((max(d), f"{tree} {scheme}: {_label(a)} = {_label(b)}", len(d)))
+    if ident:
+        worst = max(ident)
+        out.append(
+            f"Identities call by call ({len(ident)}: lookahead and gbv = block on chains, lookahead and "
+            f"naive = the top_n rule on top_n trees): largest |difference| {worst[0]:.1e} ({worst[1]}, "
+            f"{worst[2]} calls)."
+        )
+    out.append(
+        "Rule means above the trivial bound depth + 1 (certified but vacuous): "
+        + (", ".join(vacuous) if vacuous else "none")
+        + "."
+    )
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     folder = Path(argv[0] if argv else "docs/results/trees")
@@ -468,7 +874,71 @@ def main(argv=None) -> int:
         )
         print()
         print(measured_speedups(table, cost))
+    second_edition(rows, table)
     return 0
+
+
+def second_edition(rows, table) -> None:
+    """The sections of the second edition's columns (lookahead, gbv, the certified rules); on rows
+    without them (the first edition) each section says so in one line."""
+    new = new_columns(rows)
+    rules = [k for k in new if k.startswith("upper:")]
+    index = call_index(rows)
+    print()
+    print("## Certified sandwich per cell (second edition)\n")
+    cells = sandwich(rows, table) if rules else []
+    if not cells:
+        print("No certified bound column (upper:<rule>) in these rows: no sandwich.")
+    else:
+        print(
+            "Per cell: the best verifier (highest mean), the certified rule whose interval ends lowest, and "
+            "the width between them (the mean of the per-call differences rule - best, clustered by problem; "
+            "docs/math.md#the-tree-dual). The mean optimum over all valid verifiers at the contexts reached "
+            "lies in [best verifier, bound]; a rule is certified in the mean only, so a width's interval may "
+            "reach below 0. Both choices are made on these means (the highest of several verifiers, the "
+            "lowest of the rules), which can bias the width down where the candidates are close.\n"
+        )
+        print(format_sandwich(cells))
+        print()
+        print("Per scheme, the widths relative to the best verifier:\n")
+        print(sandwich_summary(cells))
+    print()
+    print("## Paired comparisons of the new verifiers and bound rules (same calls)\n")
+    if not new:
+        print("No lookahead, gbv or certified-bound columns in these rows: nothing to compare.")
+    else:
+        by_call, by_problem = {}, {}
+        print(new_comparisons(rows, collect=by_call, index=index))
+    print()
+    print("## The new columns under per-problem weighting\n")
+    if not new:
+        print("No lookahead, gbv or certified-bound columns in these rows: nothing to weigh.")
+    else:
+        agg = per_problem_rows(rows)
+        if cells:
+            print(
+                "The sandwich with each problem weighing 1 (per-problem means; the best verifier and the "
+                "rule chosen again from them, named where they differ; t interval over problems):\n"
+            )
+            agg_table = summarize(agg)
+            cells_p = sandwich(agg, agg_table)
+            print(sandwich_weighting(cells, cells_p, agg_table))
+            print()
+            print(sandwich_summary(cells_p))
+            print()
+        print("The new columns' means, largest differences first:\n")
+        print(new_columns_weighting(rows, agg))
+        print()
+        print("Paired differences of the new columns with each problem weighing 1:\n")
+        print(new_comparisons(rows, per_problem=True, collect=by_problem, index=index))
+        print()
+        print(moves_summary(by_call, by_problem))
+    print()
+    print("## Checks of the new columns\n")
+    if not new:
+        print("No lookahead, gbv or certified-bound columns in these rows: nothing to check.")
+    else:
+        print(checks(rows, table, index=index))
 
 
 if __name__ == "__main__":
