@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import _store
 from .._config import DECODE_OPTIMAL_MAX_V
+from .._memory import release_freed_memory
 from .._validate import check_probabilities
 from ..drafts import SCHEMES
 from ..keys import exact_key, upper_key
@@ -230,6 +231,7 @@ def decode_prompt(
         rows.append(row)
         if on_call is not None:
             on_call(row)
+        release_freed_memory()  # the call's laws and tables are freed: their pages back to the system
         made += len(kept)
         call += 1
         if made >= config.max_new_tokens or (eos is not None and emitted[-1] == eos):
@@ -436,6 +438,7 @@ def decode_prompt_union(
         rows.extend(call_rows)
         if on_call is not None:
             on_call(drive_row)
+        release_freed_memory()  # the forest's laws and every cell's tables are freed: pages back
         made += len(kept)
         call += 1
         if made >= config.max_new_tokens or (eos is not None and emitted[-1] == eos):

@@ -14,6 +14,7 @@ import sys
 import time
 
 from .. import _store
+from .._memory import release_freed_memory
 from .shards import parse_shard, shard_records
 
 __all__ = ["open_folder", "folder_for", "remaining", "run_records", "cost_note"]
@@ -153,6 +154,7 @@ def run_records(folder: _store.ResultsFolder, todo, compute, *, bar=None, postfi
             t0 = time.monotonic()
             record, lines = compute(item)
             folder.append(record, lines)
+            release_freed_memory()  # what the record freed goes back to the system (mdsd_ot._memory)
             if k == 0:
                 note = cost_note(time.monotonic() - t0, len(todo) - 1)
                 if note:
