@@ -19,6 +19,12 @@ temperature, ``noise`` the draft's distance from the target.
   each certified rule minus the default ``subtree`` on the same trees, mean +- standard error (a
   negative mean: a tighter certified bound on the same contexts), and each rule's time over
   ``subtree``'s (median over the trees, timed back to back).
+* ``contexts``: per fixed context (the laws of every path fixed by a seed, so that only the drafting
+  varies), ``--trees`` trees of ``--scheme`` at ``--vocab`` tokens: every certified rule's mean over
+  the trees and the exact mean tokens of the verifiers on the same trees, and each rule minus the best
+  verifier, paired, mean +- standard error (a certified rule's mean over the trees drafted at one
+  context is at least the optimum, so at least every verifier's mean: a difference many standard
+  errors below 0 would be a bug). Four contexts (scale, noise): (2, 1), (3, 2), (1, 0.5), (4, 1).
 * ``tiny``: the tightness at V = 3-4 (toy models, random seeds, draft temperatures and noises; shapes
   1,1 / 1,1,1 / 2,1 / 2,2 / 3,1 / 2,1,1; i.i.d. and without replacement): each rule's exact mean over
   every drafted tree against the causal LP's optimum, ``mean / OPT - 1`` as median / max per group, and
@@ -28,6 +34,7 @@ temperature, ``noise`` the draft's distance from the target.
     NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py sandwich [--trees 24]
     NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py paired [--trees 24]
     NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py tiny [--cases 4]
+    NUMBA_NUM_THREADS=1 python benchmarks/bench_tree_bound.py contexts [--scheme greedy --vocab 3000]
 """
 
 from __future__ import annotations
@@ -266,9 +273,54 @@ def tiny(cases: int) -> str:
     return "\n".join(lines)
 
 
+CONTEXTS = [(2.0, 1.0), (3.0, 2.0), (1.0, 0.5), (4.0, 1.0)]
+
+
+def contexts(trees: int, scheme: str, vocab: int) -> str:
+    lines = [
+        header(
+            f"Tree dual: certified rules at fixed contexts, {trees} {SHAPE} {scheme} trees each, "
+            f"V = {vocab:,}"
+        ),
+        "| context (scale, noise) | rule | rule mean | best verifier (mean) | rule - best (paired) | z |",
+        "|---|---|---|---|---|---|",
+    ]
+    rules = certified_rules(scheme)
+    names = [
+        n
+        for n in valid_verifiers(scheme, shape=SHAPE)
+        if n in ("optimal", "traversal", "lookahead", "greedy")
+    ]
+    for k, (scale, noise) in enumerate(CONTEXTS):
+        laws = Laws(1000 + k, scale, noise, vocab=vocab)
+        vals: dict = {}
+        for i in range(trees):
+            tree = draft_tree(SHAPE, scheme, laws.draft, np.random.default_rng([k, i]), target=laws.target)
+            for rule in rules:
+                vals.setdefault(rule, []).append(upper_bound(tree, rule))
+            for name in names:
+                vals.setdefault(name, []).append(expected_tokens(tree, name))
+        vals = {key: np.asarray(v) for key, v in vals.items()}
+        best = max(names, key=lambda n: vals[n].mean())
+        for rule in rules:
+            d = vals[rule] - vals[best]
+            se = float(d.std(ddof=1) / math.sqrt(d.size))
+            z = d.mean() / se if se > 0 else math.inf
+            lines.append(
+                f"| {scale:g}, {noise:g} | {rule} | {vals[rule].mean():.4f} "
+                f"| {best} ({vals[best].mean():.4f}) | {d.mean():+.4f} ± {se:.4f} | {z:+.1f} |"
+            )
+        print(f"# context {k} done", flush=True)
+    lines.append("")
+    lines.append("Mean ± standard error over the trees; z = mean / standard error of the paired difference.")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("cost", "sandwich", "paired", "tiny"))
+    ap.add_argument("what", choices=("cost", "sandwich", "paired", "tiny", "contexts"))
+    ap.add_argument("--scheme", default="greedy", help="contexts: the draft scheme")
+    ap.add_argument("--vocab", type=int, default=3000, help="contexts: the vocabulary size")
     ap.add_argument("--trees", type=int, default=None)
     ap.add_argument("--cases", type=int, default=4)
     a = ap.parse_args()
@@ -276,6 +328,8 @@ def main():
         print(cost(a.trees or 6))
     elif a.what == "tiny":
         print(tiny(a.cases))
+    elif a.what == "contexts":
+        print(contexts(a.trees or 4000, a.scheme, a.vocab))
     elif a.what == "paired":
         print(paired(a.trees or 24))
     else:
