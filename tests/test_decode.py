@@ -504,3 +504,34 @@ def test_merge_ignores_timings_and_keeps_a_given_cost_ratio(tmp_path, no_plots):
     merge([a, b], tmp_path / "m2")
     table = json.loads((tmp_path / "m2" / "summary.json").read_text())
     assert {t["cost_ratio_source"] for t in table} == {"measured"}
+
+
+def test_decode_releases_after_every_call_and_record(tmp_path, monkeypatch):
+    """``mdsd-ot decode`` gives memory back after each target call (union and single-cell runs) and
+    each finished record (every run of the runs wing)."""
+    from mdsd_ot.decode import runner as decode_runner
+    from mdsd_ot.runs import runner as runs_runner
+
+    calls = {"call": 0, "record": 0}
+    monkeypatch.setattr(
+        decode_runner, "release_freed_memory", lambda: calls.__setitem__("call", calls["call"] + 1)
+    )
+    monkeypatch.setattr(
+        runs_runner, "release_freed_memory", lambda: calls.__setitem__("record", calls["record"] + 1)
+    )
+    target, draft = tiny("qwen2", 1), tiny("llama", 2)
+    records = [{"id": "r0", "prompt_ids": [1, 2]}]
+    for union in (True, False):
+        calls.update(call=0, record=0)
+        config = DecodeConfig(
+            trees=["1x2", "2x2"],
+            schemes=["with_replacement"],
+            temperatures=[0.9],
+            max_new_tokens=4,
+            union=union,
+        ).validate()
+        rows = _store.read_rows(
+            run_decode(target, draft, records, tmp_path / f"u{union}", config, progress=False)
+        )
+        driving = sum(1 for r in rows if "emitted" in r)
+        assert calls["call"] == driving >= 1 and calls["record"] == len(records), (union, calls, driving)

@@ -6,7 +6,6 @@ import textwrap
 
 import pytest
 
-from mdsd_ot import _store
 from mdsd_ot._memory import release_freed_memory
 
 GLIBC = sys.platform.startswith("linux") and "glibc" in " ".join(__import__("platform").libc_ver())
@@ -40,39 +39,3 @@ def test_release_returns_the_free_middle_of_the_heap():
 
 def test_release_is_a_bool_everywhere():
     assert isinstance(release_freed_memory(), bool)
-
-
-def test_decode_releases_after_every_call_and_record(tmp_path, monkeypatch):
-    """``mdsd-ot decode`` gives memory back after each target call (union and single-cell runs) and
-    each finished record (every run of the runs wing)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from tiny_models import tiny_lm
-
-    from mdsd_ot.decode import DecodeConfig, run_decode
-    from mdsd_ot.decode import runner as decode_runner
-    from mdsd_ot.runs import runner as runs_runner
-
-    calls = {"call": 0, "record": 0}
-    monkeypatch.setattr(
-        decode_runner, "release_freed_memory", lambda: calls.__setitem__("call", calls["call"] + 1)
-    )
-    monkeypatch.setattr(
-        runs_runner, "release_freed_memory", lambda: calls.__setitem__("record", calls["record"] + 1)
-    )
-    target, draft = tiny_lm(16, seed=1), tiny_lm(16, seed=2)
-    records = [{"id": "r0", "prompt_ids": [1, 2]}]
-    for union in (True, False):
-        calls.update(call=0, record=0)
-        config = DecodeConfig(
-            trees=["1x2", "2x2"],
-            schemes=["with_replacement"],
-            temperatures=[0.9],
-            max_new_tokens=4,
-            union=union,
-        ).validate()
-        rows = _store.read_rows(
-            run_decode(target, draft, records, tmp_path / f"u{union}", config, progress=False)
-        )
-        driving = sum(1 for r in rows if "emitted" in r)
-        assert calls["call"] == driving >= 1 and calls["record"] == len(records), (union, calls, driving)
