@@ -30,6 +30,10 @@ IPM_COLUMNS = 100_000
 #: Largest number of LP columns we agree to build (beyond it: use the dual).
 LP_MAX_COLUMNS = 20_000_000
 
+#: Largest dense transport plan (draft sets x tokens) the LP path returns: 2^27 float64 entries, 1 GiB
+#: (beyond it: use the dual; the plan of the 151,936 one-token sets of n = 1 at V = 151,936 is 172 GiB).
+LP_PLAN_MAX_ENTRIES = 1 << 27
+
 #: Largest vocabulary for exhaustive subset enumeration (2**V subsets).
 BRUTEFORCE_MAX_V = 20
 

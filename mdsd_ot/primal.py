@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._config import IPM_COLUMNS, LP_MAX_COLUMNS, LP_SOLVER_TOL
+from ._config import IPM_COLUMNS, LP_MAX_COLUMNS, LP_PLAN_MAX_ENTRIES, LP_SOLVER_TOL
 from .drafts import DraftScheme
 
 __all__ = ["TransportLP", "PrimalSolution", "build_lp", "solve_highs", "solve_cvxpy"]
@@ -114,12 +114,19 @@ def build_lp(p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme) -> Trans
     Returns
     -------
     TransportLP
-        ``ValueError`` if it would have more than ``LP_MAX_COLUMNS`` columns.
+        ``ValueError`` if it would have more than ``LP_MAX_COLUMNS`` columns, or its dense transport
+        plan (draft sets x tokens) more than ``LP_PLAN_MAX_ENTRIES`` entries.
     """
     sets, masses = scheme.set_law(q, n)
     sizes = np.array([len(s) for s in sets], dtype=np.int64)
     if sizes.sum() > LP_MAX_COLUMNS:
         raise ValueError(f"the LP would have {sizes.sum():,} columns; use method='dual'")
+    if len(sets) * p.size > LP_PLAN_MAX_ENTRIES:
+        raise ValueError(
+            f"the LP's transport plan would have {len(sets):,} draft sets x {p.size:,} tokens = "
+            f"{len(sets) * p.size:,} entries (limit {LP_PLAN_MAX_ENTRIES:,}); use method='dual', or a "
+            f"smaller vocabulary for the LP"
+        )
     col_set = np.repeat(np.arange(len(sets), dtype=np.int64), sizes)
     col_token = np.fromiter((y for s in sets for y in s), dtype=np.int64, count=int(sizes.sum()))
     return TransportLP(p, tuple(sets), masses, col_set, col_token)

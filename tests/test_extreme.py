@@ -740,3 +740,49 @@ def test_denormal_complement_lp_and_bruteforce_are_right():
         assert (
             abs(optimal_acceptance(p, q, 2, sampling="without_replacement", method=method).value - 0.6) <= TOL
         )
+
+
+# regression: node-wise `optimal` with one draft of a sampling scheme without a full-vocabulary
+# construction (without replacement, greedy, conditional Poisson) went to the LP, whose tuple law held a
+# (tuples x V) mask and whose dense plan (sets x V): 21.5 GiB, then 172 GiB at V = 151,936 (the
+# kernel's out-of-memory killer ended the process). One draft is one draw from q: i.i.d.'s construction.
+@pytest.mark.parametrize("scheme", ["without_replacement", "greedy", "conditional_poisson"])
+def test_optimal_with_one_draft_at_full_vocabulary_is_sum_min(scheme):
+    rng = np.random.default_rng(3)
+    V = 151_936
+    p, q = rng.dirichlet(np.full(V, 0.3)), rng.dirichlet(np.full(V, 0.3))
+    r = verifier_acceptance("optimal", p, q, 1, sampling=scheme)
+    assert abs(r.value - math.fsum(np.minimum(p, q))) <= 1e-12
+    small_p, small_q = p[:40] / p[:40].sum(), q[:40] / q[:40].sum()  # the LP, where it is affordable
+    lp = optimal_acceptance(small_p, small_q, 1, sampling=scheme, method="lp").value
+    assert abs(verifier_acceptance("optimal", small_p, small_q, 1, sampling=scheme).value - lp) <= 1e-9
+
+
+def test_sequential_tuple_law_in_blocks_against_fractions(monkeypatch):
+    """The sequential tuple law, its mask in blocks of a few tuples (as at large V), against exact
+    fractions: P(t) = prod_i q_(t_i) / (q(all) - q(t_1) - ... - q(t_(i-1)))."""
+    import itertools
+
+    from mdsd_ot.drafts import _common
+
+    monkeypatch.setattr(_common, "_TUPLE_MASK_ENTRIES", 7)  # blocks of one tuple at V = 6
+    q = np.array([0.4, 0.25, 1e-17, 0.2, 0.15 - 1e-17, 0.0])
+    q = q / q.sum()
+    for n in (1, 2, 3):
+        tuples = np.array(list(itertools.permutations([0, 1, 2, 3, 4], n)), dtype=np.int64)
+        got = _common._sequential_tuple_probs(q, tuples)
+        total = sum(Fraction(float(x)) for x in q)
+        for t, g in zip(tuples, got):
+            exact, left = Fraction(1), total
+            for y in t:
+                exact *= Fraction(float(q[y])) / left
+                left -= Fraction(float(q[y]))
+            assert abs(Fraction(float(g)) / exact - 1) <= 1e-14, (t, float(g), float(exact))
+
+
+def test_the_lp_refuses_a_plan_beyond_its_limit_in_one_line():
+    rng = np.random.default_rng(4)
+    V = 20_000
+    p, q = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+    with pytest.raises(ValueError, match=r"transport plan would have 20,000 draft sets x 20,000 tokens"):
+        optimal_acceptance(p, q, 1, sampling="without_replacement", method="lp")

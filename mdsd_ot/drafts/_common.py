@@ -131,19 +131,33 @@ def _check_enumerable_log(log_count: float, exact_count, n: int) -> None:
     _check_enumerable(exact_count())
 
 
+#: Entries of the (tuples x tokens) mask :func:`_sequential_tuple_probs` holds at once.
+_TUPLE_MASK_ENTRIES = 1 << 24
+
+
 def _sequential_tuple_probs(q: np.ndarray, tuples: np.ndarray) -> np.ndarray:
     """Probability of each ordered tuple of distinct tokens under sequential sampling.
 
-    The mass left before each draw is summed directly over the tokens not yet drawn.
+    The mass left before each draw is summed directly over the tokens not yet drawn: before the first
+    draw that is the whole sum (numpy's, once: the same bits as a row of all tokens), before the others
+    a row of a mask of the tuples not yet drawn, in blocks of at most ``_TUPLE_MASK_ENTRIES`` entries
+    (a mask of every tuple at once was tuples x V booleans: 21.5 GiB for the 151,936 one-token tuples
+    of n = 1 at V = 151,936, which the allocation or the kernel's out-of-memory killer ended).
     """
     T, n = tuples.shape
-    probs = np.ones(T)
-    remaining = np.ones((T, q.size), dtype=bool)
-    rows = np.arange(T)
-    for i in range(n):
-        left = (remaining * q).sum(axis=1)
-        probs *= q[tuples[:, i]] / left
-        remaining[rows, tuples[:, i]] = False
+    probs = q[tuples[:, 0]] / q.sum() if n else np.ones(T)
+    if n <= 1:
+        return probs
+    block = max(1, _TUPLE_MASK_ENTRIES // max(q.size, 1))
+    for a in range(0, T, block):
+        part = tuples[a : a + block]
+        rows = np.arange(part.shape[0])
+        remaining = np.ones((part.shape[0], q.size), dtype=bool)
+        remaining[rows, part[:, 0]] = False
+        for i in range(1, n):
+            left = (remaining * q).sum(axis=1)
+            probs[a : a + block] *= q[part[:, i]] / left
+            remaining[rows, part[:, i]] = False
     return probs
 
 

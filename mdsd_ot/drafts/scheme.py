@@ -30,6 +30,10 @@ class TorchPrefix(NamedTuple):
     check: Callable
 
 
+#: Schemes whose one draft (``n = 1``) is a single draw from ``q`` (:meth:`DraftScheme.one_draw`).
+ONE_DRAW_SCHEMES = frozenset({"with_replacement", "without_replacement", "greedy", "conditional_poisson"})
+
+
 @dataclass(frozen=True)
 class DraftScheme:
     """A draft-sampling scheme (see the module docstring for the list).
@@ -194,6 +198,13 @@ class DraftScheme:
     def inclusion_probabilities(self, q: np.ndarray, n: int) -> np.ndarray | None:
         """``P(token y is among the n drafts)`` for every token in closed form, or None."""
         return None if self._inclusion is None else self._inclusion(q, n)
+
+    def one_draw(self, n: int) -> bool:
+        """True when ``n`` drafts of this scheme are a single draw from ``q``: ``n = 1`` for every scheme
+        that samples (i.i.d., sequential, greedy, conditional Poisson), never for ``top_n`` (its one
+        draft is the most likely token) nor ``hub`` (two drafts). Such a draft is i.i.d.'s for ``n =
+        1``: the same verifiers, bounds and optimum (``sum min(p, q)``) apply."""
+        return n == 1 and self.name in ONE_DRAW_SCHEMES
 
     def sums_suffice(self, n: int) -> bool:
         """True when the sorted-prefix bound for ``n`` drafts needs only sums over H (see ``sums_up_to``)."""

@@ -301,7 +301,7 @@ def _inclusion(scheme, q: np.ndarray, n: int, tokens) -> tuple[np.ndarray, np.nd
     ``q(y) / (1 - q(drawn)) >= q(y)``). Other schemes: :meth:`DraftScheme.inclusion_probabilities`."""
     tokens = np.asarray(tokens, dtype=np.int64)
     name = scheme.name
-    one_draw = n == 1 and name in ("without_replacement", "conditional_poisson", "greedy")  # y ~ q
+    one_draw = scheme.one_draw(n)  # y ~ q
     if name == "with_replacement" or one_draw or (name == "without_replacement" and n >= 3):
         qt = q[tokens]
         lo = np.empty(tokens.size)

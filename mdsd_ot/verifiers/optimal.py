@@ -366,6 +366,8 @@ class OptimalVerifier(Verifier):
 
     def _prepare(self, p, q, n, scheme):
         how = scheme.optimal_at_full_v if self.construction == "auto" else None
+        if how is None and self.construction == "auto" and scheme.one_draw(n):
+            how = "chain"  # one draw from q: i.i.d.'s construction for n = 1, sum min(p, q), at any V
         if how == "chain":
             return _PreparedChain(self, p, q, n, scheme)
         if how is not None:  # a registry verifier that attains this scheme's alpha*

@@ -111,14 +111,13 @@ def child_draft_laws(scheme, q: np.ndarray, drafts) -> list:
     >>> [law.tolist() for law in child_draft_laws("top_n", q, [0, 1])]
     [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
     """
-    name = get_scheme(scheme).name
+    scheme = get_scheme(scheme)
+    name = scheme.name
     drafts = [int(x) for x in drafts]
     n, V = len(drafts), q.size
     if n == 0:
         return []
-    if name == "with_replacement" or (
-        n == 1 and name in ("without_replacement", "greedy", "conditional_poisson")
-    ):
+    if name == "with_replacement" or scheme.one_draw(n):
         laws = [q] * n
     elif name == "without_replacement":
         laws = [q] + [_without(q, drafts[:k]) for k in range(1, n)]
