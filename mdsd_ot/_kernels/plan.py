@@ -250,7 +250,7 @@ def ratio_order_into(p, q, order, rs, ps, qs, bits, bins):
             t += 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _sort_records_descending(sb, a, e):
     """Sort the distinct int64 records ``sb[a:e]`` descending: one more bucket pass over their own
     range (about two bins a record: a bin of one ratio's tokens spreads by index, a bin of nearby

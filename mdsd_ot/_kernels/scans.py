@@ -260,7 +260,7 @@ def _poly_product(am, ae, da, bm, be, db, om, oe, n):
     return dd
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)  # (not inlined: one compiled copy for its three callers)
 def _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n):
     """Push the polynomial ``(tm, te)`` of degree ``td`` on the binary counter's stack, multiplying it
     with the stack's top while their levels are equal (a balanced tree); returns the new depth."""
