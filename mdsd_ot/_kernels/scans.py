@@ -286,28 +286,14 @@ _CLASS_BASE = 1100
 
 
 @nb.njit(cache=True, inline="always")
-def _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
-    """Push the plain chunk ``cp`` of ``cc`` masses on the stack as one leaf and empty it; returns
-    the new depth."""
-    td = min(cc, n)
+def _push_chunk(cs, count, row, s, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
+    """Push the chunk in ``row`` (its coefficient j is ``cs[row, j] 2^(j s)``: ``s = 0`` for the plain
+    chunk, the class's scale exponent for a scaled one) on the stack as one leaf and mark it empty (its
+    row is set again at its next mass); returns the new depth."""
+    td = min(count[row], n)
     for j in range(td + 1):
-        tm[j], te[j] = _normalised(cp[j], 0)
-        cp[j] = 0.0
-    cp[0] = 1.0
-    return _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
-
-
-@nb.njit(cache=True, inline="always")
-def _push_scaled(cs, scount, cl, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n):
-    """Push the scaled chunk of class ``cl`` (its coefficient j is ``cs[cl, j] 2^(j s)``, ``s`` the
-    class's scale exponent) on the stack as one leaf and empty it; returns the new depth."""
-    s = (cl + 1) * width - _CLASS_BASE
-    td = min(scount[cl], n)
-    for j in range(td + 1):
-        tm[j], te[j] = _normalised(cs[cl, j], j * s)
-        cs[cl, j] = 0.0
-    cs[cl, 0] = 1.0
-    scount[cl] = 0
+        tm[j], te[j] = _normalised(cs[row, j], j * s)
+    count[row] = 0
     return _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
 
 
@@ -347,18 +333,16 @@ def esp_tree_coefficients(x, n):
     oe = np.zeros(n + 1, dtype=np.int64)
     chunk = max(16, 4 * n)
     safe = 2.0 ** (-1000.0 / n)
-    cp = np.zeros(n + 1)  # the plain chunk's coefficients
-    cp[0] = 1.0
-    cc = 0  # masses in the chunk
-    # scaled chunks: a single mass below `safe` with binary exponent k (v = f 2^k, f in [1/2, 1))
-    # joins the chunk of its class (k + _CLASS_BASE) // width, multiplied by 2^-s (s the class's top
-    # exponent + 1: exact, into [2^-(width + 1), 1/2)); coefficient j of that chunk is cs[j] 2^(j s)
+    # the chunks, one per row of cs: row `plain` multiplies single masses of at least `safe` as they
+    # are; a smaller single mass with binary exponent k (v = f 2^k, f in [1/2, 1)) joins the row of
+    # its class (k + _CLASS_BASE) // width, multiplied by 2^-s (s the class's top exponent + 1: exact,
+    # into [2^-(width + 1), 1/2)); coefficient j of a row is cs[row, j] 2^(j s)
     width = 1000 // n - 1  # octaves per class: a product of n scaled masses stays above 2^-1000
     classes = _CLASS_BASE // width + 1 if width >= 1 else 0  # (n > 500: each such mass a leaf)
     schunk = min(chunk, 512)  # a coefficient of a scaled chunk stays below C(512, j) 2^-j: no overflow
-    cs = np.empty((max(classes, 1), n + 1))  # a class's row is set at its first mass
-    scount = np.zeros(max(classes, 1), dtype=np.int64)
-    used = np.zeros(max(classes, 1), dtype=np.bool_)
+    plain = classes
+    cs = np.empty((classes + 1, n + 1))  # a row is set at the first mass of each of its chunks
+    count = np.zeros(classes + 1, dtype=np.int64)  # masses in each row's chunk
     i = 0
     V = x.size
     while i < V:
@@ -371,29 +355,25 @@ def esp_tree_coefficients(x, n):
             c += 1
         i += c
         if v >= safe and c < chunk:  # into the plain chunk, c times
+            row, sc, y, limit = plain, 0, v, chunk
+        elif v < safe and c < schunk and classes > 0:  # into the scaled chunk of its class, c times
+            row = (math.frexp(v)[1] + _CLASS_BASE) // width
+            sc = (row + 1) * width - _CLASS_BASE
+            y, limit = math.ldexp(v, -sc), schunk
+        else:
+            row = -1  # a long run, or n > 500: a closed-form leaf
+        if row >= 0:
             for _ in range(c):
-                for j in range(min(cc + 1, n), 0, -1):
-                    cp[j] += v * cp[j - 1]
-                cc += 1
-                if cc == chunk:
-                    depth = _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
-                    cc = 0
-            continue
-        if v < safe and c < schunk and classes > 0:  # into the scaled chunk of its class, c times
-            cl = (math.frexp(v)[1] + _CLASS_BASE) // width
-            if not used[cl]:
-                used[cl] = True
-                cs[cl, 0] = 1.0
-                for j in range(1, n + 1):
-                    cs[cl, j] = 0.0
-            y = math.ldexp(v, _CLASS_BASE - (cl + 1) * width)
-            for _ in range(c):
-                k = scount[cl]
+                k = count[row]
+                if k == 0:
+                    cs[row, 0] = 1.0
+                    for j in range(1, n + 1):
+                        cs[row, j] = 0.0
                 for j in range(min(k + 1, n), 0, -1):
-                    cs[cl, j] += y * cs[cl, j - 1]
-                scount[cl] = k + 1
-                if k + 1 == schunk:
-                    depth = _push_scaled(cs, scount, cl, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
+                    cs[row, j] += y * cs[row, j - 1]
+                count[row] = k + 1
+                if k + 1 == limit:
+                    depth = _push_chunk(cs, count, row, sc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
             continue
         td = min(c, n)  # (1 + v t)^c: C(c, j) v^j = C(c, j - 1) v^(j - 1) * v * (c - j + 1) / j
         fv, kv = math.frexp(v)
@@ -401,11 +381,11 @@ def esp_tree_coefficients(x, n):
         for j in range(1, td + 1):
             tm[j], te[j] = _normalised(tm[j - 1] * fv * ((c - j + 1) / j), te[j - 1] + kv)
         depth = _push_leaf(sm, se, sdeg, slev, depth, tm, te, td, om, oe, n)
-    if cc > 0:
-        depth = _push_plain(cp, cc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
-    for cl in range(classes):
-        if scount[cl] > 0:
-            depth = _push_scaled(cs, scount, cl, width, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
+    for r in range(-1, classes):  # the plain chunk first, then the classes in order
+        row = plain if r < 0 else r
+        if count[row] > 0:
+            sc = 0 if row == plain else (row + 1) * width - _CLASS_BASE
+            depth = _push_chunk(cs, count, row, sc, sm, se, sdeg, slev, depth, tm, te, om, oe, n)
     out_m = np.zeros(n + 1)
     out_e = np.zeros(n + 1, dtype=np.int64)
     if depth == 0:
