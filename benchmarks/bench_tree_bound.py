@@ -90,6 +90,12 @@ class Laws:
         return np.array([self.pair(w)[1] for w in paths])
 
 
+def _mean_se(x) -> tuple[float, float]:
+    """Mean and standard error of the mean of the values ``x``."""
+    x = np.asarray(x, dtype=float)
+    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
+
+
 def tree_of(seed: int, scale: float, noise: float, scheme: str = "with_replacement"):
     laws = Laws(seed, scale, noise)
     return draft_tree(SHAPE, scheme, laws.draft, np.random.default_rng(seed), target=laws.target)
@@ -164,11 +170,11 @@ def sandwich(trees: int) -> str:
             for name in VERIFIERS:
                 vals.setdefault(name, []).append(expected_tokens(tree, name))
         vals = {k: np.asarray(v) for k, v in vals.items()}
-        stat = {k: (float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v)))) for k, v in vals.items()}
+        stat = {k: _mean_se(v) for k, v in vals.items()}
         bound = min(rules, key=lambda r: stat[r][0])
         best = max(VERIFIERS, key=lambda n: stat[n][0])
         diff = vals[bound] - vals[best]  # paired over the same trees
-        d_mean, d_se = float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
+        d_mean, d_se = _mean_se(diff)
         cells = [f"{stat[k][0]:.3f} ± {stat[k][1]:.3f}" for k in (*rules, *VERIFIERS)]
         lines.append(
             f"| {scale:g}, {noise:g} | "
@@ -207,10 +213,9 @@ def paired(trees: int) -> str:
                     diff[rule].append(v - b)
             m = float(np.mean(base))
             for rule in rules:
-                d = np.asarray(diff[rule])
-                se = d.std(ddof=1) / math.sqrt(d.size)
+                d, se = _mean_se(diff[rule])
                 lines.append(
-                    f"| {scheme} | {scale:g}, {noise:g} | {rule} | {m:.3f} | {d.mean():+.3f} ± {se:.3f} "
+                    f"| {scheme} | {scale:g}, {noise:g} | {rule} | {m:.3f} | {d:+.3f} ± {se:.3f} "
                     f"| {np.median(ratio[rule]):.2f} |"
                 )
             print(f"# {scheme} {scale}, {noise} done", flush=True)
@@ -303,12 +308,11 @@ def contexts(trees: int, scheme: str, vocab: int) -> str:
         vals = {key: np.asarray(v) for key, v in vals.items()}
         best = max(names, key=lambda n: vals[n].mean())
         for rule in rules:
-            d = vals[rule] - vals[best]
-            se = float(d.std(ddof=1) / math.sqrt(d.size))
-            z = d.mean() / se if se > 0 else math.inf
+            d, se = _mean_se(vals[rule] - vals[best])
+            z = d / se if se > 0 else math.inf
             lines.append(
                 f"| {scale:g}, {noise:g} | {rule} | {vals[rule].mean():.4f} "
-                f"| {best} ({vals[best].mean():.4f}) | {d.mean():+.4f} ± {se:.4f} | {z:+.1f} |"
+                f"| {best} ({vals[best].mean():.4f}) | {d:+.4f} ± {se:.4f} | {z:+.1f} |"
             )
         print(f"# context {k} done", flush=True)
     lines.append("")

@@ -251,16 +251,39 @@ def weighting(rows, limit: int = 12):
     return "\n".join(lines), out
 
 
-def weighting_of_differences(by_call, by_problem):
-    """How much the paired differences move between the two weightings: the largest change, and the
-    comparisons whose sign or significance at the 5% level differs."""
-    keys = [k for k in by_call if k in by_problem and abs(by_call[k][0]) >= 1e-9]
+_ZERO = 1e-9  # a mean difference below this is rounding (the rows' values agree to ~1e-12)
+
+
+def _moves(by_call, by_problem):
+    """``(keys, moves, flips)`` of two weightings' paired differences (``{key: (mean, ci, calls, G,
+    p)}``): the keys both hold whose per-call mean is not 0 up to rounding, ``(|per problem - per
+    call|, key)`` largest first, and the keys whose significance at the 5% level differs, or whose
+    sign differs where either is significant."""
+    keys = [k for k in by_call if k in by_problem and abs(by_call[k][0]) >= _ZERO]
     moves = sorted(((abs(by_problem[k][0] - by_call[k][0]), k) for k in keys), reverse=True)
     flips = [
         k for k in keys
         if (by_call[k][4] < 0.05) != (by_problem[k][4] < 0.05)
         or (by_call[k][0] > 0) != (by_problem[k][0] > 0) and min(by_call[k][4], by_problem[k][4]) < 0.05
     ]  # fmt: skip
+    return keys, moves, flips
+
+
+def _flip_lines(flips, by_call, by_problem) -> list[str]:
+    """One line per key of ``flips``, sorted: the difference per call and per problem."""
+    out = []
+    for k in sorted(flips):
+        a, b = by_call[k], by_problem[k]
+        out.append(
+            f"- {k[0]}, T = {k[1]:g}: per call {_fmt(a[0], a[1], a[4])}, per problem {_fmt(b[0], b[1], b[4])}"
+        )
+    return out
+
+
+def weighting_of_differences(by_call, by_problem):
+    """How much the paired differences move between the two weightings: the largest change, and the
+    comparisons whose sign or significance at the 5% level differs."""
+    keys, moves, flips = _moves(by_call, by_problem)
     out = [
         f"{len(keys)} paired differences; |per problem - per call|: median "
         f"{statistics.median(m for m, _ in moves):.3f}, largest {moves[0][0]:.3f} ({moves[0][1][0]}, "
@@ -274,11 +297,7 @@ def weighting_of_differences(by_call, by_problem):
             f"The sign differs in {len(signs)} of them, all with p >= {math.floor(low * 100) / 100:.2f}."
         )
     out.append(f"Sign or significance at the 5% level differs in {len(flips)} of them:")
-    for k in sorted(flips):
-        a, b = by_call[k], by_problem[k]
-        out.append(
-            f"- {k[0]}, T = {k[1]:g}: per call {_fmt(a[0], a[1], a[4])}, per problem {_fmt(b[0], b[1], b[4])}"
-        )
+    out += _flip_lines(flips, by_call, by_problem)
     return "\n".join(out)
 
 
@@ -451,8 +470,6 @@ NEW_VERIFIERS = ("exact:lookahead", "exact:gbv")
 #: The scheme's default certified rule (docs/math.md#the-tree-dual): ``top_n`` for top_n trees,
 #: ``subtree`` for every random scheme; ``one_level`` is the rule every scheme also has.
 DEFAULT_RULE = {"top_n": "upper:top_n"}
-
-_ZERO = 1e-9  # a mean difference below this is rounding (the rows' values agree to ~1e-12)
 
 
 def new_columns(rows) -> list[str]:
@@ -684,26 +701,16 @@ def new_columns_weighting(rows, agg, limit: int = 8) -> str:
 def moves_summary(by_call, by_problem) -> str:
     """How much the new paired differences move between the two weightings: the median and largest
     change, and the comparisons whose sign or significance at the 5% level differs."""
-    keys = [k for k in by_call if k in by_problem and abs(by_call[k][0]) >= _ZERO]
+    keys, moves, flips = _moves(by_call, by_problem)
     if not keys:
         return "No paired differences of the new columns."
-    moves = sorted(((abs(by_problem[k][0] - by_call[k][0]), k) for k in keys), reverse=True)
-    flips = [
-        k for k in keys
-        if (by_call[k][4] < 0.05) != (by_problem[k][4] < 0.05)
-        or (by_call[k][0] > 0) != (by_problem[k][0] > 0) and min(by_call[k][4], by_problem[k][4]) < 0.05
-    ]  # fmt: skip
     out = [
         f"{len(keys)} paired differences of the new columns (those equal up to rounding left out); "
         f"|per problem - per call|: median {statistics.median(m for m, _ in moves):.3f}, largest "
         f"{moves[0][0]:.3f} ({moves[0][1][0]}, T = {moves[0][1][1]:g}). Sign or significance at the 5% "
         f"level differs in {len(flips)} of them" + (":" if flips else ".")
     ]
-    for k in sorted(flips):
-        a, b = by_call[k], by_problem[k]
-        out.append(
-            f"- {k[0]}, T = {k[1]:g}: per call {_fmt(a[0], a[1], a[4])}, per problem {_fmt(b[0], b[1], b[4])}"
-        )
+    out += _flip_lines(flips, by_call, by_problem)
     return "\n".join(out)
 
 
