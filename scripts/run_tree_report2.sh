@@ -14,7 +14,7 @@
 #   driven-traversal  [4,2,2,1] i.i.d. decoded by traversal (same config)  } valid verifier evaluated
 #   driven-block      1x4 i.i.d. chains decoded by block verification      } at the driver's positions
 #   chat              MT-Bench's 80 first turns as chat prompts (scripts/prepare_chat_prompts.py), the
-#                     main cells, $CHAT_TOKENS (64) new tokens
+#                     main cells, $CHAT_TOKENS (64) new tokens at $CHAT_TEMPERATURES (0.7,1.0)
 #   cost              two-thread wall-time forward costs on this machine, the baseline of real decoding's
 #                     speedup (scripts/tree_cost.py measure --threads 2 --basis wall; $RUNS/cost_wall2.json;
 #                     scripts/tree_driven.py --cost), best run while the machine is otherwise idle
@@ -31,7 +31,7 @@
 # Models: python scripts/prepare_qwen_models.py ($MODELS). Chat prompts:
 # python scripts/prepare_chat_prompts.py ($PROMPTS/mtbench.jsonl).
 #
-# Variables: RUNS, MODELS, PROMPTS, SUBSET (64), CHAT_TOKENS (64), VERIFIERS (comma list; default every
+# Variables: RUNS, MODELS, PROMPTS, SUBSET (64), CHAT_TOKENS (64), CHAT_TEMPERATURES (0.7,1.0), VERIFIERS (comma list; default every
 # valid verifier of the registry, so the columns merged later are picked up), BOUND_ARGS (the decoder's
 # flag of the certified per-call bound, e.g. BOUND_ARGS=--bound once that column exists), FORCE=1 (run
 # without native bfloat16), TRIAL_RECORDS (2), TRIAL_TOKENS (8).
@@ -44,6 +44,7 @@ PROMPTS="${PROMPTS:-$CACHE/prompts}"
 RUNS="${RUNS:-$CACHE/runs/trees2}"
 SUBSET="${SUBSET:-64}"
 CHAT_TOKENS="${CHAT_TOKENS:-64}"
+CHAT_TEMPERATURES="${CHAT_TEMPERATURES:-0.7,1.0}"  # two thirds of three temperatures' time (hours)
 BOUND_ARGS="${BOUND_ARGS:-}"
 part="${1:-}"
 [ -n "$part" ] || { sed -n '2,38p' "$0"; exit 2; }
@@ -94,7 +95,7 @@ run_part() {  # run_part PART ROOT [extra args]: the part's decode into ROOT/PAR
         chat)
             [ -f "$PROMPTS/mtbench.jsonl" ] || { echo "run_tree_report2.sh: $PROMPTS/mtbench.jsonl missing: python scripts/prepare_chat_prompts.py" >&2; return 2; }
             decode "$root/chat" --prompts "$PROMPTS/mtbench.jsonl" "${MAIN_CELLS[@]}" \
-                --max-new-tokens "$CHAT_TOKENS" "$@" ;;
+                --max-new-tokens "$CHAT_TOKENS" --temperatures "$CHAT_TEMPERATURES" "$@" ;;
         cost) python scripts/tree_cost.py measure --threads 2 --basis wall --models "$MODELS" \
                 --out "$root/cost_wall2.json" ;;  # the decode arguments do not apply
         *) echo "run_tree_report2.sh: unknown part '$p'" >&2; return 2 ;;
