@@ -7,11 +7,15 @@ run in float32 and in bfloat16 over the same nodes, and we record
 
 * the total variation between the fp32 and bf16 laws at every node (target and draft);
 * alpha* of the root (with replacement, n = 4) under each precision;
-* every verifier's exact tokens per call on the same drafted trees under each precision;
+* every verifier's exact tokens per call on the same drafted trees under each precision, and what
+  that does to the paired differences the report interprets (``paired_summary``);
 * the CPU time of the draft and target forwards in each precision (same positions, same machine).
 
-    HF_HUB_OFFLINE=1 python scripts/tree_dtype_effect.py --models $MODELS --rows docs/results/trees \\
-        --samples 24 --out docs/results/trees/dtype_effect.json
+    HF_HUB_OFFLINE=1 python scripts/tree_dtype_effect.py --models $MODELS --rows docs/results/trees2/main \\
+        --samples 48 --out docs/results/trees2/dtype_effect.json
+
+One precision's pair is loaded at a time (``--batch`` calls' laws are held between the two), and the
+verifiers' values are computed with no model loaded, so that it fits beside little else on 24 GiB.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default="docs/results/trees", help="committed rows (their contexts)")
     parser.add_argument("--samples", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=8, help="calls whose laws are held at once")
     parser.add_argument("--out", default="dtype_effect.json")
     args = parser.parse_args(argv)
 
@@ -87,40 +92,44 @@ def main(argv=None) -> int:
             laws[role] = {p: law[k].astype(np.float32) for k, p in enumerate(paths)}  # float32 to fit
         return laws, cpu
 
-    # phase 1, bfloat16 (as in the run): draft each sampled call's forest, keep its bf16 laws
-    calls = []
-    models = load("bfloat16")
-    for i in picks.tolist():
-        call = drive[i]
-        before = [
-            t
-            for r in sorted(drive, key=lambda r: r["call"])
-            if r["record"] == call["record"] and r["T"] == call["T"] and r["call"] < call["call"]
-            for t in r["tokens"]
-        ]
-        context = list(_record_ids(prompts[call["record"]], tok)[0]) + before  # the decoder's prompt ids
-        T = call["T"]
-        dlm = models["draft"]
-        dlm.reset(context)
+    def forests_and_laws(batch):
+        """Each call's union forest drafted with the bf16 draft (as in the run), then each precision's
+        laws over its nodes; one precision's pair is loaded at a time and freed before the next."""
+        calls = []
+        models = load("bfloat16")
+        for i in batch:
+            call = drive[i]
+            before = [
+                t
+                for r in sorted(drive, key=lambda r: r["call"])
+                if r["record"] == call["record"] and r["T"] == call["T"] and r["call"] < call["call"]
+                for t in r["tokens"]
+            ]
+            context = list(_record_ids(prompts[call["record"]], tok)[0]) + before  # the decoder's prompt ids
+            T = call["T"]
+            dlm = models["draft"]
+            dlm.reset(context)
 
-        def draft(paths, lm=dlm, T=T):
-            if list(paths) == [()]:
-                root, _ = lm.forward([])
-                return to_distribution(root[None], temperature=T).numpy()
-            _, lg = lm.forward(paths)
-            return to_distribution(lg, temperature=T).numpy()
+            def draft(paths, lm=dlm, T=T):
+                if list(paths) == [()]:
+                    root, _ = lm.forward([])
+                    return to_distribution(root[None], temperature=T).numpy()
+                _, lg = lm.forward(paths)
+                return to_distribution(lg, temperature=T).numpy()
 
-        forest = draft_forest(config.forest(), draft, np.random.default_rng(i))
-        every, internal = forest_paths(forest), forest_paths(forest, internal=True)
-        laws, cpu = laws_of(models, context, T, every, internal)
-        calls.append((call, context, forest, every, internal, {"bfloat16": laws}, {"bfloat16": cpu}))
-        print(f"bf16 {len(calls)}/{len(picks)}", flush=True)
-    del models
-    # phase 2, float32 over the same nodes
-    models = load("float32")
-    while calls:  # pop each call: its forest's float64 laws and prepared verifiers are freed after it
-        call, context, forest, every, internal, laws, cpu = calls.pop(0)
-        laws["float32"], cpu["float32"] = laws_of(models, context, call["T"], every, internal)
+            forest = draft_forest(config.forest(), draft, np.random.default_rng(i))
+            every, internal = forest_paths(forest), forest_paths(forest, internal=True)
+            laws, cpu = laws_of(models, context, T, every, internal)
+            calls.append((call, forest, every, internal, {"bfloat16": laws}, {"bfloat16": cpu}, context))
+        del models
+        models = load("float32")
+        for call, _, every, internal, laws, cpu, context in calls:
+            laws["float32"], cpu["float32"] = laws_of(models, context, call["T"], every, internal)
+        del models
+        return calls
+
+    def compare(call, forest, every, internal, laws, cpu):
+        """One call's record: law distances, alpha* and every verifier's value under both precisions."""
         tv = {
             role: [
                 0.5 * float(np.abs(laws["float32"][role][p].astype(float) - laws["bfloat16"][role][p]).sum())
@@ -155,26 +164,33 @@ def main(argv=None) -> int:
                     values.setdefault(f"{tree}/{scheme}/{name}", {})[dt] = value
         values = {k: v for k, v in values.items() if len(v) == 2 and k.rsplit("/", 1)[0] not in flipped}
         diffs = [abs(v["float32"] - v["bfloat16"]) for v in values.values()]
-        out["samples"].append(
-            {
-                "record": call["record"],
-                "T": call["T"],
-                "call": call["call"],
-                "nodes": len(every),
-                "cells_compared": len({k.rsplit("/", 1)[0] for k in values}),
-                "cells_whose_top_tokens_differ_in_fp32": sorted(flipped),
-                "tv_target_median": float(np.median(tv["target"])),
-                "tv_target_max": max(tv["target"]),
-                "tv_draft_median": float(np.median(tv["draft"])),
-                "tv_draft_max": max(tv["draft"]),
-                "alpha_star_n4": alpha,
-                "tokens_per_call_abs_diff_mean": float(np.mean(diffs)),
-                "tokens_per_call_abs_diff_max": max(diffs),
-                "tokens_per_call_mean": {dt: float(np.mean([v[dt] for v in values.values()])) for dt in laws},
-                "cpu_s": {f"{r}:{d}": cpu[d][r] for d in cpu for r in cpu[d]},
-            }
-        )
-        print(json.dumps(out["samples"][-1]), flush=True)
+        return {
+            "record": call["record"],
+            "T": call["T"],
+            "call": call["call"],
+            "nodes": len(every),
+            "cells_compared": len({k.rsplit("/", 1)[0] for k in values}),
+            "cells_whose_top_tokens_differ_in_fp32": sorted(flipped),
+            "tv_target_median": float(np.median(tv["target"])),
+            "tv_target_max": max(tv["target"]),
+            "tv_draft_median": float(np.median(tv["draft"])),
+            "tv_draft_max": max(tv["draft"]),
+            "alpha_star_n4": alpha,
+            "tokens_per_call_abs_diff_mean": float(np.mean(diffs)),
+            "tokens_per_call_abs_diff_max": max(diffs),
+            "tokens_per_call_mean": {dt: float(np.mean([v[dt] for v in values.values()])) for dt in laws},
+            "values": values,
+            "cpu_s": {f"{r}:{d}": cpu[d][r] for d in cpu for r in cpu[d]},
+        }
+
+    # batches of --batch calls: a batch's float32 laws of both models are what is held beside the run
+    order = picks.tolist()
+    for b in range(0, len(order), args.batch):
+        calls = forests_and_laws(order[b : b + args.batch])
+        while calls:  # each call's float64 laws and prepared verifiers are freed after it
+            call, forest, every, internal, laws, cpu, _ = calls.pop(0)
+            out["samples"].append(compare(call, forest, every, internal, laws, cpu))
+            print(json.dumps({k: v for k, v in out["samples"][-1].items() if k != "values"}), flush=True)
     s = out["samples"]
     cpu_sum = {k: sum(x["cpu_s"][k] for x in s) for k in s[0]["cpu_s"]}
     out["summary"] = {
@@ -194,9 +210,63 @@ def main(argv=None) -> int:
         "target_cpu_fp32_over_bf16": cpu_sum["target:float32"] / cpu_sum["target:bfloat16"],
         "draft_cpu_fp32_over_bf16": cpu_sum["draft:float32"] / cpu_sum["draft:bfloat16"],
     }
+    out["summary"]["paired_differences"] = paired_summary(s)
     print(json.dumps(out["summary"], indent=1))
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def paired_summary(samples: list[dict]) -> dict:
+    """What bf16 does to the differences the report interprets: for every comparison on the same
+    calls (two verifiers of one cell; two schemes of one shape under the same verifier), its value
+    under float32 minus its value under bfloat16, per sampled call. Per comparison, the mean of that
+    change over the calls holding it, with a 95% t interval over calls; pooled, the median and
+    largest absolute change against the median absolute difference itself."""
+    from itertools import combinations
+
+    from mdsd_ot.intervals import t_quantile
+
+    change: dict = {}
+    size: list = []
+    for x in samples:
+        vals = x["values"]
+        cells: dict = {}
+        for key, v in vals.items():
+            tree, scheme, name = key.split("/")
+            cells.setdefault((tree, scheme), {})[name] = v
+        pairs = [
+            (f"{tree}/{scheme}: {a} - {b}", vs[a], vs[b])
+            for (tree, scheme), vs in cells.items()
+            for a, b in combinations(sorted(vs), 2)
+        ]
+        pairs += [
+            (f"{tree}: {s1} - {s2} ({name})", cells[tree, s1][name], cells[tree, s2][name])
+            for (tree, s1), (tree2, s2) in combinations(sorted(cells), 2)
+            if tree == tree2
+            for name in ("traversal",)
+            if name in cells[tree, s1] and name in cells[tree2, s2]
+        ]
+        for label, a, b in pairs:
+            d32, d16 = a["float32"] - b["float32"], a["bfloat16"] - b["bfloat16"]
+            change.setdefault(label, []).append(d32 - d16)
+            size.append(abs(d16))
+    flat = np.abs(np.concatenate([np.asarray(v) for v in change.values()]))
+    per = {}
+    for label, v in change.items():
+        v = np.asarray(v)
+        half = float(t_quantile(v.size) * v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else None
+        per[label] = {"mean": float(v.mean()), "ci95": half, "calls": int(v.size)}  # None: one call
+    excl = [k for k, r in per.items() if r["ci95"] is not None and abs(r["mean"]) > r["ci95"]]
+    worst = max(per, key=lambda k: abs(per[k]["mean"]))
+    return {
+        "comparisons": len(per),
+        "change_abs_median": float(np.median(flat)),
+        "change_abs_max": float(flat.max()),
+        "difference_abs_median_bf16": float(np.median(size)),
+        "largest_mean_change": {"comparison": worst, **per[worst]},
+        "intervals_excluding_zero": len(excl),
+        "per_comparison": per,
+    }
 
 
 if __name__ == "__main__":

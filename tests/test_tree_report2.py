@@ -215,3 +215,52 @@ def test_first_edition_rows_get_one_line_per_section(tr, capsys, tmp_path):
     line = tr.wall_time(tmp_path, rows).splitlines()[2]
     assert line.startswith(f"| {tr.UNRECORDED} | {len(CALLS)} | {len(calls)} | {hours:.2f} |")
     assert len(tr.wall_time(tmp_path, rows).splitlines()) == 3
+
+
+def test_dtype_effect_on_paired_differences_by_hand():
+    """``tree_dtype_effect.paired_summary``: the change of each paired difference between float32 and
+    bfloat16, computed by hand on three calls (two verifiers of one cell, two schemes of one shape)."""
+    spec = importlib.util.spec_from_file_location(
+        "tree_dtype_effect", ROOT / "scripts" / "tree_dtype_effect.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def call(a32, a16, b32, b16, c32, c16):
+        return {
+            "values": {
+                "2x2/with_replacement/traversal": {"float32": a32, "bfloat16": a16},
+                "2x2/with_replacement/rrs": {"float32": b32, "bfloat16": b16},
+                "2x2/greedy/traversal": {"float32": c32, "bfloat16": c16},
+            }
+        }
+
+    samples = [
+        call(3.0, 2.9, 2.5, 2.5, 3.2, 3.2),
+        call(2.0, 2.0, 1.0, 1.2, 2.5, 2.0),
+        call(1.0, 1.0, 1.0, 1.0, 1.5, 1.5),
+    ]
+    out = module.paired_summary(samples)
+    per = out["per_comparison"]
+    assert set(per) == {
+        "2x2/with_replacement: rrs - traversal",
+        "2x2: greedy - with_replacement (traversal)",
+    }
+    # rrs - traversal: (2.5-3.0) - (2.5-2.9) = -0.1; (1.0-2.0) - (1.2-2.0) = -0.2; 0
+    v = np.array([-0.1, -0.2, 0.0])
+    r = per["2x2/with_replacement: rrs - traversal"]
+    assert r["calls"] == 3 and r["mean"] == pytest.approx(v.mean(), abs=1e-12)
+    half = mp_t_quantile(2, 0.975) * math.sqrt(((v - v.mean()) ** 2).sum() / 2) / math.sqrt(3)
+    assert r["ci95"] == pytest.approx(half, rel=1e-9)
+    # greedy - with replacement: (3.2-3.0) - (3.2-2.9) = -0.1; (2.5-2.0) - (2.0-2.0) = 0.5; 0
+    w = np.array([-0.1, 0.5, 0.0])
+    assert per["2x2: greedy - with_replacement (traversal)"]["mean"] == pytest.approx(w.mean(), abs=1e-12)
+    changes = np.abs(np.concatenate([v, w]))
+    assert out["change_abs_median"] == pytest.approx(np.median(changes), abs=1e-12)
+    assert out["change_abs_max"] == pytest.approx(0.5, abs=1e-12)
+    # |differences| under bf16: 0.4, 0.8, 0 and 0.3, 0, 0.5
+    assert out["difference_abs_median_bf16"] == pytest.approx(0.35, abs=1e-12)
+    assert out["largest_mean_change"]["comparison"] == "2x2: greedy - with_replacement (traversal)"
+    assert out["intervals_excluding_zero"] == 0  # three calls: both intervals hold 0
+    one = module.paired_summary(samples[:1])["per_comparison"]
+    assert all(r["ci95"] is None and r["calls"] == 1 for r in one.values())  # no interval from one call
