@@ -109,8 +109,10 @@ def compare(driven, main) -> list[str]:
 
 def wall_per_token(driven, cost) -> list[str]:
     """Wall seconds of drafting + the target forward per generated token, and the speedup over plain
-    decoding at ``cost``'s ``t_T(1)``."""
-    from tree_cost import medians
+    decoding at ``cost``'s ``t_T(1)``, beside the speedup the measured-cost model predicts for the
+    run's own tokens per call (``tree_cost.measured_speedup``; it counts every drafted node as a
+    position, so it is a lower bound where i.i.d. drafts repeat a token)."""
+    from tree_cost import measured_speedup, medians
 
     # like for like only: the runs' two-thread wall seconds against a two-thread wall-time baseline
     same = cost and cost.get("basis", "wall") == "wall" and cost.get("threads") == 2
@@ -125,7 +127,12 @@ def wall_per_token(driven, cost) -> list[str]:
         per = secs / toks
         text = f"- T = {T:g}: {1000 * per:.1f} ms per generated token over {toks} tokens ({len(calls)} calls)"
         if plain:
-            text += f", speedup over plain decoding {plain / per:.2f} (t_T(1) = {1000 * plain:.1f} ms)"
+            tau = sum(r["emitted"] for r in calls) / len(calls)
+            model = measured_speedup(tau, calls[0]["tree"], cost)
+            text += (
+                f", speedup over plain decoding {plain / per:.2f} (t_T(1) = {1000 * plain:.1f} ms; "
+                f"the model at {tau:.3f} tokens per call: {model:.2f})"
+            )
         elif cost:
             text += (
                 " (no speedup: cost.json is not a two-thread wall-time measurement; measure the baseline "

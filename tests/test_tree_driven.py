@@ -1,0 +1,114 @@
+"""``scripts/tree_driven.py``: the second edition's driven runs against the traversal driver's positions,
+on hand-made rows, every figure recomputed here by hand (numpy, a 50-digit t quantile)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from oracles import mp_t_quantile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def td():
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("tree_driven", ROOT / "scripts" / "tree_driven.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _call(record, T, call, values, emitted=None, secs=(0.0, 0.0), tree="4,2,2,1", driver="rrs"):
+    row = {
+        "record": record,
+        "T": T,
+        "call": call,
+        "tree": tree,
+        "scheme": "with_replacement",
+        "driver": driver,
+    }
+    row.update({f"exact:{k}": v for k, v in values.items()})
+    if emitted is not None:
+        row.update(emitted=emitted, tokens=[7] * emitted, t_draft=secs[0], t_target=secs[1])
+    return row
+
+
+def _t_p(mean, half, G):
+    """Two-sided p of a t statistic on G - 1 degrees of freedom, by 50-digit integration."""
+    import mpmath
+
+    se = half / mp_t_quantile(G - 1, 0.975)
+    t, df = abs(mean) / se, G - 1
+    with mpmath.workdps(30):
+        return float(mpmath.betainc(df / 2, mpmath.mpf(1) / 2, 0, df / (df + t * t), regularized=True))
+
+
+def test_driven_minus_main_per_problem_and_sampled_minus_exact(td):
+    driven = [
+        _call("a", 1.0, 0, {"rrs": 3.0, "traversal": 3.2}, emitted=3),
+        _call("a", 1.0, 1, {"rrs": 4.0, "traversal": 4.1}, emitted=5),
+        _call("b", 1.0, 0, {"rrs": 2.0, "traversal": 2.5}, emitted=1),
+        _call("c", 1.0, 0, {"rrs": 3.5, "traversal": 3.0}, emitted=4),
+        _call("c", 1.0, 1, {"rrs": 4.5, "traversal": 4.0}, emitted=4),
+        _call("c", 1.0, 2, {"rrs": 2.5, "traversal": 2.0}, emitted=2),
+    ]
+    main = [  # the same cell at the traversal driver's positions; problem d is not in the driven run
+        _call("a", 1.0, 0, {"rrs": 3.1, "traversal": 3.0}, driver="traversal"),
+        _call("b", 1.0, 0, {"rrs": 2.6, "traversal": 2.4}, driver="traversal"),
+        _call("b", 1.0, 1, {"rrs": 3.0, "traversal": 3.2}, driver="traversal"),
+        _call("c", 1.0, 0, {"rrs": 3.0, "traversal": 3.3}, driver="traversal"),
+        _call("d", 1.0, 0, {"rrs": 9.0, "traversal": 9.0}, driver="traversal"),
+    ]
+    lines = td.compare(driven, main)
+    assert lines[0] == "### 4,2,2,1 with_replacement, decoded by rrs"
+    row = {
+        line.split("|")[1].strip(): line.split("|")[2].strip() for line in lines if line.startswith("| rrs")
+    }
+    # per-problem means of rrs: driven a 3.5, b 2.0, c 3.5; main a 3.1, b 2.8, c 3.0
+    d = np.array([3.5 - 3.1, 2.0 - 2.8, 3.5 - 3.0])
+    half = mp_t_quantile(2, 0.975) * d.std(ddof=1) / math.sqrt(3)
+    assert row["rrs"].startswith(
+        f"{d.mean():+.3f} ± {half:.3f} (p = {_t_p(d.mean(), half, 3):.2f}), 3 problems"
+    )
+    # sampled - exact (rrs), clustered by problem: per call 0, 1, -1, 0.5, -0.5, -0.5
+    x = np.array([0.0, 1.0, -1.0, 0.5, -0.5, -0.5])
+    groups = np.array(["a", "a", "b", "c", "c", "c"])
+    mean = x.mean()
+    totals = np.array([((x - mean)[groups == g]).sum() for g in "abc"])
+    se = math.sqrt(3 / 2 * (totals**2).sum()) / x.size  # G/(G-1) sum of cluster totals^2, over m
+    half = mp_t_quantile(2, 0.975) * se
+    (sampled,) = [line for line in lines if line.startswith("- T = 1: sampled - exact")]
+    assert f"{mean:+.3f} ± {half:.3f}" in sampled
+
+
+def test_wall_time_per_token_and_speedup_by_hand(td):
+    driven = [
+        _call("a", 0.7, 0, {"rrs": 3.0}, emitted=3, secs=(0.5, 0.7), tree="1x4"),
+        _call("a", 0.7, 1, {"rrs": 4.0}, emitted=5, secs=(0.4, 0.6), tree="1x4"),
+    ]
+    medians = [  # linear costs: target 0.2 s + 0.01 s per position, draft 0.05 s + 0.005 s per position
+        {"model": m, "positions": n, "median_s": a + b * n}
+        for m, a, b in (("target", 0.2, 0.01), ("draft", 0.05, 0.005))
+        for n in (1, 2, 4, 8, 16)
+    ]
+    cost = {"basis": "wall", "threads": 2, "medians": medians}
+    (line,) = td.wall_per_token(driven, cost)
+    per = (0.5 + 0.7 + 0.4 + 0.6) / 8
+    plain = 0.21
+    tau = 4.0  # tokens per call; a 1x4 chain: draft forwards over tau, 1, 1, 1 positions, target over tau + 4
+    draft = (0.05 + 0.005 * tau) + 3 * (0.05 + 0.005)
+    target = 0.2 + 0.01 * (tau + 4)
+    assert line == (
+        f"- T = 0.7: {1000 * per:.1f} ms per generated token over 8 tokens (2 calls), speedup over plain "
+        f"decoding {plain / per:.2f} (t_T(1) = 210.0 ms; the model at 4.000 tokens per call: "
+        f"{tau * plain / (draft + target):.2f})"
+    )
+    one_thread = dict(cost, threads=1, basis="cpu")  # not like for like with the runs' wall time
+    assert "no speedup" in td.wall_per_token(driven, one_thread)[0]
