@@ -12,6 +12,8 @@ copy of the target).
   (the decoder's case: the node-wise ``prepare`` is cached per path and shared), as a ratio to one
   ``np.argsort`` of a V-vector timed in the same loop (median of three per tree); with ``--target``,
   also one forward of that model over a 16-node tree (``bench_trees.py``'s baseline), CPU, one thread.
+* **Sampling cost** (``--sampling-trees``): one ``verify_tree`` by each driver of the report's driven
+  runs on a fresh tree, CPU milliseconds: the verification a real decoder pays per call.
 * **Value** (``--trees`` per setting): exact tokens per call of ``optimal``, ``traversal`` and every
   lookahead variant on the same trees, mean +- standard error over the trees, and the paired
   differences (mean +- s.e.).
@@ -134,6 +136,32 @@ def cost(n_trees, target=None):
         print(f"| (one target forward, CPU ms, 1 thread) | {ms:.0f} = {ms / base:.0f} argsorts | |")
 
 
+def sampling_cost(n_trees):
+    """CPU milliseconds of one verification by each driver of the report's driven runs, as a decoder
+    pays it per call: ``verify_tree`` on a fresh copy of the tree (its own ``prepare`` per node it
+    visits), on [4,2,2,1] i.i.d. trees and, for ``block``, on 1 x 4 chains."""
+    from mdsd_ot.trees import verify_tree
+
+    drivers = {SHAPE: ("rrs", "optimal", "traversal", "lookahead"), "1x4": ("block",)}
+    times = {(shape, name): [] for shape, names in drivers.items() for name in names}
+    for i in range(-1, n_trees):  # tree -1: a warm-up (first calls compile), not timed
+        for shape, names in drivers.items():
+            laws = Laws(3001 + i, 4.0, 1.0)
+            tree = draft_tree(
+                shape, "with_replacement", laws.draft, np.random.default_rng([i + 1, 98]), target=laws.target
+            )
+            for name in names:
+                t, _ = cpu(lambda: verify_tree(fresh(tree), name, np.random.default_rng(i + 1)))
+                if i >= 0:
+                    times[shape, name].append(t)
+    print("\n| one verification per call (verify_tree, fresh tree) | CPU ms, mean | median | min - max |")
+    print("|---|---|---|---|")
+    for (shape, name), ts in times.items():
+        ms = 1e3 * np.array(ts)
+        spread = f"{ms.min():.0f} - {ms.max():.0f}"
+        print(f"| {name} on {shape} | {ms.mean():.0f} | {np.median(ms):.0f} | {spread} |")
+
+
 def value(n_trees, settings):
     names = ["optimal", "traversal"] + list(VARIANTS)
     print(
@@ -162,6 +190,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trees", type=int, default=48, help="trees per setting for the value table")
     ap.add_argument("--cost-trees", type=int, default=5, help="trees for the cost table")
+    ap.add_argument("--sampling-trees", type=int, default=5, help="trees for the sampling-cost table")
     ap.add_argument("--no-scaled", action="store_true", help="leave out the 'soc scaled' variant")
     ap.add_argument("--target", default=None, help="target model folder: time one forward in the same run")
     args = ap.parse_args(argv)
@@ -170,6 +199,8 @@ def main(argv=None):
     print(header("The lookahead verifier at V = 152,064"))
     if args.cost_trees:
         cost(args.cost_trees, args.target)
+    if args.sampling_trees:
+        sampling_cost(args.sampling_trees)
     if args.trees:
         value(args.trees, SETTINGS)
 

@@ -3,6 +3,7 @@
 traversal driver's positions (the second edition's driven runs, ``run_tree_report2.sh driven-*``).
 
     python scripts/tree_driven.py DRIVEN [DRIVEN ...] --main MAIN [--cost docs/results/trees2/cost.json]
+        [--verify-ms rrs=5,optimal=63,...]
 
 ``DRIVEN``: decode folders (or committed row folders) of one cell each, decoded by one verifier;
 ``MAIN``: the union run whose driver is traversal on ``[4,2,2,1]`` i.i.d. (``docs/results/trees`` or
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -107,11 +109,14 @@ def compare(driven, main) -> list[str]:
     return lines
 
 
-def wall_per_token(driven, cost) -> list[str]:
+def wall_per_token(driven, cost, verify_ms=None) -> list[str]:
     """Wall seconds of drafting + the target forward per generated token, and the speedup over plain
     decoding at ``cost``'s ``t_T(1)``, beside the speedup the measured-cost model predicts for the
     run's own tokens per call (``tree_cost.measured_speedup``; it counts every drafted node as a
-    position, so it is a lower bound where i.i.d. drafts repeat a token)."""
+    position, so it is a lower bound where i.i.d. drafts repeat a token). The rows time drafting and
+    the target forward, not the driver's own verification (the decoder verifies after computing every
+    verifier's exact value, whose prepared state the driver reuses); ``verify_ms`` (``{driver: CPU
+    milliseconds per call}``, measured on fresh trees by ``benchmarks/bench_lookahead.py``) adds it."""
     from tree_cost import measured_speedup, medians
 
     # like for like only: the runs' two-thread wall seconds against a two-thread wall-time baseline
@@ -120,18 +125,25 @@ def wall_per_token(driven, cost) -> list[str]:
     out = []
     for T in sorted({r["T"] for r in driven}):
         calls = [r for r in driven if r["T"] == T and "emitted" in r]
-        secs = math.fsum(r["t_draft"] + r["t_target"] for r in calls)
+        extra = (verify_ms or {}).get(calls[0]["driver"], 0.0) / 1000.0 if calls else 0.0
+        secs = math.fsum(r["t_draft"] + r["t_target"] + extra for r in calls)
         toks = sum(len(r.get("tokens", [])) for r in calls)
         if not toks:
             continue
         per = secs / toks
-        text = f"- T = {T:g}: {1000 * per:.1f} ms per generated token over {toks} tokens ({len(calls)} calls)"
+        # robust to other jobs slowing some calls down: the median call over the mean tokens per call
+        per_median = (
+            (statistics.median(r["t_draft"] + r["t_target"] for r in calls) + extra) * len(calls) / toks
+        )
+        text = f"- T = {T:g}: {1000 * per:.1f} ms per generated token over {toks} tokens ({len(calls)} calls"
+        text += f"; verification {1000 * extra:.0f} ms per call included)" if extra else ")"
+        text += f", {1000 * per_median:.1f} ms at the median call"
         if plain:
             tau = sum(r["emitted"] for r in calls) / len(calls)
             model = measured_speedup(tau, calls[0]["tree"], cost)
             text += (
-                f", speedup over plain decoding {plain / per:.2f} (t_T(1) = {1000 * plain:.1f} ms; "
-                f"the model at {tau:.3f} tokens per call: {model:.2f})"
+                f"; speedup over plain decoding {plain / per:.2f}, {plain / per_median:.2f} at the median "
+                f"call (t_T(1) = {1000 * plain:.1f} ms; the model at {tau:.3f} tokens per call: {model:.2f})"
             )
         elif cost:
             text += (
@@ -148,7 +160,16 @@ def main(argv=None) -> int:
     parser.add_argument("driven", nargs="+")
     parser.add_argument("--main", default=str(ROOT / "docs" / "results" / "trees"))
     parser.add_argument("--cost", default=str(ROOT / "docs" / "results" / "trees2" / "cost.json"))
+    parser.add_argument(
+        "--verify-ms",
+        default="",
+        help="driver=ms,...: each driver's verification per call (benchmarks/bench_lookahead.py), added",
+    )
     args = parser.parse_args(argv)
+    try:
+        verify_ms = {k: float(v) for k, v in (x.split("=") for x in args.verify_ms.split(",") if x)}
+    except ValueError:
+        parser.error(f"--verify-ms takes comma-separated driver=milliseconds pairs, got {args.verify_ms!r}")
     main_rows = _rows(Path(args.main))
     cost = json.loads(Path(args.cost).read_text()) if Path(args.cost).exists() else None
     for folder in args.driven:
@@ -161,7 +182,7 @@ def main(argv=None) -> int:
         except ValueError as exc:
             print(f"tree_driven.py: {folder}: {exc}", file=sys.stderr)
             return 1
-        print("\n".join(wall_per_token(rows, cost)))
+        print("\n".join(wall_per_token(rows, cost, verify_ms)))
         print(f"({len({r['record'] for r in rows})} problems)")
         print()
     return 0

@@ -860,29 +860,35 @@ def main(argv=None) -> int:
             [dict(t, mean=t["speedup"], ci95=float("nan")) for t in table if t["speedup"] is not None]
         )
     )
-    cost_file = Path(__file__).resolve().parent.parent / "docs" / "results" / "trees2" / "cost.json"
-    if cost_file.exists():
-        cost = json.loads(cost_file.read_text(encoding="utf-8"))
-        print()
-        print("## Speedup over plain decoding with measured forward costs (scripts/tree_cost.py)\n")
-        from tree_cost import medians, slope_ms
-
-        med = medians(cost)
-        basis = {"cpu": "CPU seconds", "wall": "wall seconds"}[cost.get("basis", "wall")]
-        print(
-            f"Costs: {cost['cpu']['model_name']}, {cost['dtype']}, {cost['threads']} thread(s), {basis}, "
-            f"context {cost['context_tokens']} tokens, median of {cost['reps']} interleaved rounds "
-            f"(docs/results/trees2/cost.json): target {1000 * med['target'][1]:.0f} ms for one position, "
-            f"+{slope_ms(cost, 'target'):.1f} ms per position (least squares, 16-192 positions); draft "
-            f"{1000 * med['draft'][1]:.0f} ms, +{slope_ms(cost, 'draft'):.1f} ms per position. Speedup = "
-            "tokens per call x t_target(1) / (the call's draft forwards + its target forward over the "
-            "pending tokens and the tree's nominal nodes), each cell at its best exact verifier; the last "
-            "column is a call's cost in plain decoding steps (target forwards of one position)."
-        )
-        print()
-        print(measured_speedups(table, cost))
+    for name in ("cost.json", "cost_wall2.json"):  # one-thread CPU seconds; two-thread wall seconds
+        cost_file = Path(__file__).resolve().parent.parent / "docs" / "results" / "trees2" / name
+        if cost_file.exists():
+            measured_cost_section(json.loads(cost_file.read_text(encoding="utf-8")), name, table)
     second_edition(rows, table)
     return 0
+
+
+def measured_cost_section(cost, name, table) -> None:
+    """The speedup over plain decoding of every cell with the forward costs of ``name``."""
+    print()
+    title = "" if name == "cost.json" else f", {name}"  # the first file keeps its section's title
+    print(f"## Speedup over plain decoding with measured forward costs (scripts/tree_cost.py{title})\n")
+    from tree_cost import medians, slope_ms
+
+    med = medians(cost)
+    basis = {"cpu": "CPU seconds", "wall": "wall seconds"}[cost.get("basis", "wall")]
+    print(
+        f"Costs: {cost['cpu']['model_name']}, {cost['dtype']}, {cost['threads']} thread(s), {basis}, "
+        f"context {cost['context_tokens']} tokens, median of {cost['reps']} interleaved rounds "
+        f"(docs/results/trees2/{name}): target {1000 * med['target'][1]:.0f} ms for one position, "
+        f"+{slope_ms(cost, 'target'):.1f} ms per position (least squares, 16-192 positions); draft "
+        f"{1000 * med['draft'][1]:.0f} ms, +{slope_ms(cost, 'draft'):.1f} ms per position. Speedup = "
+        "tokens per call x t_target(1) / (the call's draft forwards + its target forward over the "
+        "pending tokens and the tree's nominal nodes), each cell at its best exact verifier; the last "
+        "column is a call's cost in plain decoding steps (target forwards of one position)."
+    )
+    print()
+    print(measured_speedups(table, cost))
 
 
 def second_edition(rows, table) -> None:

@@ -105,10 +105,17 @@ def test_wall_time_per_token_and_speedup_by_hand(td):
     tau = 4.0  # tokens per call; a 1x4 chain: draft forwards over tau, 1, 1, 1 positions, target over tau + 4
     draft = (0.05 + 0.005 * tau) + 3 * (0.05 + 0.005)
     target = 0.2 + 0.01 * (tau + 4)
+    median = (1.2 + 1.0) / 2 / 4  # the median call's seconds over the mean tokens per call
+    model = tau * plain / (draft + target)
     assert line == (
-        f"- T = 0.7: {1000 * per:.1f} ms per generated token over 8 tokens (2 calls), speedup over plain "
-        f"decoding {plain / per:.2f} (t_T(1) = 210.0 ms; the model at 4.000 tokens per call: "
-        f"{tau * plain / (draft + target):.2f})"
+        f"- T = 0.7: {1000 * per:.1f} ms per generated token over 8 tokens (2 calls), {1000 * median:.1f} ms "
+        f"at the median call; speedup over plain decoding {plain / per:.2f}, {plain / median:.2f} at the "
+        f"median call (t_T(1) = 210.0 ms; the model at 4.000 tokens per call: {model:.2f})"
     )
+    (line,) = td.wall_per_token(driven, cost, {"rrs": 50.0, "block": 9.0})  # the driver's verification
+    per = (0.5 + 0.7 + 0.4 + 0.6 + 2 * 0.05) / 8
+    assert line.startswith(f"- T = 0.7: {1000 * per:.1f} ms per generated token over 8 tokens (2 calls; ")
+    assert f"verification 50 ms per call included), {1000 * (1.1 + 0.05) / 4:.1f} ms at the median" in line
+    assert f"speedup over plain decoding {plain / per:.2f}, " in line
     one_thread = dict(cost, threads=1, basis="cpu")  # not like for like with the runs' wall time
     assert "no speedup" in td.wall_per_token(driven, one_thread)[0]
