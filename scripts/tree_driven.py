@@ -10,11 +10,13 @@ traversal driver's positions (the second edition's driven runs, ``run_tree_repor
 the second edition's ``main``). For every driven folder, temperature and verifier evaluated in both:
 the per-problem mean tokens per call in the driven run minus the same cell's per-problem mean in the
 main run, over the problems both hold, with a t interval over problems and its two-sided p-value
-(paired by problem: the calls differ, the problems are the same). Also the driven run's sampled
-tokens against its own exact value (paired per call), and its measured wall time per generated token
-(drafting and the target forward; the exact values of every verifier, which decoding does not need,
-left out) against plain decoding's (``t_T(1)`` of a two-thread wall-time ``cost.json`` measured on
-the same machine, ``--cost``), the speedup a real decoder got.
+(paired by problem: the calls differ, the problems are the same). Then, per cell decoded by several
+drivers, each pair of verifiers compared as each decodes on its own against the same comparison at the
+traversal driver's positions (``head_to_head``). Also the driven run's sampled tokens against its own
+exact value (paired per call), and its measured wall time per generated token (drafting and the target
+forward; the exact values of every verifier, which decoding does not need, left out; the driver's
+verification added with ``--verify-ms``) against plain decoding's (``t_T(1)`` of a two-thread
+wall-time ``cost.json`` measured on the same machine, ``--cost``), the speedup a real decoder got.
 """
 
 from __future__ import annotations
@@ -109,6 +111,49 @@ def compare(driven, main) -> list[str]:
     return lines
 
 
+def head_to_head(runs, main) -> list[str]:
+    """Verifiers compared as each decodes on its own: for two driven runs of one cell, the per-problem
+    mean of A's exact value at A's positions minus B's at B's positions (paired by problem: the same
+    prompts, different calls), beside the same difference at the traversal driver's positions in
+    ``main`` on the same problems. ``runs``: the rows of each driven folder."""
+    by_cell: dict = {}
+    for rows in runs:
+        head = next(r for r in rows if "emitted" in r)
+        by_cell.setdefault((head["tree"], head["scheme"]), []).append((head["driver"], rows))
+    lines = []
+    for (tree, scheme), drivers in sorted(by_cell.items()):
+        if len(drivers) < 2:
+            continue
+        temps = sorted({r["T"] for _, rows in drivers for r in rows})
+        lines += [
+            f"### {tree} {scheme}: each verifier decoding on its own, against traversal's positions",
+            "",
+            "| A - B | "
+            + " | ".join(f"T={T:g}: own decodings | T={T:g}: at traversal's positions" for T in temps)
+            + " |",
+            "|---|" + "---|---|" * len(temps),
+        ]
+        drivers.sort(key=lambda d: d[0])
+        for i, (a, rows_a) in enumerate(drivers):
+            for b, rows_b in drivers[i + 1 :]:
+                cells = []
+                for T in temps:
+                    own_a = per_problem(rows_a, T, tree, scheme, f"exact:{a}")
+                    own_b = per_problem(rows_b, T, tree, scheme, f"exact:{b}")
+                    at_a = per_problem(main, T, tree, scheme, f"exact:{a}")
+                    at_b = per_problem(main, T, tree, scheme, f"exact:{b}")
+                    common = sorted(set(own_a) & set(own_b) & set(at_a) & set(at_b))
+                    if len(common) < 2:
+                        cells += ["", ""]
+                        continue
+                    for x, y in ((own_a, own_b), (at_a, at_b)):
+                        mean, ci = cluster_mean_ci([x[g] - y[g] for g in common], common)
+                        cells.append(_fmt(mean, ci, _p(mean, ci, len(common))))
+                lines.append(f"| {a} - {b} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
 def wall_per_token(driven, cost, verify_ms=None) -> list[str]:
     """Wall seconds of drafting + the target forward per generated token, and the speedup over plain
     decoding at ``cost``'s ``t_T(1)``, beside the speedup the measured-cost model predicts for the
@@ -172,11 +217,13 @@ def main(argv=None) -> int:
         parser.error(f"--verify-ms takes comma-separated driver=milliseconds pairs, got {args.verify_ms!r}")
     main_rows = _rows(Path(args.main))
     cost = json.loads(Path(args.cost).read_text()) if Path(args.cost).exists() else None
+    runs = []
     for folder in args.driven:
         rows = _rows(Path(folder))
         if not rows:
             print(f"{folder}: no finished problems yet")
             continue
+        runs.append(rows)
         try:
             print("\n".join(compare(rows, main_rows)))
         except ValueError as exc:
@@ -185,6 +232,7 @@ def main(argv=None) -> int:
         print("\n".join(wall_per_token(rows, cost, verify_ms)))
         print(f"({len({r['record'] for r in rows})} problems)")
         print()
+    print("\n".join(head_to_head(runs, main_rows)))
     return 0
 
 

@@ -119,3 +119,35 @@ def test_wall_time_per_token_and_speedup_by_hand(td):
     assert f"speedup over plain decoding {plain / per:.2f}, " in line
     one_thread = dict(cost, threads=1, basis="cpu")  # not like for like with the runs' wall time
     assert "no speedup" in td.wall_per_token(driven, one_thread)[0]
+
+
+def test_head_to_head_own_decodings_against_the_same_positions(td):
+    """Two drivers of one cell: A's exact value at A's positions minus B's at B's, per problem, beside
+    the same difference at the traversal driver's positions, over the problems all four hold."""
+    run_a = [  # decoded by lookahead
+        _call("a", 1.0, 0, {"lookahead": 4.0, "rrs": 3.0}, emitted=4, driver="lookahead"),
+        _call("a", 1.0, 1, {"lookahead": 3.0, "rrs": 3.0}, emitted=3, driver="lookahead"),
+        _call("b", 1.0, 0, {"lookahead": 2.5, "rrs": 2.0}, emitted=2, driver="lookahead"),
+        _call("c", 1.0, 0, {"lookahead": 4.5, "rrs": 4.0}, emitted=5, driver="lookahead"),
+    ]
+    run_b = [  # decoded by rrs
+        _call("a", 1.0, 0, {"lookahead": 9.0, "rrs": 3.2}, emitted=3),
+        _call("b", 1.0, 0, {"lookahead": 9.0, "rrs": 2.4}, emitted=2),
+        _call("b", 1.0, 1, {"lookahead": 9.0, "rrs": 1.6}, emitted=1),
+        _call("c", 1.0, 0, {"lookahead": 9.0, "rrs": 3.0}, emitted=3),
+    ]
+    main = [
+        _call(g, 1.0, 0, {"lookahead": la, "rrs": r}, driver="traversal")
+        for g, la, r in (("a", 3.3, 3.0), ("b", 2.2, 2.0), ("c", 4.0, 3.9), ("d", 5.0, 1.0))
+    ]
+    lines = td.head_to_head([run_a, run_b], main)
+    (row,) = [line for line in lines if line.startswith("| lookahead - rrs |")]
+    own, same = row.split("|")[2].strip(), row.split("|")[3].strip()
+    q = mp_t_quantile(2, 0.975)
+    for text, d in (
+        (own, np.array([3.5 - 3.2, 2.5 - 2.0, 4.5 - 3.0])),  # per-problem means of each own decoding
+        (same, np.array([0.3, 0.2, 0.1])),  # problem d is in main only
+    ):
+        half = q * d.std(ddof=1) / math.sqrt(3)
+        assert text.startswith(f"{d.mean():+.3f} ± {half:.3f} (p ")
+    assert td.head_to_head([run_a], main) == []  # one driver: nothing to compare
