@@ -115,7 +115,8 @@ def head_to_head(runs, main) -> list[str]:
     """Verifiers compared as each decodes on its own: for two driven runs of one cell, the per-problem
     mean of A's exact value at A's positions minus B's at B's positions (paired by problem: the same
     prompts, different calls), beside the same difference at the traversal driver's positions in
-    ``main`` on the same problems. ``runs``: the rows of each driven folder."""
+    ``main`` on the same problems, and their difference (does decoding on its own change the
+    comparison?), each with a t interval over problems. ``runs``: the rows of each driven folder."""
     by_cell: dict = {}
     for rows in runs:
         head = next(r for r in rows if "emitted" in r)
@@ -129,9 +130,11 @@ def head_to_head(runs, main) -> list[str]:
             f"### {tree} {scheme}: each verifier decoding on its own, against traversal's positions",
             "",
             "| A - B | "
-            + " | ".join(f"T={T:g}: own decodings | T={T:g}: at traversal's positions" for T in temps)
+            + " | ".join(
+                f"T={T:g}: own decodings | at traversal's positions | own - at positions" for T in temps
+            )
             + " |",
-            "|---|" + "---|---|" * len(temps),
+            "|---|" + "---|---|---|" * len(temps),
         ]
         drivers.sort(key=lambda d: d[0])
         for i, (a, rows_a) in enumerate(drivers):
@@ -144,10 +147,12 @@ def head_to_head(runs, main) -> list[str]:
                     at_b = per_problem(main, T, tree, scheme, f"exact:{b}")
                     common = sorted(set(own_a) & set(own_b) & set(at_a) & set(at_b))
                     if len(common) < 2:
-                        cells += ["", ""]
+                        cells += ["", "", ""]
                         continue
-                    for x, y in ((own_a, own_b), (at_a, at_b)):
-                        mean, ci = cluster_mean_ci([x[g] - y[g] for g in common], common)
+                    own = {g: own_a[g] - own_b[g] for g in common}
+                    same = {g: at_a[g] - at_b[g] for g in common}
+                    for d in (own, same, {g: own[g] - same[g] for g in common}):
+                        mean, ci = cluster_mean_ci([d[g] for g in common], common)
                         cells.append(_fmt(mean, ci, _p(mean, ci, len(common))))
                 lines.append(f"| {a} - {b} | " + " | ".join(cells) + " |")
         lines.append("")

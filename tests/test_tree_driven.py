@@ -142,12 +142,11 @@ def test_head_to_head_own_decodings_against_the_same_positions(td):
     ]
     lines = td.head_to_head([run_a, run_b], main)
     (row,) = [line for line in lines if line.startswith("| lookahead - rrs |")]
-    own, same = row.split("|")[2].strip(), row.split("|")[3].strip()
+    own, same, change = (row.split("|")[k].strip() for k in (2, 3, 4))
     q = mp_t_quantile(2, 0.975)
-    for text, d in (
-        (own, np.array([3.5 - 3.2, 2.5 - 2.0, 4.5 - 3.0])),  # per-problem means of each own decoding
-        (same, np.array([0.3, 0.2, 0.1])),  # problem d is in main only
-    ):
+    d_own = np.array([3.5 - 3.2, 2.5 - 2.0, 4.5 - 3.0])  # per-problem means of each own decoding
+    d_same = np.array([0.3, 0.2, 0.1])  # problem d is in main only
+    for text, d in ((own, d_own), (same, d_same), (change, d_own - d_same)):
         half = q * d.std(ddof=1) / math.sqrt(3)
         assert text.startswith(f"{d.mean():+.3f} ± {half:.3f} (p ")
     assert td.head_to_head([run_a], main) == []  # one driver: nothing to compare
