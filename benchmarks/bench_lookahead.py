@@ -14,6 +14,8 @@ copy of the target).
   also one forward of that model over a 16-node tree (``bench_trees.py``'s baseline), CPU, one thread.
 * **Sampling cost** (``--sampling-trees``): one ``verify_tree`` by each driver of the report's driven
   runs on a fresh tree, CPU milliseconds: the verification a real decoder pays per call.
+* **Sampling check** (``--sampling-check N``): each driver's mean emitted tokens over N verifications
+  of one tree per setting against its exact value, as a z-score.
 * **Value** (``--trees`` per setting): exact tokens per call of ``optimal``, ``traversal`` and every
   lookahead variant on the same trees, mean +- standard error over the trees, and the paired
   differences (mean +- s.e.).
@@ -162,6 +164,29 @@ def sampling_cost(n_trees):
         print(f"| {name} on {shape} | {ms.mean():.0f} | {np.median(ms):.0f} | {spread} |")
 
 
+def sampling_check(n_draws):
+    """Each driver's sampler against its exact value at full vocabulary: on one [4,2,2,1] i.i.d. tree
+    per setting, the mean tokens of ``n_draws`` verifications (the prepared state reused) against
+    ``expected_tokens``, as a z-score (the tree report's driven runs sample at this V)."""
+    from mdsd_ot.trees import verify_tree
+
+    print(f"\n| setting (scale, noise) | driver | exact | sampled, {n_draws:,} verifications | z |")
+    print("|---|---|---|---|---|")
+    for k, (scale, noise) in enumerate(SETTINGS + [(2.0, 1.0)]):
+        laws = Laws(500 + k, scale, noise)
+        tree = draft_tree(SHAPE, "with_replacement", laws.draft, np.random.default_rng(k), target=laws.target)
+        for name in ("optimal", "lookahead", "rrs", "traversal"):
+            exact = expected_tokens(tree, name)
+            rng = np.random.default_rng(10 + k)
+            x = np.array([len(verify_tree(tree, name, rng)) for _ in range(n_draws)])
+            se = x.std(ddof=1) / np.sqrt(n_draws)
+            if se == 0.0:  # every verification emitted the same count: it must be the exact value
+                z_text = "exact" if x[0] == exact else "DIFFERS"
+            else:
+                z_text = f"{(x.mean() - exact) / se:+.2f}"
+            print(f"| {scale:g}, {noise:g} | {name} | {exact:.4f} | {x.mean():.4f} ± {se:.4f} | {z_text} |")
+
+
 def value(n_trees, settings):
     names = ["optimal", "traversal"] + list(VARIANTS)
     print(
@@ -191,6 +216,7 @@ def main(argv=None):
     ap.add_argument("--trees", type=int, default=48, help="trees per setting for the value table")
     ap.add_argument("--cost-trees", type=int, default=5, help="trees for the cost table")
     ap.add_argument("--sampling-trees", type=int, default=5, help="trees for the sampling-cost table")
+    ap.add_argument("--sampling-check", type=int, default=0, help="verifications per tree (e.g. 20000)")
     ap.add_argument("--no-scaled", action="store_true", help="leave out the 'soc scaled' variant")
     ap.add_argument("--target", default=None, help="target model folder: time one forward in the same run")
     args = ap.parse_args(argv)
@@ -201,6 +227,8 @@ def main(argv=None):
         cost(args.cost_trees, args.target)
     if args.sampling_trees:
         sampling_cost(args.sampling_trees)
+    if args.sampling_check:
+        sampling_check(args.sampling_check)
     if args.trees:
         value(args.trees, SETTINGS)
 
