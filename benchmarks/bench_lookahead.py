@@ -26,6 +26,7 @@ copy of the target).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -166,16 +167,20 @@ def sampling_cost(n_trees):
 
 def sampling_check(n_draws):
     """Each driver's sampler against its exact value at full vocabulary: on one [4,2,2,1] i.i.d. tree
-    per setting, the mean tokens of ``n_draws`` verifications (the prepared state reused) against
-    ``expected_tokens``, as a z-score (the tree report's driven runs sample at this V)."""
+    (``block``: one 1 x 4 chain) per setting, the mean tokens of ``n_draws`` verifications (the
+    prepared state reused) against ``expected_tokens``, as a z-score (the report's driven runs sample
+    at this V)."""
     from mdsd_ot.trees import verify_tree
 
     print(f"\n| setting (scale, noise) | driver | exact | sampled, {n_draws:,} verifications | z |")
     print("|---|---|---|---|---|")
-    for k, (scale, noise) in enumerate(SETTINGS + [(2.0, 1.0)]):
+    drivers = {SHAPE: ("optimal", "lookahead", "rrs", "traversal"), "1x4": ("block",)}
+    for (k, (scale, noise)), (shape, names) in itertools.product(
+        enumerate(SETTINGS + [(2.0, 1.0)]), drivers.items()
+    ):
         laws = Laws(500 + k, scale, noise)
-        tree = draft_tree(SHAPE, "with_replacement", laws.draft, np.random.default_rng(k), target=laws.target)
-        for name in ("optimal", "lookahead", "rrs", "traversal"):
+        tree = draft_tree(shape, "with_replacement", laws.draft, np.random.default_rng(k), target=laws.target)
+        for name in names:
             exact = expected_tokens(tree, name)
             rng = np.random.default_rng(10 + k)
             x = np.array([len(verify_tree(tree, name, rng)) for _ in range(n_draws)])
@@ -184,7 +189,8 @@ def sampling_check(n_draws):
                 z_text = "exact" if x[0] == exact else "DIFFERS"
             else:
                 z_text = f"{(x.mean() - exact) / se:+.2f}"
-            print(f"| {scale:g}, {noise:g} | {name} | {exact:.4f} | {x.mean():.4f} ± {se:.4f} | {z_text} |")
+            got = f"{x.mean():.4f} ± {se:.4f}"
+            print(f"| {scale:g}, {noise:g} | {name} on {shape} | {exact:.4f} | {got} | {z_text} |")
 
 
 def value(n_trees, settings):
