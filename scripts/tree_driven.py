@@ -167,7 +167,7 @@ def wall_per_token(driven, cost, verify_ms=None) -> list[str]:
     the target forward, not the driver's own verification (the decoder verifies after computing every
     verifier's exact value, whose prepared state the driver reuses); ``verify_ms`` (``{driver: CPU
     milliseconds per call}``, measured on fresh trees by ``benchmarks/bench_lookahead.py``) adds it."""
-    from tree_cost import measured_speedup, medians
+    from tree_cost import _interp, call_cost, measured_speedup, medians
 
     # like for like only: the runs' two-thread wall seconds against a two-thread wall-time baseline
     same = cost and cost.get("basis", "wall") == "wall" and cost.get("threads") == 2
@@ -195,6 +195,18 @@ def wall_per_token(driven, cost, verify_ms=None) -> list[str]:
                 f"; speedup over plain decoding {plain / per:.2f}, {plain / per_median:.2f} at the median "
                 f"call (t_T(1) = {1000 * plain:.1f} ms; the model at {tau:.3f} tokens per call: {model:.2f})"
             )
+            if all("positions" in r for r in calls):
+                # the forwards as the model prices them, but at each call's recorded positions (the
+                # distinct nodes + 1) plus the pending tokens, over the tokens kept: what the run would
+                # cost if a call were its forwards (draft widths nominal) and its verification
+                draft, _ = call_cost(calls[0]["tree"], cost, tau)
+                target = medians(cost)["target"]
+                priced = math.fsum(
+                    draft + _interp(target, r["positions"] - 1 + tau, "target forward") + extra for r in calls
+                )
+                text += (
+                    f"; forwards priced at the recorded positions: {1000 * priced / toks:.1f} ms per token"
+                )
         elif cost:
             text += (
                 " (no speedup: cost.json is not a two-thread wall-time measurement; measure the baseline "

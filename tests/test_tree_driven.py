@@ -117,6 +117,11 @@ def test_wall_time_per_token_and_speedup_by_hand(td):
     assert line.startswith(f"- T = 0.7: {1000 * per:.1f} ms per generated token over 8 tokens (2 calls; ")
     assert f"verification 50 ms per call included), {1000 * (1.1 + 0.05) / 4:.1f} ms at the median" in line
     assert f"speedup over plain decoding {plain / per:.2f}, " in line
+    for r, n in zip(driven, (3, 5)):  # recorded positions (distinct nodes + 1): priced like the model
+        r["positions"] = n
+    (line,) = td.wall_per_token(driven, cost)
+    priced = 2 * draft + (0.2 + 0.01 * (3 - 1 + tau)) + (0.2 + 0.01 * (5 - 1 + tau))
+    assert line.endswith(f"; forwards priced at the recorded positions: {1000 * priced / 8:.1f} ms per token")
     one_thread = dict(cost, threads=1, basis="cpu")  # not like for like with the runs' wall time
     assert "no speedup" in td.wall_per_token(driven, one_thread)[0]
 
