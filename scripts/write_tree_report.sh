@@ -2,7 +2,8 @@
 # Regenerate docs/results/trees/tables.md (and the run's summary + plots) from the committed rows;
 # with the argument trees2, docs/results/trees2/tables.md from the second edition's main part (the
 # rows committed so far; its sandwich, new verifiers and bound rules are the tables' last sections,
-# then every committed driven part against the main part's driver positions).
+# then every committed driven part against the main part's driver positions; the chat part's rows
+# committed so far into docs/results/trees2/chat_tables.md).
 #   scripts/write_tree_report.sh           # the first edition
 #   scripts/write_tree_report.sh trees2    # the second edition's main part
 set -euo pipefail
@@ -10,6 +11,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = trees2 ]; then
     python scripts/tree_rows.py check docs/results/trees2/main
     python scripts/tree_report.py docs/results/trees2/main > docs/results/trees2/tables.md
+    if [ -d docs/results/trees2/chat ]; then  # MT-Bench first turns, 64 new tokens: the same tables
+        python scripts/tree_rows.py check docs/results/trees2/chat
+        python scripts/tree_report.py docs/results/trees2/chat > docs/results/trees2/chat_tables.md
+    fi
     driven=(docs/results/trees2/driven-*/)
     if [ -d "${driven[0]}" ]; then  # each verifier decoded on its own, against the driver's positions
         for d in "${driven[@]}"; do python scripts/tree_rows.py check "$d"; done
