@@ -464,3 +464,32 @@ def test_tree_errors_are_actionable():
         )
     assert valid_verifiers("hub") == ["naive", "spechub", "optimal"]
     assert valid_verifiers("with_replacement", ["specinfer", "greedy"]) == ["rrs"]
+
+
+@pytest.mark.parametrize("scheme", sorted({s for _, s in COMBOS}))
+def test_verifiers_of_a_node_share_one_read_only_pair_bit_identically(scheme, monkeypatch):
+    """A tree prepares every verifier of a node on one validated, normalised, read-only (p, q)
+    (``DraftTree.node_pair``: one copy per node instead of one per node and verifier): no verifier
+    writes to it (a write would raise), and every verifier's exact value and sampled tokens are
+    bit-identical to those of verifiers prepared on fresh copies, as ``Verifier.prepare`` makes."""
+    from mdsd_ot._validate import normalized_pair
+    from mdsd_ot.trees.tree import DraftTree
+
+    target, draft = ToyLM(12, 31, zeros=True), ToyLM(12, 32, conc=0.5)
+    shape = sim_shape(scheme)
+    tree = draft_tree(shape, scheme, draft.rows(), np.random.default_rng(3), target=target.rows())
+    p, q = tree.node_pair(0)
+    assert tree.node_pair(0)[0] is p and not p.flags.writeable and not q.flags.writeable
+    ref = normalized_pair(tree.p[0], tree.q[0])
+    assert np.array_equal(p, ref[0]) and np.array_equal(q, ref[1])
+    names = valid_verifiers(scheme, shape=shape)
+
+    def run():
+        tree._prepared.clear()
+        values = [expected_tokens(tree, name) for name in names]
+        draws = [verify_tree(tree, name, np.random.default_rng(k)) for name in names for k in range(3)]
+        return values, draws
+
+    shared = run()
+    monkeypatch.setattr(DraftTree, "node_pair", lambda self, v: normalized_pair(self.p[v], self.q[v]))
+    assert run() == shared

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._validate import check_choice, check_probabilities
+from .._validate import check_choice, check_probabilities, normalized_pair
 from ..drafts import get_scheme
 from ..verifiers import get_verifier
 from ..verifiers.base import PreparedVerifier, sample_index
@@ -271,7 +271,20 @@ class DraftTree:
         cache, key = self._cache_key(verifier.name, v)
         if key not in cache:
             b = int(self.children[v].size)
-            cache[key] = verifier.prepare(self.p[v], self.q[v], b, sampling=self.scheme.name)
+            p, q = self.node_pair(v)
+            cache[key] = verifier.prepare_normalized(p, q, b, sampling=self.scheme.name)
+        return cache[key]
+
+    def node_pair(self, v: int) -> tuple[np.ndarray, np.ndarray]:
+        """Node ``v``'s ``(p, q)`` as every verifier's ``prepare`` validates and rescales them, computed
+        once per node (per path in a union forest) and shared read-only by the verifiers prepared
+        there: a full-vocabulary tree holds one copy per node instead of one per node and verifier."""
+        cache, key = self._cache_key("(p, q)", v)
+        if key not in cache:
+            p, q = normalized_pair(self.p[v], self.q[v])
+            p.flags.writeable = False
+            q.flags.writeable = False
+            cache[key] = (p, q)
         return cache[key]
 
     def _cache_key(self, what: str, v: int):

@@ -473,6 +473,13 @@ class Verifier(ABC):
         :func:`mdsd_ot.optimal_acceptance` does.
         """
         p, q = normalized_pair(p, q, normalize=normalize)
+        return self.prepare_normalized(p, q, n, sampling=sampling)
+
+    def prepare_normalized(self, p, q, n, *, sampling=None) -> PreparedVerifier:
+        """:meth:`prepare` for a pair already returned by :func:`mdsd_ot._validate.normalized_pair`
+        (validated float64 arrays rescaled to sum to one): no copy is made, so one pair can be
+        shared by several verifiers (a draft tree prepares every verifier of a node on the same
+        read-only pair). ``n`` and the scheme are checked as in :meth:`prepare`."""
         n = check_n(n)
         scheme = self.resolve_scheme(sampling)
         self.check_n(n)
