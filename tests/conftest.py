@@ -1,5 +1,7 @@
 import gc
+import importlib.util
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +64,20 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return FilesAndModels(config, log)
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name):
+    """The module ``scripts/<name>.py``, loaded from its file (the scripts folder is not a package;
+    it goes on ``sys.path`` first, for the scripts' imports of each other)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def random_pair(rng, V, *, zeros=True):

@@ -3,16 +3,15 @@ per-position rows verify, reproduce the committed tables, and the report says wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 from oracles import mp_t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,15 +20,6 @@ REPORT = RESULTS / "qwen_coder_humaneval.md"
 DATA = RESULTS / "qwen_coder_humaneval"
 EXT = DATA / "extension"
 NS = (2, 3, 4)
-
-
-def _script(name):
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _text():
@@ -109,7 +99,7 @@ def _synthetic(seed=0, temps=(0.5, 1.0), lengths=(23, 31, 12, 40, 17)):
 
 @pytest.fixture(scope="module")
 def an():
-    return _script("qwen_study_analyses")
+    return load_script("qwen_study_analyses")
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +260,7 @@ def test_report_on_synthetic_rows_prints_the_recomputed_numbers(an, synth):
 
 
 def test_rows_export_load_and_tamper(tmp_path):
-    rows_mod = _script("study_rows")
+    rows_mod = load_script("study_rows")
     main, _ = _synthetic(lengths=(5, 3))
     src = tmp_path / "run"
     src.mkdir()
@@ -324,7 +314,7 @@ def test_rows_export_load_and_tamper(tmp_path):
 
 @pytest.fixture(scope="module")
 def main_rows():
-    return _script("study_rows").load_rows(DATA)
+    return load_script("study_rows").load_rows(DATA)
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +329,7 @@ def test_committed_rows_verify_and_reproduce_the_summaries(main_rows):
     assert len({(r["record"], r["pos"]) for r in main_rows}) == 2_070
     assert len({r["record"] for r in main_rows}) == 54
     assert summarize(main_rows) == json.loads((DATA / "summary.json").read_text())
-    ext = _script("study_rows").load_rows(EXT)
+    ext = load_script("study_rows").load_rows(EXT)
     assert summarize(ext) == json.loads((EXT / "summary.json").read_text())
     for path in [*DATA.rglob("*.json"), *DATA.rglob("*.log"), *DATA.rglob("*.md")]:
         text = path.read_text()
@@ -377,7 +367,7 @@ def test_analyses_reproduce(an, joined):
 
 
 def test_gap_vs_n_reproduces_the_summary(capsys):
-    _script("gap_vs_n").main([str(DATA / "summary.json")])
+    load_script("gap_vs_n").main([str(DATA / "summary.json")])
     out = capsys.readouterr().out
     assert out == (DATA / "gap_vs_n.md").read_text()
     summary = {(t["method"], t["n"], t["T"]): t for t in json.loads((DATA / "summary.json").read_text())}
@@ -389,7 +379,7 @@ def test_gap_vs_n_reproduces_the_summary(capsys):
 
 @pytest.mark.slow  # scripts/study_extras.py re-derives paired_differences.md from the 10,350 rows
 def test_paired_differences_reproduce(capsys):
-    assert _script("study_extras").main([str(DATA)]) == 0
+    assert load_script("study_extras").main([str(DATA)]) == 0
     assert capsys.readouterr().out == (DATA / "paired_differences.md").read_text()
 
 
@@ -421,5 +411,5 @@ def test_the_subsampled_curves_are_found():
 @pytest.mark.slow  # scripts/replot_summary.py draws the committed summary's figures (about 1.2 s)
 def test_replot_marks_the_subsampled_curves(tmp_path):
     pytest.importorskip("matplotlib")
-    assert _script("replot_summary").main([str(DATA / "summary.json"), str(tmp_path)]) == 0
+    assert load_script("replot_summary").main([str(DATA / "summary.json"), str(tmp_path)]) == 0
     assert (tmp_path / "acceptance_vs_temperature.png").stat().st_size > 10_000

@@ -3,13 +3,12 @@ on hand-made rows, every figure recomputed here by hand (numpy, a 50-digit t qua
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 from oracles import mp_t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,12 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def td():
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("tree_driven", ROOT / "scripts" / "tree_driven.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tree_driven")
 
 
 def _call(record, T, call, values, emitted=None, secs=(0.0, 0.0), tree="4,2,2,1", driver="rrs"):

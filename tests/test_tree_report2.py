@@ -5,16 +5,15 @@ new columns (the first edition) get one line per section."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import mpmath
 import numpy as np
 import pytest
+from conftest import load_script
 from oracles import mp_t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,12 +23,7 @@ CALLS = (1, 2, 3, 4, 2, 5)  # calls per problem: per call and per problem weight
 
 @pytest.fixture(scope="module")
 def tr():
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("tree_report", ROOT / "scripts" / "tree_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tree_report")
 
 
 def _rows(seed=7):
@@ -220,11 +214,7 @@ def test_first_edition_rows_get_one_line_per_section(tr, capsys, tmp_path):
 def test_dtype_effect_on_paired_differences_by_hand():
     """``tree_dtype_effect.paired_summary``: the change of each paired difference between float32 and
     bfloat16, computed by hand on three calls (two verifiers of one cell, two schemes of one shape)."""
-    spec = importlib.util.spec_from_file_location(
-        "tree_dtype_effect", ROOT / "scripts" / "tree_dtype_effect.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tree_dtype_effect")
 
     def call(a32, a16, b32, b16, c32, c16):
         return {
