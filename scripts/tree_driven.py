@@ -67,6 +67,12 @@ def per_problem(rows, T, tree, scheme, key) -> dict:
     return {g: math.fsum(v) / len(v) for g, v in out.items()}
 
 
+def _paired(d: dict, common: list) -> str:
+    """Mean of the per-problem differences ``d`` over ``common`` with its t interval and p-value."""
+    mean, ci = cluster_mean_ci([d[g] for g in common], common)
+    return _fmt(mean, ci, _p(mean, ci, len(common)))
+
+
 def compare(driven, main) -> list[str]:
     cell = {(r["tree"], r["scheme"]) for r in driven if "emitted" in r}
     if len(cell) != 1:
@@ -91,9 +97,7 @@ def compare(driven, main) -> list[str]:
             if len(common) < 2:
                 cells.append("")
                 continue
-            d = [a[g] - b[g] for g in common]
-            mean, ci = cluster_mean_ci(d, common)
-            cells.append(f"{_fmt(mean, ci, _p(mean, ci, len(common)))}, {len(common)} problems")
+            cells.append(f"{_paired({g: a[g] - b[g] for g in common}, common)}, {len(common)} problems")
         lines.append(f"| {key.split(':', 1)[1]} | " + " | ".join(cells) + " |")
     lines.append("")
     for T in temps:
@@ -151,9 +155,7 @@ def head_to_head(runs, main) -> list[str]:
                         continue
                     own = {g: own_a[g] - own_b[g] for g in common}
                     same = {g: at_a[g] - at_b[g] for g in common}
-                    for d in (own, same, {g: own[g] - same[g] for g in common}):
-                        mean, ci = cluster_mean_ci([d[g] for g in common], common)
-                        cells.append(_fmt(mean, ci, _p(mean, ci, len(common))))
+                    cells += [_paired(d, common) for d in (own, same, {g: own[g] - same[g] for g in common})]
                 lines.append(f"| {a} - {b} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -171,15 +173,16 @@ def wall_per_token(driven, cost, verify_ms=None) -> list[str]:
 
     # like for like only: the runs' two-thread wall seconds against a two-thread wall-time baseline
     same = cost and cost.get("basis", "wall") == "wall" and cost.get("threads") == 2
-    plain = medians(cost)["target"][1] if same else None
+    target = medians(cost)["target"] if same else None
+    plain = target[1] if same else None
     out = []
     for T in sorted({r["T"] for r in driven}):
         calls = [r for r in driven if r["T"] == T and "emitted" in r]
-        extra = (verify_ms or {}).get(calls[0]["driver"], 0.0) / 1000.0 if calls else 0.0
-        secs = math.fsum(r["t_draft"] + r["t_target"] + extra for r in calls)
         toks = sum(len(r.get("tokens", [])) for r in calls)
         if not toks:
             continue
+        extra = (verify_ms or {}).get(calls[0]["driver"], 0.0) / 1000.0
+        secs = math.fsum(r["t_draft"] + r["t_target"] + extra for r in calls)
         per = secs / toks
         # robust to other jobs slowing some calls down: the median call over the mean tokens per call
         per_median = (
@@ -200,7 +203,6 @@ def wall_per_token(driven, cost, verify_ms=None) -> list[str]:
                 # distinct nodes + 1) plus the pending tokens, over the tokens kept: what the run would
                 # cost if a call were its forwards (draft widths nominal) and its verification
                 draft, _ = call_cost(calls[0]["tree"], cost, tau)
-                target = medians(cost)["target"]
                 priced = math.fsum(
                     draft + _interp(target, r["positions"] - 1 + tau, "target forward") + extra for r in calls
                 )

@@ -886,8 +886,8 @@ def measured_cost_section(cost, name, table) -> None:
         "tokens per call x t_target(1) / (the call's draft forwards + its target forward over the "
         "pending tokens and the tree's nominal nodes), each cell at its best exact verifier; the last "
         "column is a call's cost in plain decoding steps (target forwards of one position). The verifiers' "
-        "own cost is not included (per call at full vocabulary, one core: rrs, traversal and block 3-4 ms, "
-        "node-wise optimal 49 ms, lookahead 177 ms; docs/performance.md, bench_lookahead.py)."
+        "own cost per call is not included (measured at full vocabulary by benchmarks/bench_lookahead.py "
+        "--sampling-trees: docs/performance.md)."
     )
     print()
     print(measured_speedups(table, cost))
