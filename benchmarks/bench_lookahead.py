@@ -49,6 +49,9 @@ VARIANTS = {
     "soc scaled": LookaheadVerifier(coupling="scaled", order="draft", symmetric=False),
 }
 
+#: The drivers of the tree report's driven runs, by the shape they drove.
+DRIVERS = {SHAPE: ("rrs", "optimal", "traversal", "lookahead"), "1x4": ("block",)}
+
 
 def softmax(z):
     e = np.exp(z - z.max())
@@ -145,10 +148,9 @@ def sampling_cost(n_trees):
     visits), on [4,2,2,1] i.i.d. trees and, for ``block``, on 1 x 4 chains."""
     from mdsd_ot.trees import verify_tree
 
-    drivers = {SHAPE: ("rrs", "optimal", "traversal", "lookahead"), "1x4": ("block",)}
-    times = {(shape, name): [] for shape, names in drivers.items() for name in names}
+    times = {(shape, name): [] for shape, names in DRIVERS.items() for name in names}
     for i in range(-1, n_trees):  # tree -1: a warm-up (first calls compile), not timed
-        for shape, names in drivers.items():
+        for shape, names in DRIVERS.items():
             laws = Laws(3001 + i, 4.0, 1.0)
             tree = draft_tree(
                 shape, "with_replacement", laws.draft, np.random.default_rng([i + 1, 98]), target=laws.target
@@ -174,9 +176,8 @@ def sampling_check(n_draws):
 
     print(f"\n| setting (scale, noise) | driver | exact | sampled, {n_draws:,} verifications | z |")
     print("|---|---|---|---|---|")
-    drivers = {SHAPE: ("optimal", "lookahead", "rrs", "traversal"), "1x4": ("block",)}
     for (k, (scale, noise)), (shape, names) in itertools.product(
-        enumerate(SETTINGS + [(2.0, 1.0)]), drivers.items()
+        enumerate(SETTINGS + [(2.0, 1.0)]), DRIVERS.items()
     ):
         laws = Laws(500 + k, scale, noise)
         tree = draft_tree(shape, "with_replacement", laws.draft, np.random.default_rng(k), target=laws.target)
