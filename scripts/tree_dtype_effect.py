@@ -239,12 +239,10 @@ def paired_summary(samples: list[dict]) -> dict:
             for (tree, scheme), vs in cells.items()
             for a, b in combinations(sorted(vs), 2)
         ]
-        pairs += [
-            (f"{tree}: {s1} - {s2} ({name})", cells[tree, s1][name], cells[tree, s2][name])
+        pairs += [  # schemes compared under traversal, valid for every scheme
+            (f"{tree}: {s1} - {s2} (traversal)", cells[tree, s1]["traversal"], cells[tree, s2]["traversal"])
             for (tree, s1), (tree2, s2) in combinations(sorted(cells), 2)
-            if tree == tree2
-            for name in ("traversal",)
-            if name in cells[tree, s1] and name in cells[tree2, s2]
+            if tree == tree2 and "traversal" in cells[tree, s1] and "traversal" in cells[tree2, s2]
         ]
         for label, a, b in pairs:
             d32, d16 = a["float32"] - b["float32"], a["bfloat16"] - b["bfloat16"]
