@@ -31,10 +31,10 @@
 # Models: python scripts/prepare_qwen_models.py ($MODELS). Chat prompts:
 # python scripts/prepare_chat_prompts.py ($PROMPTS/mtbench.jsonl).
 #
-# Variables: RUNS, MODELS, PROMPTS, SUBSET (64), CHAT_TOKENS (64), CHAT_TEMPERATURES (0.7,1.0), VERIFIERS (comma list; default every
-# valid verifier of the registry, so the columns merged later are picked up), BOUND_ARGS (the decoder's
-# flag of the certified per-call bound, e.g. BOUND_ARGS=--bound once that column exists), FORCE=1 (run
-# without native bfloat16), TRIAL_RECORDS (2), TRIAL_TOKENS (8).
+# Variables: RUNS, MODELS, PROMPTS, SUBSET (64), CHAT_TOKENS (64), CHAT_TEMPERATURES (0.7,1.0),
+# VERIFIERS (comma list; default every valid verifier of the registry, so the columns merged later are
+# picked up), BOUND_ARGS (the decoder's flag of the certified per-call bound, e.g. BOUND_ARGS=--bound
+# once that column exists), FORCE=1 (run without native bfloat16), TRIAL_RECORDS (2), TRIAL_TOKENS (8).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
@@ -44,10 +44,11 @@ PROMPTS="${PROMPTS:-$CACHE/prompts}"
 RUNS="${RUNS:-$CACHE/runs/trees2}"
 SUBSET="${SUBSET:-64}"
 CHAT_TOKENS="${CHAT_TOKENS:-64}"
+TEMPERATURES=0.3,0.7,1.0  # the first edition's, for main and the driven parts
 CHAT_TEMPERATURES="${CHAT_TEMPERATURES:-0.7,1.0}"  # two thirds of three temperatures' time (hours)
 BOUND_ARGS="${BOUND_ARGS:-}"
 part="${1:-}"
-[ -n "$part" ] || { sed -n '2,38p' "$0"; exit 2; }
+[ -n "$part" ] || { sed -n '2,37p' "$0"; exit 2; }
 shift
 
 if [ "${FORCE:-0}" != 1 ]; then  # the rows are bfloat16 (the first edition's identity): refuse elsewhere
@@ -66,17 +67,17 @@ for m in qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct; do
 done
 
 COMMON=(--target "$MODELS/qwen2.5-coder-1.5b-instruct" --draft "$MODELS/qwen2.5-coder-0.5b-instruct"
-        --temperatures 0.3,0.7,1.0 --dtype bfloat16 --threads 2 --no-progress)
+        --dtype bfloat16 --threads 2 --no-progress)
 [ -n "${VERIFIERS:-}" ] && COMMON+=(--verifiers "$VERIFIERS")
 MAIN_CELLS=(--trees "1x4 2x4 4x4 4x3 4,2,2,1" --sampling with_replacement,without_replacement,greedy,top_n
             --drive "4,2,2,1/with_replacement" --driver traversal)
 
-decode() {  # decode FOLDER ARGS...: one part, locked, resumable
-    local out="$1"; shift
+decode() {  # decode FOLDER TEMPERATURES ARGS...: one part, locked, resumable
+    local out="$1" temps="$2"; shift 2
     mkdir -p "$(dirname "$out")"
     echo "== $(date -u '+%F %T') $out" >&2
     # shellcheck disable=SC2086  # BOUND_ARGS holds zero or more flags
-    flock -n -E 75 "$out.lock" python -m mdsd_ot.cli decode "${COMMON[@]}" "$@" $BOUND_ARGS --out "$out" \
+    flock -n -E 75 "$out.lock" python -m mdsd_ot.cli decode "${COMMON[@]}" --temperatures "$temps" "$@" $BOUND_ARGS --out "$out" \
         || { rc=$?; if [ $rc = 75 ]; then echo "run_tree_report2.sh: another run holds $out.lock" >&2
              else echo "run_tree_report2.sh: $out stopped (rc $rc); rerun to resume" >&2; fi; return $rc; }
 }
@@ -84,18 +85,18 @@ decode() {  # decode FOLDER ARGS...: one part, locked, resumable
 run_part() {  # run_part PART ROOT [extra args]: the part's decode into ROOT/PART
     local p="$1" root="$2"; shift 2
     case "$p" in
-        main) decode "$root/main" --prompts humaneval "${MAIN_CELLS[@]}" --max-new-tokens 16 "$@" ;;
+        main) decode "$root/main" "$TEMPERATURES" --prompts humaneval "${MAIN_CELLS[@]}" --max-new-tokens 16 "$@" ;;
         driven-rrs|driven-optimal|driven-lookahead|driven-traversal)
-            decode "$root/$p" --prompts humaneval --trees "4,2,2,1" --sampling with_replacement \
+            decode "$root/$p" "$TEMPERATURES" --prompts humaneval --trees "4,2,2,1" --sampling with_replacement \
                 --drive "4,2,2,1/with_replacement" --driver "${p#driven-}" --max-new-tokens 16 \
                 --max-records "$SUBSET" "$@" ;;
         driven-block)
-            decode "$root/$p" --prompts humaneval --trees 1x4 --sampling with_replacement \
+            decode "$root/$p" "$TEMPERATURES" --prompts humaneval --trees 1x4 --sampling with_replacement \
                 --drive "1x4/with_replacement" --driver block --max-new-tokens 16 --max-records "$SUBSET" "$@" ;;
         chat)
             [ -f "$PROMPTS/mtbench.jsonl" ] || { echo "run_tree_report2.sh: $PROMPTS/mtbench.jsonl missing: python scripts/prepare_chat_prompts.py" >&2; return 2; }
-            decode "$root/chat" --prompts "$PROMPTS/mtbench.jsonl" "${MAIN_CELLS[@]}" \
-                --max-new-tokens "$CHAT_TOKENS" --temperatures "$CHAT_TEMPERATURES" "$@" ;;
+            decode "$root/chat" "$CHAT_TEMPERATURES" --prompts "$PROMPTS/mtbench.jsonl" "${MAIN_CELLS[@]}" \
+                --max-new-tokens "$CHAT_TOKENS" "$@" ;;
         cost) python scripts/tree_cost.py measure --threads 2 --basis wall --models "$MODELS" \
                 --out "$root/cost_wall2.json" ;;  # the decode arguments do not apply
         *) echo "run_tree_report2.sh: unknown part '$p'" >&2; return 2 ;;
