@@ -117,19 +117,20 @@ def build_lp(p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme) -> Trans
         ``ValueError`` if it would have more than ``LP_MAX_COLUMNS`` columns, or its dense transport
         plan (draft sets x tokens) more than ``LP_PLAN_MAX_ENTRIES`` entries.
     """
-    sets, masses = scheme.set_law(q, n)
-    sizes = np.array([len(s) for s in sets], dtype=np.int64)
+    rows, masses = scheme.set_rows(q, n)
+    drafted = rows >= 0
+    sizes = drafted.sum(axis=1)
     if sizes.sum() > LP_MAX_COLUMNS:
         raise ValueError(f"the LP would have {sizes.sum():,} columns; use method='dual'")
-    if len(sets) * p.size > LP_PLAN_MAX_ENTRIES:
+    if len(rows) * p.size > LP_PLAN_MAX_ENTRIES:
         raise ValueError(
-            f"the LP's transport plan would have {len(sets):,} draft sets x {p.size:,} tokens = "
-            f"{len(sets) * p.size:,} entries (limit {LP_PLAN_MAX_ENTRIES:,}); use method='dual', or a "
+            f"the LP's transport plan would have {len(rows):,} draft sets x {p.size:,} tokens = "
+            f"{len(rows) * p.size:,} entries (limit {LP_PLAN_MAX_ENTRIES:,}); use method='dual', or a "
             f"smaller vocabulary for the LP"
         )
-    col_set = np.repeat(np.arange(len(sets), dtype=np.int64), sizes)
-    col_token = np.fromiter((y for s in sets for y in s), dtype=np.int64, count=int(sizes.sum()))
-    return TransportLP(p, tuple(sets), masses, col_set, col_token)
+    sets = tuple(tuple(y for y in r if y >= 0) for r in rows.tolist())
+    col_set = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
+    return TransportLP(p, sets, masses, col_set, rows[drafted])
 
 
 _BANNER_SILENCED = False

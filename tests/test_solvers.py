@@ -60,6 +60,29 @@ def test_lp_plan_is_a_valid_verifier(rng):
             assert np.all(row[outside] == 0)
 
 
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_draft_set_law_equals_a_loop_over_the_tuples_bit_for_bit(scheme, rng):
+    """``set_law`` (sorted rows grouped by one lexsort) against a dictionary filled tuple by tuple:
+    the same sets in the same order (size, then tokens) and the same masses to the last bit."""
+    scheme = SCHEMES[scheme]
+    for _ in range(40):
+        V = int(rng.integers(1, 8))
+        _, q = random_pair(rng, V)
+        n = 2 if scheme.name == "hub" else int(rng.integers(1, 5))
+        if scheme.name != "with_replacement" and n > np.count_nonzero(q):
+            continue
+        law = {}
+        tuples, probs = scheme.tuple_law(q, n)
+        for t, pr in zip(tuples.tolist(), probs.tolist()):
+            key = tuple(sorted(set(t)))
+            law[key] = law.get(key, 0.0) + pr
+        sets, masses = scheme.set_law(q, n)
+        assert sets == sorted(law, key=lambda s: (len(s), s))
+        assert masses.tolist() == [law[s] for s in sets]
+        rows, _ = scheme.set_rows(q, n)
+        assert rows.shape == (len(sets), n) and [tuple(r[r >= 0].tolist()) for r in rows] == sets
+
+
 MATH_TABLE = [  # docs/math.md#test-vectors: p, q, n, alpha*_with, alpha*_without, greedy
     ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 2, 1 / 6), 2, 0.972222, 1.0, 1.0),
     ((0.5, 0.3, 0.2, 0.0), (0.1, 0.2, 0.3, 0.4), 2, 0.690000, 0.734524, 0.666667),

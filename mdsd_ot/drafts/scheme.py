@@ -140,13 +140,29 @@ class DraftScheme:
 
     def set_law(self, q: np.ndarray, n: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
         """The law of the set of distinct drafted tokens: ``(sets, probs)``, sets as sorted tuples."""
+        rows, probs = self.set_rows(q, n)
+        return [tuple(y for y in r if y >= 0) for r in rows.tolist()], probs
+
+    def set_rows(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`set_law` as arrays: ``(rows (S, n) int64, probs (S,))``, row ``i`` the tokens of set
+        ``i`` ascending, padded with ``-1``; sets ordered by size, then tokens. Each set's probability
+        adds its tuples' in enumeration order (as a loop over the tuples would)."""
         tuples, probs = self.tuple_law(q, n)
-        law: dict[tuple[int, ...], float] = {}
-        for t, pr in zip(tuples.tolist(), probs.tolist()):
-            key = tuple(sorted(set(t)))
-            law[key] = law.get(key, 0.0) + pr
-        sets = sorted(law, key=lambda s: (len(s), s))
-        return sets, np.array([law[s] for s in sets])
+        rows = np.sort(tuples, axis=1)
+        rows[:, 1:][rows[:, 1:] == rows[:, :-1]] = q.size  # a repeat: pad past every token
+        rows.sort(axis=1)
+        order = np.lexsort(rows.T[::-1])  # tuples grouped by set, sets in token order
+        ranked = rows[order]
+        first = np.ones(len(ranked), dtype=bool)
+        first[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+        group = np.empty(len(ranked), dtype=np.int64)
+        group[order] = np.cumsum(first) - 1
+        sets = ranked[first]
+        sizes = (sets < q.size).sum(axis=1)
+        by_size = np.argsort(sizes, kind="stable")
+        masses = np.bincount(group, weights=probs, minlength=len(sets))
+        sets = np.where(sets < q.size, sets, -1)
+        return sets[by_size], masses[by_size]
 
     def mass(self, q: np.ndarray, n: int, subset, *, refine: int = 0) -> float:
         """``Q(H)``: probability that all ``n`` drafts fall in ``subset`` (indices or a bool mask).
