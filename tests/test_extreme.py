@@ -759,13 +759,13 @@ def test_optimal_with_one_draft_at_full_vocabulary_is_sum_min(scheme):
 
 
 def test_sequential_tuple_law_in_blocks_against_fractions(monkeypatch):
-    """The sequential tuple law, its mask in blocks of a few tuples (as at large V), against exact
+    """The sequential tuple law, its mask in blocks of a few prefixes (as at large V), against exact
     fractions: P(t) = prod_i q_(t_i) / (q(all) - q(t_1) - ... - q(t_(i-1)))."""
     import itertools
 
     from mdsd_ot.drafts import _common
 
-    monkeypatch.setattr(_common, "_TUPLE_MASK_ENTRIES", 7)  # blocks of one tuple at V = 6
+    monkeypatch.setattr(_common, "_TUPLE_MASK_ENTRIES", 7)  # blocks of one prefix at V = 6
     q = np.array([0.4, 0.25, 1e-17, 0.2, 0.15 - 1e-17, 0.0])
     q = q / q.sum()
     for n in (1, 2, 3):

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._common import _as_mask, _support_size
+from ._common import _as_mask, _support_size, group_rows
 
 #: Codes of the numba sorted-prefix scan families (:mod:`mdsd_ot._kernels.scans`; ``kernel_code``).
 KERNEL_WITH, KERNEL_WITHOUT, KERNEL_CP = 0, 1, 2
@@ -151,13 +151,7 @@ class DraftScheme:
         rows = np.sort(tuples, axis=1)
         rows[:, 1:][rows[:, 1:] == rows[:, :-1]] = q.size  # a repeat: pad past every token
         rows.sort(axis=1)
-        order = np.lexsort(rows.T[::-1])  # tuples grouped by set, sets in token order
-        ranked = rows[order]
-        first = np.ones(len(ranked), dtype=bool)
-        first[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
-        group = np.empty(len(ranked), dtype=np.int64)
-        group[order] = np.cumsum(first) - 1
-        sets = ranked[first]
+        sets, group = group_rows(rows)  # sets in token order
         sizes = (sets < q.size).sum(axis=1)
         by_size = np.argsort(sizes, kind="stable")
         masses = np.bincount(group, weights=probs, minlength=len(sets))
