@@ -29,7 +29,7 @@ def pytest_unconfigure(config):
 #: model code (about 2.5 s), so the lane runs these files in one process (pytest_xdist_make_scheduler).
 _MODEL_FILES = {
     "test_decode.py", "test_doctests.py", "test_newcomer.py", "test_scale_decode.py", "test_study.py",
-    "test_tree_optimum.py",
+    "test_tree_optimum.py", "test_tree_race.py",
 }  # fmt: skip
 #: Files that build models only in full-lane tests (the Ray scenarios, the storage faults: 3 of the
 #: full lane's 11 minutes of test time): kept apart, each its own unit, so the two processes stay even.

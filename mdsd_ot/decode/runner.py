@@ -87,6 +87,24 @@ def _np(t):
     return t.detach().to("cpu").numpy()
 
 
+def draft_laws(draft_lm, dist: dict):
+    """The draft's laws for :func:`mdsd_ot.trees.draft_tree`: ``draft(paths) -> (len(paths), V)``
+    float64 laws of the nodes ``paths`` (``[()]``: the root, after the pending committed tokens), from
+    forwards of the :class:`~mdsd_ot.decode.models.TreeLM` ``draft_lm`` at ``dist``
+    (``temperature``, ``top_k``, ``top_p`` of :func:`mdsd_ot.backends.torch.to_distribution`)."""
+    from ..backends.torch import to_distribution
+
+    def draft(paths):
+        if list(paths) == [()]:
+            root, _ = draft_lm.forward([])
+            logits = root[None]
+        else:
+            _, logits = draft_lm.forward(paths)
+        return _np(to_distribution(logits, **dist))
+
+    return draft
+
+
 def runs_at(verifier, scheme, vocab: int, *, shape=None) -> bool:
     """Whether the decoder evaluates ``verifier`` exactly on trees of ``scheme`` at vocabulary ``vocab``.
 
@@ -171,18 +189,10 @@ def decode_prompt(
     dist = dict(temperature=T, top_k=config.top_k, top_p=config.top_p)
     target_lm.reset(prompt_ids)
     draft_lm.reset(prompt_ids)
+    draft = draft_laws(draft_lm, dist)
     rows, made, call = [], 0, 0
     while made < config.max_new_tokens:
         t0 = time.perf_counter()
-
-        def draft(paths):
-            if list(paths) == [()]:
-                root, _ = draft_lm.forward([])
-                logits = root[None]
-            else:
-                _, logits = draft_lm.forward(paths)
-            return _np(to_distribution(logits, **dist))
-
         tree = draft_tree(shape, scheme, draft, rng)
         t1 = time.perf_counter()
         paths = [tree.path(v) for v in range(1, tree.tokens.size)]
@@ -366,18 +376,10 @@ def decode_prompt_union(
     depth = max(parse_shape(t).depth for t, _ in specs)
     target_lm.reset(prompt_ids)
     draft_lm.reset(prompt_ids)
+    draft = draft_laws(draft_lm, dist)
     rows, made, call = [], 0, 0
     while made < config.max_new_tokens:
         t0 = time.perf_counter()
-
-        def draft(paths):
-            if list(paths) == [()]:
-                root, _ = draft_lm.forward([])
-                logits = root[None]
-            else:
-                _, logits = draft_lm.forward(paths)
-            return _np(to_distribution(logits, **dist))
-
         holder = {}
 
         def target(paths):
