@@ -12,7 +12,7 @@ falls on every method alike. Each method decodes each prompt from an empty cache
 generator; the first prompt is decoded once untimed first (compilation, caches).
 
     python scripts/tree_race.py run OUT.jsonl [--prompts humaneval] [--subset 64] [--temperature 0.7]
-        [--tokens 16] [--methods plain,block@1x4,traversal@4,2,2,1,...] [--threads 2]
+        [--tokens 16] [--methods plain block@1x4 traversal@4,2,2,1 ...] [--threads 2]
         [--dtype bfloat16] [--target DIR --draft DIR]
     python scripts/tree_race.py show OUT.jsonl
 
@@ -142,7 +142,7 @@ def run(args) -> int:
     from mdsd_ot.runs.inputs import load_models, load_prompts, record_ids
 
     try:
-        methods = {spec: parse_method(spec) for spec in args.methods.split(",")}
+        methods = {spec: parse_method(spec) for spec in args.methods}
     except ValueError as exc:
         print(f"tree_race.py: {exc}", file=sys.stderr)
         return 2
@@ -271,7 +271,7 @@ def main(argv=None) -> int:
     r.add_argument("--subset", type=int, default=64, help="the first N prompts (the driven runs' 64)")
     r.add_argument("--temperature", type=float, default=0.7)
     r.add_argument("--tokens", type=int, default=16, help="new tokens per prompt (the report's 16)")
-    r.add_argument("--methods", default=",".join(METHODS))
+    r.add_argument("--methods", nargs="+", default=list(METHODS), help="plain and DRIVER@TREE ...")
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     r.add_argument("--seed", type=int, default=0)

@@ -79,7 +79,7 @@ def test_run_appends_one_row_per_prompt_and_method_and_resumes(tmp_path, capsys)
         "--dtype",
         "float32",
     ]
-    argv += ["--methods", "plain,block@1x4,traversal@2x2"]
+    argv += ["--methods", "plain", "block@1x4", "traversal@2x2"]
     assert race.main(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["id"], r["method"]) for r in rows) == sorted(
@@ -100,9 +100,13 @@ def test_run_appends_one_row_per_prompt_and_method_and_resumes(tmp_path, capsys)
 
 
 def test_run_refuses_a_method_list_without_plain_or_with_an_invalid_driver(capsys):
+    with pytest.raises(SystemExit):
+        race.main(["run", "x.jsonl", "--subset", "0"])
+    assert "--subset must be >= 1" in capsys.readouterr().err
+    assert [race.parse_method(m) is None for m in race.METHODS] == [True] + [False] * (len(race.METHODS) - 1)
     assert race.main(["run", "x.jsonl", "--methods", "block@1x4"]) == 2
     assert "must include 'plain'" in capsys.readouterr().err
-    assert race.main(["run", "x.jsonl", "--methods", "plain,block@4,2,2,1"]) == 2
+    assert race.main(["run", "x.jsonl", "--methods", "plain", "block@4,2,2,1"]) == 2
     assert "not a valid verifier" in capsys.readouterr().err
 
 
