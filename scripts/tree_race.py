@@ -20,7 +20,9 @@ generator; the first prompt is decoded once untimed first (compilation, caches).
 (resume by running it again). ``show`` prints per method the tokens per call, the wall milliseconds
 per generated token (all prompts pooled, and the median prompt) and the speedup over ``plain``
 paired by prompt: the geometric mean over prompts of plain's seconds per token over the method's,
-with a 95% t interval (on the logarithms).
+with a 95% t interval (on the logarithms); also over the calls after each prompt's first, which
+processes the prompt (prefill: two models' for speculative decoding, one for plain), the rate a long
+generation approaches.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def decode_plain(target_lm, prompt, tokens: int, T: float, rng, eos=None) -> dic
         "calls": len(calls),
         "seconds": math.fsum(calls),
         "call_seconds": calls,
+        "call_tokens": [1] * len(calls),
         "token_ids": made,
     }
 
@@ -98,7 +101,7 @@ def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, drive
     target_lm.reset(prompt)
     draft_lm.reset(prompt)
     draft = draft_laws(draft_lm, {"temperature": T})
-    made, calls, parts = [], [], {"draft": 0.0, "target": 0.0, "verify": 0.0}
+    made, calls, kept_per_call, parts = [], [], [], {"draft": 0.0, "target": 0.0, "verify": 0.0}
     while len(made) < tokens:
         t0 = time.perf_counter()
         tree = draft_tree(shape, SCHEME, draft, rng)
@@ -116,6 +119,7 @@ def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, drive
         for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2)):
             parts[key] += dt
         calls.append(t3 - t0)
+        kept_per_call.append(len(kept))
         made.extend(kept)
         if eos in kept:
             break
@@ -124,6 +128,7 @@ def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, drive
         "calls": len(calls),
         "seconds": math.fsum(calls),
         "call_seconds": calls,
+        "call_tokens": kept_per_call,
         "token_ids": made,
         **{f"{k}_seconds": v for k, v in parts.items()},
     }
@@ -202,6 +207,25 @@ def _ci_log(ratios: list) -> tuple:
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
+def _seconds_per_token(row: dict, after_first: bool) -> float | None:
+    """A row's wall seconds per token, over every call or over the calls after the first (the first
+    call also processes the prompt); None where no token follows the first call."""
+    if not after_first:
+        return row["seconds"] / row["tokens"]
+    tokens = sum(row["call_tokens"][1:])
+    return math.fsum(row["call_seconds"][1:]) / tokens if tokens else None
+
+
+def _speedup(plain: dict, got: dict, after_first: bool) -> str:
+    ratios = []
+    for i in got:
+        a, b = _seconds_per_token(plain[i], after_first), _seconds_per_token(got[i], after_first)
+        if a is not None and b is not None:
+            ratios.append(a / b)
+    g, lo, hi = _ci_log(ratios)
+    return f"{g:.2f} ({lo:.2f}-{hi:.2f})"
+
+
 def summary(rows: list) -> list[str]:
     """The ``show`` table (module docstring) from the rows of one run."""
     by = {}
@@ -212,28 +236,26 @@ def summary(rows: list) -> list[str]:
     plain = by["plain"]
     lines = [
         "| method | prompts | tokens per call | ms per token (pooled) | median prompt | speedup over plain, "
-        "paired by prompt (95% CI) | draft / target / verify ms per call |",
-        "|---|---|---|---|---|---|---|",
+        "paired by prompt (95% CI) | the same after the first call | draft / target / verify ms per call |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for method, got in by.items():
-        ids = [i for i in got if i in plain]
-        toks = sum(got[i]["tokens"] for i in ids)
-        calls = sum(got[i]["calls"] for i in ids)
-        secs = math.fsum(got[i]["seconds"] for i in ids)
-        per = [got[i]["seconds"] / got[i]["tokens"] for i in ids]
-        ratios = [(plain[i]["seconds"] / plain[i]["tokens"]) / p for i, p in zip(ids, per)]
+        got = {i: r for i, r in got.items() if i in plain}
+        toks = sum(r["tokens"] for r in got.values())
+        calls = sum(r["calls"] for r in got.values())
+        secs = math.fsum(r["seconds"] for r in got.values())
+        median = statistics.median(_seconds_per_token(r, False) for r in got.values())
         if method == "plain":
-            speed, split = "1", ""
+            speed, steady, split = "1", "1", ""
         else:
-            g, lo, hi = _ci_log(ratios)
-            speed = f"{g:.2f} ({lo:.2f}-{hi:.2f})"
+            speed, steady = _speedup(plain, got, False), _speedup(plain, got, True)
             split = " / ".join(
-                f"{1000 * math.fsum(got[i][f'{k}_seconds'] for i in ids) / calls:.0f}"
+                f"{1000 * math.fsum(r[f'{k}_seconds'] for r in got.values()) / calls:.0f}"
                 for k in ("draft", "target", "verify")
             )
         lines.append(
-            f"| {method} | {len(ids)} | {toks / calls:.2f} | {1000 * secs / toks:.1f} | "
-            f"{1000 * statistics.median(per):.1f} | {speed} | {split} |"
+            f"| {method} | {len(got)} | {toks / calls:.2f} | {1000 * secs / toks:.1f} | "
+            f"{1000 * median:.1f} | {speed} | {steady} | {split} |"
         )
     loads = [r["loadavg1"] for r in rows]
     lines.append("")

@@ -119,11 +119,21 @@ def test_summary_pairs_the_speedup_by_prompt():
                     loadavg1=1.0, **extra)  # fmt: skip
 
     split = dict(draft_seconds=0.2, target_seconds=0.6, verify_seconds=0.2)
-    rows = [row("a", "plain", 2.0, 8), row("b", "plain", 4.0, 8)]
-    rows += [row("a", "x@1x4", 1.0, 2, **split), row("b", "x@1x4", 2.0, 2, **split)]
+    rows = [
+        row("a", "plain", 2.0, 8, call_seconds=[0.6] + [0.2] * 7, call_tokens=[1] * 8),
+        row("b", "plain", 4.0, 8, call_seconds=[1.2] + [0.4] * 7, call_tokens=[1] * 8),
+        row("a", "x@1x4", 1.0, 2, call_seconds=[0.3, 0.7], call_tokens=[1, 7], **split),
+        row("b", "x@1x4", 2.0, 2, call_seconds=[0.6, 1.4], call_tokens=[1, 7], **split),
+    ]
     lines = race.summary(rows)
     fast = next(line for line in lines if line.startswith("| x@1x4"))
-    assert fast == "| x@1x4 | 2 | 4.00 | 187.5 | 187.5 | 2.00 (2.00-2.00) | 100 / 300 / 100 |"
+    # after the first call: plain 0.2 (0.4) s per token, x 0.1 (0.2): 2.00 again
+    assert (
+        fast == "| x@1x4 | 2 | 4.00 | 187.5 | 187.5 | 2.00 (2.00-2.00) | 2.00 (2.00-2.00) | 100 / 300 / 100 |"
+    )
+    rows[2]["call_seconds"] = [0.44, 0.56]  # prompt a's later calls faster: 0.08 s per token, 2.5x
+    steady = next(line for line in race.summary(rows) if line.startswith("| x@1x4")).split(" | ")[6]
+    assert steady.startswith(f"{(2.5 * 2.0) ** 0.5:.2f} (")
     assert next(line for line in lines if line.startswith("| plain")).startswith(
         "| plain | 2 | 1.00 | 375.0 |"
     )
