@@ -91,11 +91,9 @@ def decode_plain(target_lm, prompt, tokens: int, T: float, rng, eos=None) -> dic
 
 def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, driver, shape, rng, eos=None):
     """Speculative decoding by ``driver`` on ``shape`` (i.i.d. drafts): per call the draft tree, the
-    target's forward over it, its laws and ``verify_tree``; the split of each call's time recorded."""
-    import torch
-
-    from mdsd_ot.backends.torch import to_distribution
-    from mdsd_ot.decode.runner import _np, draft_laws
+    target's forward over it, its laws and ``verify_tree``; the split of each call's time recorded.
+    Each distinct node is forwarded and its law computed once (as the report's decoder does)."""
+    from mdsd_ot.decode.runner import draft_laws, target_laws
     from mdsd_ot.trees import draft_tree, verify_tree
 
     target_lm.reset(prompt)
@@ -106,8 +104,7 @@ def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, drive
         t0 = time.perf_counter()
         tree = draft_tree(shape, SCHEME, draft, rng)
         t1 = time.perf_counter()
-        root, logits = target_lm.forward([tree.path(v) for v in range(1, tree.tokens.size)])
-        tree.set_target(_np(to_distribution(torch.cat([root[None], logits], dim=0), temperature=T)))
+        tree.set_target(target_laws(target_lm, tree, {"temperature": T}))
         t2 = time.perf_counter()
         emitted = verify_tree(tree, driver, rng)
         if eos in emitted:

@@ -87,6 +87,17 @@ def _np(t):
     return t.detach().to("cpu").numpy()
 
 
+def _laws_of_distinct(paths, laws_of):
+    """``laws_of(distinct paths)`` spread back to ``paths``: a path drafted twice (i.i.d. drafts) has
+    its law computed once (a row's law does not depend on the other rows of the batch)."""
+    distinct = list(dict.fromkeys(tuple(int(t) for t in p) for p in paths))
+    laws = laws_of(distinct)
+    if len(distinct) == len(paths):
+        return laws
+    where = {p: i for i, p in enumerate(distinct)}
+    return laws[[where[tuple(int(t) for t in p)] for p in paths]]
+
+
 def draft_laws(draft_lm, dist: dict):
     """The draft's laws for :func:`mdsd_ot.trees.draft_tree`: ``draft(paths) -> (len(paths), V)``
     float64 laws of the nodes ``paths`` (``[()]``: the root, after the pending committed tokens), from
@@ -97,12 +108,30 @@ def draft_laws(draft_lm, dist: dict):
     def draft(paths):
         if list(paths) == [()]:
             root, _ = draft_lm.forward([])
-            logits = root[None]
-        else:
-            _, logits = draft_lm.forward(paths)
-        return _np(to_distribution(logits, **dist))
+            return _np(to_distribution(root[None], **dist))
+        return _laws_of_distinct(paths, lambda d: _np(to_distribution(draft_lm.forward(d)[1], **dist)))
 
     return draft
+
+
+def target_laws(target_lm, tree, dist: dict) -> np.ndarray:
+    """The target's float64 laws at every node of the drafted ``tree`` (root first), from one forward of
+    the :class:`~mdsd_ot.decode.models.TreeLM` ``target_lm`` over its distinct nodes, at ``dist``
+    (:func:`draft_laws`); ``ValueError`` when the target's vocabulary is not the draft's."""
+    from ..backends.torch import require_torch, to_distribution
+
+    torch = require_torch()
+
+    def laws_of(paths):
+        root, logits = target_lm.forward(paths[1:])  # paths[0] is the root, ()
+        if tree.vocab != root.shape[-1]:
+            raise ValueError(
+                f"target and draft have different vocabularies ({root.shape[-1]} vs {tree.vocab} logits); "
+                f"a speculative pair must share one tokenizer"
+            )
+        return _np(to_distribution(torch.cat([root[None], logits], dim=0), **dist))
+
+    return _laws_of_distinct([tree.path(v) for v in range(tree.tokens.size)], laws_of)
 
 
 def runs_at(verifier, scheme, vocab: int, *, shape=None) -> bool:
@@ -179,9 +208,9 @@ def decode_prompt(
     list of dict
         One row per target call.
     """
-    from ..backends.torch import require_torch, to_distribution
+    from ..backends.torch import require_torch
 
-    torch = require_torch()
+    require_torch()
     T, tree_label, scheme = cell
     shape = parse_shape(tree_label)
     driver = driver_for(scheme, config.driver)
@@ -195,15 +224,7 @@ def decode_prompt(
         t0 = time.perf_counter()
         tree = draft_tree(shape, scheme, draft, rng)
         t1 = time.perf_counter()
-        paths = [tree.path(v) for v in range(1, tree.tokens.size)]
-        root, logits = target_lm.forward(paths)
-        if tree.vocab != root.shape[-1]:
-            raise ValueError(
-                f"target and draft have different vocabularies ({root.shape[-1]} vs {tree.vocab} logits); "
-                f"a speculative pair must share one tokenizer"
-            )
-        p = _np(to_distribution(torch.cat([root[None], logits], dim=0), **dist))
-        tree.set_target(p)
+        tree.set_target(target_laws(target_lm, tree, dist))
         t2 = time.perf_counter()
         row = {"record": record, "T": T, "tree": tree_label, "scheme": scheme, "call": call, "driver": driver}
         for name in names:
@@ -219,7 +240,7 @@ def decode_prompt(
             try:
                 # alpha* of every node: by the torch evaluation plan, batched on the models' device when
                 # that is an accelerator; optimal_acceptance node by node on CPU
-                row["bound"] = node_alpha_heuristic(tree, backend="auto", device=root.device)
+                row["bound"] = node_alpha_heuristic(tree, backend="auto", device=target_lm.device)
             except (ValueError, RuntimeError) as exc:
                 row["bound"] = None
                 row.setdefault("errors", {})["bound"] = " ".join(str(exc).split())[:200]
