@@ -38,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 #: The report's driven runs: each driver on the tree it drove (i.i.d. drafts).
 METHODS = ("plain", "block@1x4", "rrs@4,2,2,1", "traversal@4,2,2,1", "lookahead@4,2,2,1")
@@ -172,6 +173,9 @@ def run(args) -> int:
             target_lm, draft_lm, prompt, args.tokens, args.temperature, driver, shape, rng, eos
         )
 
+    from tree_cost import _cpu
+
+    cpu = _cpu()["model_name"]
     warm, _ = record_ids(todo[0][1], tokenizer)
     for spec in methods:  # untimed: first calls compile kernels and fill caches
         decode(spec, warm, np.random.default_rng(0))
@@ -185,7 +189,7 @@ def run(args) -> int:
                 continue
             rng = np.random.default_rng([args.seed, k, names.index(spec)])
             row = {"id": rec["id"], "method": spec, "T": args.temperature, **decode(spec, prompt, rng)}
-            row.update(threads=args.threads, dtype=args.dtype, loadavg1=os.getloadavg()[0])
+            row.update(threads=args.threads, dtype=args.dtype, cpu=cpu, loadavg1=os.getloadavg()[0])
             with out.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
         print(f"{rec['id']} done", flush=True)
@@ -255,10 +259,11 @@ def summary(rows: list) -> list[str]:
             f"{1000 * median:.1f} | {speed} | {steady} | {split} |"
         )
     loads = [r["loadavg1"] for r in rows]
+    cpus = sorted({r.get("cpu", "CPU not recorded") for r in rows})
     lines.append("")
     lines.append(
-        f"T = {rows[0]['T']:g}, {rows[0]['threads']} thread(s), {rows[0]['dtype']}; load average during the "
-        f"run: median {statistics.median(loads):.2f}, max {max(loads):.2f}"
+        f"T = {rows[0]['T']:g}, {rows[0]['threads']} thread(s), {rows[0]['dtype']}, {' / '.join(cpus)}; load "
+        f"average during the run: median {statistics.median(loads):.2f}, max {max(loads):.2f}"
     )
     return lines
 
