@@ -62,6 +62,36 @@ def test_tree_forward_matches_plain_forwards(kind):
         lm.forward([(7, 7, 7)])
 
 
+def test_a_node_drafted_twice_gets_the_law_of_its_first_copy_bit_for_bit():
+    """``target_laws`` / ``draft_laws`` forward and convert each distinct path once: the rows equal,
+    bit for bit, a conversion of every path's logits (repeats included) and a plain forward's law."""
+    from mdsd_ot.decode.runner import draft_laws, target_laws
+    from mdsd_ot.trees import draft_tree
+
+    model, dist = tiny(), {"temperature": 0.9}
+    prompt = [1, 5, 7]
+    tree = None
+    for seed in range(50):  # a tiny draft at V = 16 repeats a token within a few trees
+        lm = TreeLM(model)
+        lm.reset(prompt)
+        tree = draft_tree("4,2", "with_replacement", draft_laws(lm, dist), np.random.default_rng(seed))
+        paths = [tree.path(v) for v in range(tree.tokens.size)]
+        if len(set(paths)) < len(paths):
+            break
+    assert len(set(paths)) < len(paths)
+    lm = TreeLM(model)
+    lm.reset(prompt)
+    laws = target_laws(lm, tree, dist)
+    again = TreeLM(model)
+    again.reset(prompt)
+    root, logits = again.forward(paths[1:])  # every path, repeats included
+    every = to_distribution(torch.cat([root[None], logits], dim=0), **dist).double().numpy()
+    assert laws.shape == every.shape and np.array_equal(laws, every)
+    for path, law in zip(paths, laws):
+        plain = to_distribution(plain_logits(model, prompt + list(path))[None], **dist).double().numpy()[0]
+        np.testing.assert_allclose(law, plain, atol=1e-6)
+
+
 def _cells_config(**kw):
     base = dict(
         trees=["2x2"], schemes=["with_replacement"], temperatures=[1.0], max_new_tokens=6, union=False
