@@ -347,6 +347,8 @@ def show_cost(cost: dict) -> None:
 
 
 def main(argv=None) -> int:
+    from prepare_qwen_models import default_models_dir
+
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog=__doc__.split("\n", 2)[2],
@@ -355,8 +357,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="time the forwards and write cost.json")
     m.add_argument("--out", default=str(DEFAULT_OUT))
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    m.add_argument("--models", default=os.environ.get("MODELS") or os.path.join(cache, "mdsd_ot", "models"))
+    m.add_argument("--models", default=str(default_models_dir()))
     m.add_argument("--reps", type=int, default=5)
     m.add_argument("--sizes", default=",".join(map(str, SIZES)))
     m.add_argument("--context", type=int, default=256, help="cached context length in tokens")

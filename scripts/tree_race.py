@@ -40,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from prepare_qwen_models import default_models_dir  # noqa: E402
+from tree_cost import DRAFT, TARGET, _cpu  # noqa: E402
+
 #: The report's driven runs: each driver on the tree it drove (i.i.d. drafts).
 METHODS = ("plain", "block@1x4", "rrs@4,2,2,1", "traversal@4,2,2,1", "lookahead@4,2,2,1")
 SCHEME = "with_replacement"
@@ -63,6 +66,18 @@ def parse_method(spec: str):
     return driver, shape
 
 
+def _decoded(made: list, calls: list, call_tokens: list) -> dict:
+    """The fields of one prompt's row: the tokens made, and each call's wall seconds and tokens kept."""
+    return {
+        "tokens": len(made),
+        "calls": len(calls),
+        "seconds": math.fsum(calls),
+        "call_seconds": calls,
+        "call_tokens": call_tokens,
+        "token_ids": made,
+    }
+
+
 def decode_plain(target_lm, prompt, tokens: int, T: float, rng, eos=None) -> dict:
     """Plain decoding: one target forward per token, its law at ``T``, one inverse-CDF draw."""
     from mdsd_ot.backends.torch import to_distribution
@@ -80,14 +95,7 @@ def decode_plain(target_lm, prompt, tokens: int, T: float, rng, eos=None) -> dic
         made.append(y)
         if y == eos:
             break
-    return {
-        "tokens": len(made),
-        "calls": len(calls),
-        "seconds": math.fsum(calls),
-        "call_seconds": calls,
-        "call_tokens": [1] * len(calls),
-        "token_ids": made,
-    }
+    return _decoded(made, calls, [1] * len(calls))
 
 
 def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, driver, shape, rng, eos=None):
@@ -121,15 +129,7 @@ def decode_speculative(target_lm, draft_lm, prompt, tokens: int, T: float, drive
         made.extend(kept)
         if eos in kept:
             break
-    return {
-        "tokens": len(made),
-        "calls": len(calls),
-        "seconds": math.fsum(calls),
-        "call_seconds": calls,
-        "call_tokens": kept_per_call,
-        "token_ids": made,
-        **{f"{k}_seconds": v for k, v in parts.items()},
-    }
+    return _decoded(made, calls, kept_per_call) | {f"{k}_seconds": v for k, v in parts.items()}
 
 
 def _done(out: Path) -> set:
@@ -172,8 +172,6 @@ def run(args) -> int:
         return decode_speculative(
             target_lm, draft_lm, prompt, args.tokens, args.temperature, driver, shape, rng, eos
         )
-
-    from tree_cost import _cpu
 
     cpu = _cpu()["model_name"]
     warm, _ = record_ids(todo[0][1], tokenizer)
@@ -287,10 +285,8 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="decode and append rows to OUT")
     r.add_argument("out")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    models = os.environ.get("MODELS") or os.path.join(cache, "mdsd_ot", "models")
-    r.add_argument("--target", default=os.path.join(models, "qwen2.5-coder-1.5b-instruct"))
-    r.add_argument("--draft", default=os.path.join(models, "qwen2.5-coder-0.5b-instruct"))
+    r.add_argument("--target", default=str(default_models_dir() / TARGET))
+    r.add_argument("--draft", default=str(default_models_dir() / DRAFT))
     r.add_argument("--prompts", default="humaneval")
     r.add_argument("--subset", type=int, default=64, help="the first N prompts (the driven runs' 64)")
     r.add_argument("--temperature", type=float, default=0.7)

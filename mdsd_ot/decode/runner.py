@@ -114,24 +114,27 @@ def draft_laws(draft_lm, dist: dict):
     return draft
 
 
-def target_laws(target_lm, tree, dist: dict) -> np.ndarray:
-    """The target's float64 laws at every node of the drafted ``tree`` (root first), from one forward of
-    the :class:`~mdsd_ot.decode.models.TreeLM` ``target_lm`` over its distinct nodes, at ``dist``
-    (:func:`draft_laws`); ``ValueError`` when the target's vocabulary is not the draft's."""
+def forward_laws(target_lm, paths, dist: dict, vocab: int) -> np.ndarray:
+    """The target's float64 laws at the distinct node ``paths`` (the root ``()`` first), from one forward
+    of the :class:`~mdsd_ot.decode.models.TreeLM` ``target_lm`` over the others, at ``dist``
+    (:func:`draft_laws`); ``ValueError`` when the target's vocabulary is not the draft's ``vocab``."""
     from ..backends.torch import require_torch, to_distribution
 
     torch = require_torch()
+    root, logits = target_lm.forward(paths[1:])
+    if vocab != root.shape[-1]:
+        raise ValueError(
+            f"target and draft have different vocabularies ({root.shape[-1]} vs {vocab} logits); "
+            f"a speculative pair must share one tokenizer"
+        )
+    return _np(to_distribution(torch.cat([root[None], logits], dim=0), **dist))
 
-    def laws_of(paths):
-        root, logits = target_lm.forward(paths[1:])  # paths[0] is the root, ()
-        if tree.vocab != root.shape[-1]:
-            raise ValueError(
-                f"target and draft have different vocabularies ({root.shape[-1]} vs {tree.vocab} logits); "
-                f"a speculative pair must share one tokenizer"
-            )
-        return _np(to_distribution(torch.cat([root[None], logits], dim=0), **dist))
 
-    return _laws_of_distinct([tree.path(v) for v in range(tree.tokens.size)], laws_of)
+def target_laws(target_lm, tree, dist: dict) -> np.ndarray:
+    """The target's laws at every node of the drafted ``tree`` (root first): :func:`forward_laws` of its
+    distinct nodes, a node drafted twice sharing its row."""
+    paths = [tree.path(v) for v in range(tree.tokens.size)]
+    return _laws_of_distinct(paths, lambda distinct: forward_laws(target_lm, distinct, dist, tree.vocab))
 
 
 def runs_at(verifier, scheme, vocab: int, *, shape=None) -> bool:
@@ -387,9 +390,9 @@ def decode_prompt_union(
     list of dict
         One row per (target call, cell).
     """
-    from ..backends.torch import require_torch, to_distribution
+    from ..backends.torch import require_torch
 
-    torch = require_torch()
+    require_torch()
     drive = config.drive_cell()
     driver = config.driver
     specs = config.forest()
@@ -401,25 +404,11 @@ def decode_prompt_union(
     rows, made, call = [], 0, 0
     while made < config.max_new_tokens:
         t0 = time.perf_counter()
-        holder = {}
-
-        def target(paths):
-            nodes = [p for p in paths if p]
-            root, logits = target_lm.forward(nodes)
-            holder["positions"] = len(nodes) + 1
-            law = to_distribution(torch.cat([root[None], logits], dim=0), **dist)
-            return _np(law)  # paths[0] is the root (sorted by length)
-
         memo: dict = {}
         forest = draft_forest(specs, draft, rng, memo=memo)
         t1 = time.perf_counter()
-        every = forest_paths(forest)
-        laws = target(every)
-        if laws.shape[1] != forest[0].vocab:
-            raise ValueError(
-                f"target and draft have different vocabularies ({laws.shape[1]} vs {forest[0].vocab} "
-                f"logits); a speculative pair must share one tokenizer"
-            )
+        every = forest_paths(forest)  # distinct, the root first (sorted by length)
+        laws = forward_laws(target_lm, every, dist, forest[0].vocab)
         laws = check_probabilities(laws, "target laws", ndim=2)  # once for the whole forest
         laws /= laws.sum(axis=1, keepdims=True)
         where = {p: k for k, p in enumerate(every)}
@@ -453,7 +442,7 @@ def decode_prompt_union(
             emitted=len(emitted),
             tokens=kept,
             draft_forwards=depth,
-            positions=holder["positions"],
+            positions=len(every),
             t_draft=t1 - t0,
             t_target=t2 - t1,
             t_exact=t3 - t2,
