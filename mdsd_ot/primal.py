@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from ._config import IPM_COLUMNS, LP_MAX_COLUMNS, LP_PLAN_MAX_ENTRIES, LP_SOLVER_TOL
 from .drafts import DraftScheme
+from .drafts.scheme import set_tuples
 
 __all__ = ["TransportLP", "PrimalSolution", "build_lp", "solve_highs", "solve_cvxpy"]
 
@@ -128,7 +129,7 @@ def build_lp(p: np.ndarray, q: np.ndarray, n: int, scheme: DraftScheme) -> Trans
             f"{len(rows) * p.size:,} entries (limit {LP_PLAN_MAX_ENTRIES:,}); use method='dual', or a "
             f"smaller vocabulary for the LP"
         )
-    sets = tuple(tuple(y for y in r if y >= 0) for r in rows.tolist())
+    sets = tuple(set_tuples(rows))
     col_set = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
     return TransportLP(p, sets, masses, col_set, rows[drafted])
 

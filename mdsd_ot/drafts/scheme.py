@@ -34,6 +34,11 @@ class TorchPrefix(NamedTuple):
 ONE_DRAW_SCHEMES = frozenset({"with_replacement", "without_replacement", "greedy", "conditional_poisson"})
 
 
+def set_tuples(rows: np.ndarray) -> list[tuple[int, ...]]:
+    """The sets of :meth:`DraftScheme.set_rows` as tuples (the ``-1`` padding dropped)."""
+    return [tuple(y for y in r if y >= 0) for r in rows.tolist()]
+
+
 @dataclass(frozen=True)
 class DraftScheme:
     """A draft-sampling scheme (see the module docstring for the list).
@@ -141,7 +146,7 @@ class DraftScheme:
     def set_law(self, q: np.ndarray, n: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
         """The law of the set of distinct drafted tokens: ``(sets, probs)``, sets as sorted tuples."""
         rows, probs = self.set_rows(q, n)
-        return [tuple(y for y in r if y >= 0) for r in rows.tolist()], probs
+        return set_tuples(rows), probs
 
     def set_rows(self, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`set_law` as arrays: ``(rows (S, n) int64, probs (S,))``, row ``i`` the tokens of set
