@@ -684,3 +684,15 @@ def mp_sequential_product_bound(q, mask, n):
             d = mpmath.fsum(inside[j:])
             w *= d / (R + d) if d > 0 else 0
         return w
+
+
+def ratio_bin_sums_slow(p, rho, grid):
+    """numpy twin of :func:`mdsd_ot._kernels.verifiers.ratio_bin_sums` (the lookahead verifier's
+    acceptance tables before the kernel): ``searchsorted`` bins of ``rho / p``, two ``bincount``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(p > 0, rho / p, 0.0)
+    b = np.searchsorted(grid, s, side="left")
+    return (
+        np.bincount(b, weights=p * s, minlength=grid.size + 1),
+        np.bincount(b, weights=p, minlength=grid.size + 1),
+    )

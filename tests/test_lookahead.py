@@ -391,3 +391,33 @@ def test_degenerate_inputs_give_no_nan():
     rng = np.random.default_rng(2)
     chain = draft_tree((1, 1, 1), "with_replacement", same.rows(), rng, target=same.rows())
     assert abs(expected_tokens(chain, "lookahead") - 4.0) <= LAW_TOL
+
+
+def test_acceptance_table_bins_are_the_searchsorted_bincount_bits():
+    """The kernel behind ``order="value"``'s tables (compiled, and its Python twin at small V) gives the
+    bits of numpy's ``searchsorted`` + ``bincount`` it replaced: ratios exactly on grid points, 0, 1,
+    zero target mass, subnormals, and full-vocabulary rows as the verifier builds them."""
+    import oracles
+
+    from mdsd_ot._kernels import dispatch
+    from mdsd_ot._kernels.verifiers import ratio_bin_sums
+    from mdsd_ot.trees.verifiers.lookahead import _GRID
+
+    rng = np.random.default_rng(37)
+    cases = []
+    for V in (1, 2, 7, 300, 152_064):
+        p = rng.dirichlet(np.full(V, 0.3))
+        p[rng.random(V) < 0.1] = 0.0
+        p[rng.random(V) < 0.02] = 5e-320
+        rho = np.minimum(p, rng.dirichlet(np.full(V, 0.3)))
+        on_grid = rng.random(V) < 0.2
+        rho[on_grid] = p[on_grid] * rng.choice(_GRID, on_grid.sum())  # s = rho / p may round off the grid
+        k = min(V, 3)
+        rho[:k] = p[:k] * np.array([0.0, 1.0, 0.5])[:k]
+        cases.append((p, rho))
+    for p, rho in cases:
+        want = oracles.ratio_bin_sums_slow(p, rho, _GRID)
+        for kernel in (ratio_bin_sums, dispatch.python_twin(ratio_bin_sums)):
+            got = kernel(p, rho, _GRID)
+            for g, w in zip(got, want):
+                assert np.array_equal(g, w), (p.size, np.flatnonzero(g != w))

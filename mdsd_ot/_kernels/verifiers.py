@@ -1,4 +1,5 @@
-"""Kernels of the verifiers: RSD for n = 2 in O(V log V), RSD rejection paths, naive inclusion probabilities.
+"""Kernels of the verifiers: RSD for n = 2 in O(V log V), RSD rejection paths, naive inclusion probabilities,
+the lookahead tree verifier's acceptance tables.
 
 Every kernel is ``@njit(cache=True)`` with int64 indices; its slow pure-numpy twin (suffix ``_slow``)
 is a test oracle in ``tests/oracles.py``. Set ``NUMBA_DISABLE_JIT=1`` to run the kernels as Python.
@@ -21,6 +22,7 @@ __all__ = [
     "rsd_path_mc",
     "sequential_draft_mass",
     "cp_inclusion",
+    "ratio_bin_sums",
 ]
 
 
@@ -530,3 +532,28 @@ def cp_inclusion(x, n):
         v = math.exp(lx[y] + top + math.log(acc) - log_en)
         out[y] = v if v < 1.0 else 1.0
     return out
+
+
+# ------------------------------------------------------------------ lookahead: acceptance tables
+@njit(cache=True)
+def ratio_bin_sums(p, rho, grid):
+    """``(sum p s, sum p)`` over the tokens in each bin of ``s = rho / p`` (``s = 0`` where ``p = 0``),
+    bin ``b`` holding ``grid[b - 1] < s <= grid[b]`` (``np.searchsorted(grid, s, side="left")``, ``grid``
+    ascending), ``grid.size + 1`` bins. One pass in token order: the same bits as ``np.bincount`` of
+    ``np.searchsorted``'s bins with weights ``p * s`` and ``p`` (which adds in index order too)."""
+    m = grid.size
+    ps_sums = np.zeros(m + 1)
+    p_sums = np.zeros(m + 1)
+    for i in range(p.size):
+        pi = p[i]
+        s = rho[i] / pi if pi > 0.0 else 0.0
+        lo, hi = 0, m  # the first grid point >= s
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if grid[mid] < s:
+                lo = mid + 1
+            else:
+                hi = mid
+        ps_sums[lo] += pi * s
+        p_sums[lo] += pi
+    return ps_sums, p_sums

@@ -211,10 +211,8 @@ class _PreparedChain(PreparedVerifier):
     @property
     def r(self) -> np.ndarray:
         """The exact law of the selected token, ``q * ratio[unit]`` (0 where ``q = 0``)."""
-        if not hasattr(self, "_r"):
-            on = self.cls >= 0
-            self._r = np.zeros(self.p.size)
-            self._r[on] = self.q[on] * self.ratio[self.cls[on]]
+        if not hasattr(self, "_r"):  # ratio[-1] at cls = -1 is discarded (q > 0 somewhere: ratio not empty)
+            self._r = np.where(self.cls >= 0, self.q * self.ratio[self.cls], 0.0)
         return self._r
 
     @property

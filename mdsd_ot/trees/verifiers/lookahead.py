@@ -223,11 +223,11 @@ class LookaheadVerifier(TreeVerifier):
                 if tree.children[c].size > 1 or tree.scheme.name == "top_n"
                 else (np.minimum(p, tree.q[c]))
             )
-            with np.errstate(divide="ignore", invalid="ignore"):
-                s = np.where(p > 0, rho / p, 0.0)
-            b = np.searchsorted(_GRID, s, side="left")  # _GRID[b-1] < s <= _GRID[b]
-            below_ps = np.bincount(b, weights=p * s, minlength=_GRID.size + 1)
-            below_p = np.bincount(b, weights=p, minlength=_GRID.size + 1)
+            from ..._kernels import small_or_jit
+            from ..._kernels.verifiers import ratio_bin_sums
+
+            # s = rho / p binned at _GRID (_GRID[b-1] < s <= _GRID[b]): sum p s and sum p per bin
+            below_ps, below_p = small_or_jit(ratio_bin_sums, p.size)(p, rho, _GRID)
             # alpha(g_j) = sum_{s <= g_j} p s + g_j sum_{s > g_j} p
             cps = np.cumsum(below_ps)[: _GRID.size]
             cp = np.cumsum(below_p)[: _GRID.size]
