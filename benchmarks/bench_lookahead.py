@@ -14,6 +14,10 @@ copy of the target).
   also one forward of that model over a 16-node tree (``bench_trees.py``'s baseline), CPU, one thread.
 * **Sampling cost** (``--sampling-trees``): one ``verify_tree`` by each driver of the report's driven
   runs on a fresh tree, CPU milliseconds: the verification a real decoder pays per call.
+* **Before and after** (``--paired-trees N``): one ``lookahead`` verification per fresh tree with the
+  plain numpy routes the library used before round 4, session 6 (numpy's unstable ``argsort`` for the
+  optimal verifier's order, ``searchsorted`` and ``bincount`` for the value order's tables) and with
+  the library's own, alternated per tree in one process, CPU ms; the emitted tokens must agree.
 * **Sampling check** (``--sampling-check N``): each driver's mean emitted tokens over N verifications
   of one tree per setting against its exact value, as a z-score.
 * **Value** (``--trees`` per setting): exact tokens per call of ``optimal``, ``traversal`` and every
@@ -167,6 +171,53 @@ def sampling_cost(n_trees):
         print(f"| {name} on {shape} | {ms.mean():.0f} | {np.median(ms):.0f} | {spread} |")
 
 
+def paired_old_routes(n_trees):
+    """CPU ms of one ``lookahead`` verification on fresh trees, with the old numpy routes patched in
+    (``np.argsort`` of the chain keys; the tables' ``searchsorted`` + ``bincount``) and without,
+    alternated per tree; the geometric mean of the per-tree ratios."""
+    import mdsd_ot._kernels.verifiers as kernels
+    import mdsd_ot.verifiers.optimal as optimal
+    from mdsd_ot._kernels.optimal import chain_keys
+    from mdsd_ot.trees import verify_tree
+
+    def old_order(p, q, scratch):
+        return np.argsort(chain_keys(p, q, np.empty(p.size)))
+
+    def old_bins(p, rho, grid):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = np.where(p > 0, rho / p, 0.0)
+        b = np.searchsorted(grid, s, side="left")
+        return (
+            np.bincount(b, weights=p * s, minlength=grid.size + 1),
+            np.bincount(b, weights=p, minlength=grid.size + 1),
+        )
+
+    routes = {"before": (old_order, old_bins), "now": (optimal.chain_token_order, kernels.ratio_bin_sums)}
+    times = {k: [] for k in routes}
+    for i in range(-1, n_trees):  # tree -1: a warm-up of both, not timed
+        laws = Laws(3001 + i, 4.0, 1.0)
+        tree = draft_tree(
+            SHAPE, "with_replacement", laws.draft, np.random.default_rng([i + 1, 98]), target=laws.target
+        )
+        tokens = set()
+        for name in list(routes)[:: 1 if i % 2 else -1]:
+            optimal.chain_token_order, kernels.ratio_bin_sums = routes[name]
+            t, out = cpu(lambda: verify_tree(fresh(tree), "lookahead", np.random.default_rng(i + 1)))
+            tokens.add(tuple(out))
+            if i >= 0:
+                times[name].append(t)
+        optimal.chain_token_order, kernels.ratio_bin_sums = routes["now"]
+        if len(tokens) != 1:
+            raise AssertionError(f"tree {i}: the two routes emitted different tokens: {tokens}")
+    ms = {k: 1e3 * np.array(v) for k, v in times.items()}
+    ratio = float(np.exp(np.mean(np.log(ms["before"] / ms["now"]))))
+    print(f"\n| lookahead on [4,2,2,1], {n_trees} fresh trees | CPU ms, mean | median |")
+    print("|---|---|---|")
+    for k, v in ms.items():
+        print(f"| {k} | {v.mean():.0f} | {np.median(v):.0f} |")
+    print(f"| before / now, geometric mean per tree | {ratio:.2f}x | |")
+
+
 def sampling_check(n_draws):
     """Each driver's sampler against its exact value at full vocabulary: on one [4,2,2,1] i.i.d. tree
     (``block``: one 1 x 4 chain) per setting, the mean tokens of ``n_draws`` verifications (the
@@ -224,6 +275,7 @@ def main(argv=None):
     ap.add_argument("--cost-trees", type=int, default=5, help="trees for the cost table")
     ap.add_argument("--sampling-trees", type=int, default=5, help="trees for the sampling-cost table")
     ap.add_argument("--sampling-check", type=int, default=0, help="verifications per tree (e.g. 20000)")
+    ap.add_argument("--paired-trees", type=int, default=0, help="trees for the before/after table")
     ap.add_argument("--no-scaled", action="store_true", help="leave out the 'soc scaled' variant")
     ap.add_argument("--target", default=None, help="target model folder: time one forward in the same run")
     args = ap.parse_args(argv)
@@ -234,6 +286,8 @@ def main(argv=None):
         cost(args.cost_trees, args.target)
     if args.sampling_trees:
         sampling_cost(args.sampling_trees)
+    if args.paired_trees:
+        paired_old_routes(args.paired_trees)
     if args.sampling_check:
         sampling_check(args.sampling_check)
     if args.trees:

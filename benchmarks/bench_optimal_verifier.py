@@ -1,6 +1,6 @@
 """Benchmark the full-vocabulary optimal verifier (i.i.d. drafts).
 
-Run: ``python benchmarks/bench_optimal_verifier.py [--quick]`` (prints a Markdown table). ``prepare``
+Run: ``python benchmarks/bench_optimal_verifier.py [--quick]`` (prints Markdown tables). ``prepare``
 (the per-(p, q) work, input validation included) is reported as a ratio to ``np.argsort`` of a vector
 of the same size measured in the same run: both are timed in CPU time of this process
 (``time.process_time``), interleaved, best of N, so that other load on a shared machine inflates
@@ -10,6 +10,11 @@ microseconds of CPU time. The last column checks the value: the verifier's exact
 ``alpha*``.
 
 Targets: prepare <= 3x argsort (with replacement), verify <= 50 us at n <= 8.
+
+A second table times the routes to the chain's token order (``verifiers.optimal.chain_token_order``:
+``np.argsort(keys, kind="stable")`` exactly): the radix sort ``chain_order``, numpy's argsort with its
+ties put in index order (``index_order_ties``), numpy's stable argsort, against numpy's default
+(unstable) argsort, and names the route this process's one-time timing chose.
 """
 
 from __future__ import annotations
@@ -71,5 +76,35 @@ def main(quick: bool = False) -> None:
             )
 
 
+def order_routes(quick: bool = False) -> None:
+    from mdsd_ot._kernels.optimal import chain_keys, chain_order
+    from mdsd_ot.verifiers.optimal import _CHAIN_SORT, index_order_ties
+
+    rng = np.random.default_rng(1)
+    print(
+        "\n| V | argsort (ms, CPU) | radix (chain_order) / argsort | argsort + ties / argsort "
+        "| stable argsort / argsort | route chosen |"
+    )
+    print("|---|---|---|---|---|---|")
+    for V in (32_000, 152_064):
+        p, q = llm_like_pair(V, rng)
+        p, q = p / p.sum(), q / q.sum()
+        keys = chain_keys(p, q, np.empty(V))
+        want = np.argsort(keys, kind="stable")
+        assert np.array_equal(chain_order(keys), want)
+        assert np.array_equal(index_order_ties(np.argsort(keys), keys), want)
+        fns = [
+            lambda: np.argsort(keys),
+            lambda: chain_order(keys),
+            lambda: index_order_ties(np.argsort(keys), keys),
+            lambda: np.argsort(keys, kind="stable"),
+        ]
+        t_sort, *ts = best_process_times(fns, repeat=5 if quick else 25)
+        VERIFIERS["optimal"].prepare(p, q, 2)  # the first large prepare of the process picks its route
+        ratios = " | ".join(f"{t / t_sort:.2f}" for t in ts)
+        print(f"| {V:,} | {t_sort * 1e3:.2f} | {ratios} | {_CHAIN_SORT.get('how', '-')} |")
+
+
 if __name__ == "__main__":
     main(quick="--quick" in sys.argv)
+    order_routes(quick="--quick" in sys.argv)

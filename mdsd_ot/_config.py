@@ -207,6 +207,10 @@ BATCH_BUFFER_MAX_ENTRIES = 1 << 20
 #: Up to this vocabulary size the prefix scans run their Python bodies instead of compiling them.
 PYTHON_MAX_V = 256
 
+#: The full-V optimal verifier sorts its tokens by the faster of two exact routes on the machine (the
+#: same order): chosen once per process by timing both on the first vocabulary at least this large.
+ORDER_TIMING_MIN_V = 1 << 14
+
 #: Seconds a kernel's Python body may run in one process (small inputs, ``PYTHON_MAX_V``) before the
 #: kernel is compiled instead, for a kernel outside the families of ``mdsd_ot._compile`` (a family's
 #: kernel switches after its own measured compile time): a loop of small calls (the demo's exact RSD

@@ -296,3 +296,51 @@ def test_bad_drafts_raise():
         prepared.verify(np.array([0, 1]), 0)
     v = prepared.verify(np.array([0, 1]), g)
     assert v.token in range(4) and v.accepted == (v.token in (0, 1))
+
+
+def _hostile_pairs(rng, V):
+    """Full-V orders' worst cases: exact ties of q/p (groups with q = c p), q = 0 (top-k drafts),
+    p = 0 < q, q/p overflowing to inf (a subnormal p) beside p = 0, subnormal masses."""
+    p, q = rng.dirichlet(np.full(V, 0.3)), rng.dirichlet(np.full(V, 0.3))
+    tied = rng.random(V) < 0.3
+    q[tied] = p[tied] * rng.choice([0.5, 1.0, 2.0], tied.sum())  # many exact ties
+    q[rng.random(V) < 0.2] = 0.0
+    p[rng.random(V) < 0.05] = 0.0
+    over = rng.random(V) < 0.01
+    p[over], q[over] = 5e-324, 0.01  # q / p = inf, as for p = 0
+    q[rng.random(V) < 0.01] = 1e-310
+    return p, q
+
+
+@pytest.mark.parametrize("V", [1, 3, 257, 5_000, 152_064])
+def test_chain_order_is_the_stable_argsort_of_the_keys(V):
+    """The chain's order is numpy's stable argsort of ``chain_keys`` (ties in index order, both infinite
+    key groups merged) by both routes: the radix sort ``chain_order`` (compiled, and as Python at small
+    V) and any argsort with its ties put in index order (``index_order_ties``); ``chain_token_order``
+    on each route and on the first timed call."""
+    from mdsd_ot._kernels import dispatch
+    from mdsd_ot._kernels.optimal import chain_keys, chain_order
+    from mdsd_ot.verifiers.optimal import _CHAIN_SORT, _chain_scratch, chain_token_order, index_order_ties
+
+    rng = np.random.default_rng(V)
+    cases = [_hostile_pairs(rng, V), (np.full(V, 1.0 / V), np.full(V, 1.0 / V))]  # all keys equal
+    top = np.zeros(V)
+    top[: min(V, 50)] = rng.dirichlet(np.ones(min(V, 50)))  # top-50 drafts
+    cases.append((rng.dirichlet(np.ones(V)), top))
+    kernels = [chain_order] + ([dispatch.python_twin(chain_order)] if V <= 5_000 else [])
+    for p, q in cases:
+        keys = chain_keys(p, q, np.empty(V))
+        want = np.argsort(keys, kind="stable")
+        for kernel in kernels:
+            assert np.array_equal(kernel(keys), want)
+        shuffled = np.lexsort((rng.random(V), keys))  # an argsort with its ties in random order
+        for unstable in (np.argsort(keys), np.argsort(keys, kind="heapsort"), shuffled):
+            assert np.array_equal(index_order_ties(unstable, keys), want)  # the other route
+        for how in ("radix", "argsort", None):  # the verifier's entry point on either route
+            _CHAIN_SORT.clear()
+            if how:
+                _CHAIN_SORT["how"] = how
+            assert np.array_equal(chain_token_order(p, q, _chain_scratch(V)), want)
+    _CHAIN_SORT.clear()
+    signed = rng.choice([-np.inf, -1.5, -0.0, 0.0, 5e-324, 2.0, np.inf], V)  # beyond chain_keys' range
+    assert np.array_equal(chain_order(signed), np.argsort(signed, kind="stable"))

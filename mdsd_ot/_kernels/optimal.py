@@ -126,6 +126,60 @@ def chain_keys(p, q, key):
     return key
 
 
+#: Bits per pass of :func:`chain_order`'s radix sort (2,048 counters a pass: they stay in L1).
+ORDER_RADIX_BITS = 11
+
+
+@nb.njit(cache=True)
+def chain_order(key):
+    """``np.argsort(key, kind="stable")`` for :func:`chain_keys` (no NaN) by a least-significant-digit
+    radix sort: each key's float64 bits mapped to an unsigned integer of the same order (negative keys
+    inverted, positive ones with the sign bit set; -0.0 as +0.0), then stable counting passes of
+    :data:`ORDER_RADIX_BITS` bits (a pass whose digit every key shares is skipped). Ties keep token-index
+    order, so the order is the same on every machine (numpy's unstable sort orders ties differently
+    with and without SIMD). About 0.3x numpy's ``argsort`` where numpy sorts without SIMD."""
+    V = key.size
+    sign = np.uint64(1) << np.uint64(63)
+    bits = key.view(np.uint64)
+    k = np.empty(V, dtype=np.uint64)
+    k_next = np.empty(V, dtype=np.uint64)
+    for i in range(V):
+        b = bits[i]
+        if b == sign:  # -0.0
+            b = np.uint64(0)
+        k[i] = ~b if b & sign else b | sign
+    nb_ = 1 << ORDER_RADIX_BITS
+    passes = (64 + ORDER_RADIX_BITS - 1) // ORDER_RADIX_BITS
+    mask = np.uint64(nb_ - 1)
+    count = np.zeros((passes, nb_), dtype=np.int64)
+    for i in range(V):  # every pass's histogram in one read
+        x = k[i]
+        for d in range(passes):
+            count[d, (x >> np.uint64(d * ORDER_RADIX_BITS)) & mask] += 1
+    idx = np.arange(V)
+    idx_next = np.empty(V, dtype=np.int64)
+    for d in range(passes):
+        c = count[d]
+        shift = np.uint64(d * ORDER_RADIX_BITS)
+        if V == 0 or c[(k[0] >> shift) & mask] == V:
+            continue
+        total = 0
+        for j in range(nb_):
+            n_j = c[j]
+            c[j] = total
+            total += n_j
+        for i in range(V):
+            x = k[i]
+            j = (x >> shift) & mask
+            at = c[j]
+            c[j] = at + 1
+            idx_next[at] = idx[i]
+            k_next[at] = x
+        idx, idx_next = idx_next, idx
+        k, k_next = k_next, k
+    return idx
+
+
 @nb.njit(cache=True, inline="always")
 def _run_target(slope, sp, sq):
     """``slope * (sp / sq)``, the target ``r/q`` of a run; 0 for a zero slope even where ``sp / sq``
@@ -229,8 +283,9 @@ def chain_scratch(V: int):
 def chain_prepare(p, q, order, n, margin, fw, iw, tw, tpar):
     """The optimal interval-class rule for i.i.d. drafts (docs/math.md#optimal-verifier-full-v).
 
-    ``order`` sorts :func:`chain_keys` ascending; ``fw, iw, tw, tpar`` are scratch arrays
-    (:func:`chain_scratch`; reused between calls, their content is never read before it is written).
+    ``order`` sorts :func:`chain_keys` ascending (:func:`chain_order`); ``fw, iw, tw, tpar`` are scratch
+    arrays (:func:`chain_scratch`; reused between calls, their content is never read before it is
+    written).
     Works on the ``m`` tokens with ``q > 0`` in that order: suffix masses ``R``, the prefix points
     ``(P_k, g_k = 1 - R_k^n)``, their lower convex hull, runs of tokens pooled inside each hull block
     (:func:`_pool_runs`), *units* (maximal groups of runs with no strict concavity between them: one

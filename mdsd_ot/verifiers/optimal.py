@@ -30,6 +30,7 @@ vocabularies only.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -105,6 +106,59 @@ def _chain_scratch(V: int):
     return arrays
 
 
+#: ``"radix"`` or ``"argsort"``: the faster route to the chain's order on this machine (timed once).
+_CHAIN_SORT: dict = {}
+
+
+def chain_token_order(p: np.ndarray, q: np.ndarray, scratch) -> np.ndarray:
+    """The tokens sorted by ``chain_keys`` (``q/p``) ascending, ties in token-index order: exactly
+    ``np.argsort(keys, kind="stable")``, the same on every machine.
+
+    Two exact routes give it: the radix sort ``_kernels.optimal.chain_order`` (about a third of numpy's
+    argsort where numpy sorts without SIMD) and numpy's argsort with each run of ties put back in index
+    order (``index_order_ties``; faster where numpy sorts with AVX-512). The first vocabulary of at
+    least ``ORDER_TIMING_MIN_V`` tokens in a process times both once and keeps the faster; below it the
+    radix sort, and numpy's stable sort up to ``PYTHON_MAX_V`` tokens. ``scratch``: :func:`_chain_scratch`.
+    """
+    from .. import _kernels
+    from .._config import ORDER_TIMING_MIN_V, PYTHON_MAX_V
+    from .._kernels.optimal import chain_keys, chain_order
+
+    V = p.size
+    keys = _kernels.small_or_jit(chain_keys, V)(p, q, scratch[0][-1, :V])
+    if V <= PYTHON_MAX_V:
+        return np.argsort(keys, kind="stable")
+    how = _CHAIN_SORT.get("how")
+    if how is None and V >= ORDER_TIMING_MIN_V:  # time both routes once (each compiled or loaded first)
+        out = chain_order(keys)
+        t0 = time.perf_counter()
+        chain_order(keys)
+        t1 = time.perf_counter()
+        index_order_ties(np.argsort(keys), keys)
+        _CHAIN_SORT["how"] = "radix" if t1 - t0 <= time.perf_counter() - t1 else "argsort"
+        return out
+    if how == "argsort":
+        return index_order_ties(np.argsort(keys), keys)
+    return chain_order(keys)
+
+
+def index_order_ties(order: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Put each run of equal ``keys`` along ``order`` in token-index order, in place: any argsort of
+    ``keys`` becomes ``np.argsort(keys, kind="stable")``. O(V) without ties; the tied positions alone
+    are sorted (by run, then index)."""
+    k = keys[order]
+    same = k[1:] == k[:-1]
+    if not same.any():
+        return order
+    tied = np.zeros(order.size, dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    at = np.flatnonzero(tied)
+    run = np.cumsum(np.concatenate(([True], ~same)))[at]
+    order[at] = order[at][np.lexsort((order[at], run))]
+    return order
+
+
 class _PreparedOptimal(PreparedVerifier):
     def __init__(self, verifier, p, q, n, scheme):
         super().__init__(verifier, p, q, n, scheme)
@@ -174,7 +228,7 @@ class _PreparedChain(PreparedVerifier):
         super().__init__(verifier, p, q, n, scheme)
         from .. import _kernels
         from .._config import CHAIN_SCAN_MAX_UNITS, POOL_MARGIN
-        from .._kernels.optimal import chain_keys, chain_prepare, max_tree, single_draft_prepare
+        from .._kernels.optimal import chain_prepare, max_tree, single_draft_prepare
 
         small = _kernels.small_or_jit  # small V: the kernels' Python twins, nothing to compile
         if n > 1:
@@ -186,7 +240,7 @@ class _PreparedChain(PreparedVerifier):
             out = small(single_draft_prepare, p.size)(p, q)
         else:
             scratch = _chain_scratch(p.size)
-            self._order = np.argsort(small(chain_keys, p.size)(p, q, scratch[0][-1, : p.size]))
+            self._order = chain_token_order(p, q, scratch)
             out = small(chain_prepare, p.size)(p, q, self._order, n, POOL_MARGIN, *scratch)
         self.cls, self.tau, self.ratio, self._lam_unit, self._cdf, accept, widest = out
         if widest > CHAIN_SCAN_MAX_UNITS:  # range maxima from a segment tree
