@@ -18,6 +18,9 @@ copy of the target).
   plain numpy routes the library used before round 4, session 6 (numpy's unstable ``argsort`` for the
   optimal verifier's order, ``searchsorted`` and ``bincount`` for the value order's tables) and with
   the library's own, alternated per tree in one process, CPU ms; the emitted tokens must agree.
+* **Tie orders** (``--tie-orders N``): on trees from bf16-rounded logits, the exact values of
+  node-wise ``optimal`` and ``lookahead`` with ties of ``q/p`` in token-index order and in numpy's
+  unstable order, and the root's one-step acceptance of both against ``alpha*``.
 * **Sampling check** (``--sampling-check N``): each driver's mean emitted tokens over N verifications
   of one tree per setting against its exact value, as a z-score.
 * **Value** (``--trees`` per setting): exact tokens per call of ``optimal``, ``traversal`` and every
@@ -62,17 +65,27 @@ def softmax(z):
     return e / e.sum()
 
 
-class Laws:
-    """Target and draft laws by path, drawn from a seed and the path (memoised)."""
+def bf16(z):
+    """``z`` rounded to bfloat16 (to nearest, ties to even) and back: logits as a bf16 model gives them."""
+    b = z.astype(np.float32).view(np.uint32)
+    b = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return b.view(np.float32).astype(np.float64)
 
-    def __init__(self, seed, scale, noise):
+
+class Laws:
+    """Target and draft laws by path, drawn from a seed and the path (memoised); ``rounded``: the
+    logits rounded to bfloat16 first (many tokens then share their ratio ``q/p`` exactly)."""
+
+    def __init__(self, seed, scale, noise, rounded=False):
         self.seed, self.scale, self.noise, self.memo = seed, scale, noise, {}
+        self.round = bf16 if rounded else (lambda z: z)
 
     def __call__(self, path):
         if path not in self.memo:
             rng = np.random.default_rng([self.seed, len(path), *path])
             z, e = rng.standard_normal(V), rng.standard_normal(V)
-            self.memo[path] = (softmax(self.scale * z), softmax(self.scale * z + self.noise * e))
+            target, draft = self.round(self.scale * z), self.round(self.scale * z + self.noise * e)
+            self.memo[path] = (softmax(target), softmax(draft))
         return self.memo[path]
 
     def target(self, paths):
@@ -218,6 +231,43 @@ def paired_old_routes(n_trees):
     print(f"| before / now, geometric mean per tree | {ratio:.2f}x | |")
 
 
+def tie_orders(n_trees):
+    """On trees whose logits are rounded to bfloat16 (ties of ``q/p`` abound): the exact values of
+    node-wise ``optimal`` and ``lookahead`` with the optimal verifier's ties in token-index order (the
+    library) and in the order of numpy's unstable ``argsort`` (the library before), and the root's
+    one-step acceptance of both against the dual's ``alpha*``: another tie order is another optimal
+    coupling (the same ``alpha*``), whose tree values differ."""
+    import mdsd_ot.verifiers.optimal as optimal
+    from mdsd_ot import optimal_acceptance
+    from mdsd_ot._kernels.optimal import chain_keys
+    from mdsd_ot.verifiers import get_verifier
+
+    def numpy_order(p, q, scratch):
+        return np.argsort(chain_keys(p, q, np.empty(p.size)))
+
+    routes = {"index order": optimal.chain_token_order, "numpy's order": numpy_order}
+    print(
+        "\n| bf16-rounded tree | distinct q/p at the root | optimal: numpy's - index order | "
+        "lookahead: the same | root acceptance - alpha*, each order (n = 4) |"
+    )
+    print("|---|---|---|---|---|")
+    for i in range(n_trees):
+        laws = Laws(4000 + i, 4.0, 1.0, rounded=True)
+        tree = draft_tree(SHAPE, "with_replacement", laws.draft, np.random.default_rng(i), target=laws.target)
+        p, q = tree.node_pair(0)
+        alpha = optimal_acceptance(p, q, 4).value
+        values, gaps = {}, []
+        for name, route in routes.items():
+            optimal.chain_token_order = route
+            values[name] = [expected_tokens(fresh(tree), v) for v in ("optimal", "lookahead")]
+            gaps.append(get_verifier("optimal").prepare(p, q, 4).acceptance() - alpha)
+        optimal.chain_token_order = routes["index order"]
+        d = [a - b for a, b in zip(values["numpy's order"], values["index order"])]
+        distinct = np.unique(q / p).size
+        gap_text = ", ".join(f"{g:+.1e}" for g in gaps)
+        print(f"| {i} | {distinct:,} of {V:,} | {d[0]:+.4f} | {d[1]:+.4f} | {gap_text} |")
+
+
 def sampling_check(n_draws):
     """Each driver's sampler against its exact value at full vocabulary: on one [4,2,2,1] i.i.d. tree
     (``block``: one 1 x 4 chain) per setting, the mean tokens of ``n_draws`` verifications (the
@@ -276,6 +326,7 @@ def main(argv=None):
     ap.add_argument("--sampling-trees", type=int, default=5, help="trees for the sampling-cost table")
     ap.add_argument("--sampling-check", type=int, default=0, help="verifications per tree (e.g. 20000)")
     ap.add_argument("--paired-trees", type=int, default=0, help="trees for the before/after table")
+    ap.add_argument("--tie-orders", type=int, default=0, help="bf16-rounded trees for the tie-order table")
     ap.add_argument("--no-scaled", action="store_true", help="leave out the 'soc scaled' variant")
     ap.add_argument("--target", default=None, help="target model folder: time one forward in the same run")
     args = ap.parse_args(argv)
@@ -288,6 +339,8 @@ def main(argv=None):
         sampling_cost(args.sampling_trees)
     if args.paired_trees:
         paired_old_routes(args.paired_trees)
+    if args.tie_orders:
+        tie_orders(args.tie_orders)
     if args.sampling_check:
         sampling_check(args.sampling_check)
     if args.trees:
