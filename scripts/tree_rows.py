@@ -11,16 +11,24 @@ whose functions this script uses), so a later session resumes the run from the r
     python scripts/tree_rows.py unpack docs/results/trees RUN   # a decode folder to resume into
     python scripts/tree_rows.py check                           # verify; exit 1 on any mismatch
     python scripts/tree_rows.py cells                           # JSON: target calls per cell
+    python scripts/tree_rows.py compare A B                     # B's rows against A's, field by field
 
 ``cells`` prints a JSON list of ``{"temperature", "shape", "scheme", "calls"}``, one object per
 (temperature, tree shape, draft scheme) cell, ``shape`` as written on the command line (``"4x4"``,
 ``"4,2,2,1"``), ``calls`` the number of target calls at which the cell was evaluated.
+
+``compare A B`` matches every row of B to A's row of the same (problem, temperature, tree, scheme,
+call) (e.g. a few problems of a part decoded again by another version of the library) and prints, per
+field that differs (timings aside), how many rows differ and by how much, whether the driver's
+tokens are the same (the runs then reached the same positions), and the mean of every value column
+over the matched rows in each.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -43,6 +51,47 @@ def cells(rows) -> list[dict]:
     ]
 
 
+def _key(r):
+    return (r["record"], float(r["T"]), r["tree"], r["scheme"], r["call"])
+
+
+def compare(rows_a, rows_b) -> list[str]:
+    """Lines of Markdown: B's rows against A's (see the module docstring)."""
+    by_key = {_key(r): r for r in rows_a}
+    matched = [(by_key[_key(r)], r) for r in rows_b if _key(r) in by_key]
+    out = [f"{len(rows_b)} rows of B, {len(matched)} matched (same problem, T, tree, scheme, call)"]
+    same_tokens = all(a.get("tokens") == b.get("tokens") for a, b in matched)
+    out.append(f"driver's tokens: {'the same in every matched call' if same_tokens else 'DIFFERENT'}")
+    fields = sorted({f for a, b in matched for f in (*a, *b) if not f.startswith("t_")})
+    out += [
+        "",
+        "| field | rows that differ | median abs. difference | largest | mean of A | mean of B |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in fields:
+        pairs = [(a.get(f), b.get(f)) for a, b in matched if a.get(f) != b.get(f)]
+        both = [
+            (x, y)
+            for a, b in matched
+            if isinstance(x := a.get(f), float) and isinstance(y := b.get(f), float)
+        ]
+        if not pairs:
+            continue
+        if both and all(isinstance(x, float) and isinstance(y, float) for x, y in pairs):
+            gaps = [abs(y - x) for x, y in pairs]
+            mean_a = statistics.fmean(x for x, _ in both)
+            mean_b = statistics.fmean(y for _, y in both)
+            out.append(
+                f"| {f} | {len(pairs)} of {len(both)} | {statistics.median(gaps):.1e} | {max(gaps):.4f} | "
+                f"{mean_a:.5f} | {mean_b:.5f} |"
+            )
+        else:
+            out.append(f"| {f} | {len(pairs)} | (not numbers) | | | |")
+    if out[-1] == "|---|---|---|---|---|---|":
+        out.append("| (none: every field equal) | | | | | |")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -53,6 +102,9 @@ def main(argv=None) -> int:
     u = sub.add_parser("unpack", help="committed form -> decode folder (to resume or merge)")
     u.add_argument("src")
     u.add_argument("dest")
+    m = sub.add_parser("compare", help="B's rows against A's, field by field")
+    m.add_argument("a")
+    m.add_argument("b")
     for name, what in (("check", "verify the committed rows (exit 1 on any mismatch)"), ("cells", CELLS)):
         c = sub.add_parser(name, help=what)
         c.add_argument("folder", nargs="?", default=str(DEFAULT))
@@ -70,6 +122,8 @@ def main(argv=None) -> int:
                 f"{args.folder}: {len(rows)} rows verified against SHA256SUMS and done.txt, "
                 f"{len({r['record'] for r in rows})} problems, {calls} target calls"
             )
+        elif args.cmd == "compare":
+            print("\n".join(compare(load_rows(args.a), load_rows(args.b))))
         else:
             print(json.dumps(cells(load_rows(args.folder)), indent=1))
     except (OSError, ValueError) as exc:

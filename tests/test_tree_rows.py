@@ -62,3 +62,37 @@ def test_check_fails_on_a_changed_byte(tmp_path):
     assert res.returncode == 1 and "sha256" in res.stderr
     (copy / "positions.jsonl.xz").unlink()
     assert _run("check", copy).returncode == 1
+
+
+def test_compare_reports_what_differs():
+    """``compare``: nothing for identical rows; a changed value and changed driver tokens are named,
+    with the difference and both means computed here by hand."""
+    spec = importlib.util.spec_from_file_location("tree_rows", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [
+        {
+            "record": "P/0",
+            "T": 0.7,
+            "tree": "1x4",
+            "scheme": "greedy",
+            "call": c,
+            "exact:optimal": v,
+            "exact:rrs": 2.0,
+            "tokens": [c],
+            "t_draft": 0.1 * c,
+        }
+        for c, v in enumerate([3.0, 4.0, 5.0])
+    ]
+    same = module.compare(rows, [dict(r, t_draft=9.0) for r in rows])  # timings are not compared
+    assert "the same in every matched call" in same[1] and "every field equal" in same[-1]
+    changed = [dict(r) for r in rows]
+    changed[1]["exact:optimal"] = 4.25
+    changed[2]["tokens"] = [7]
+    out = module.compare(rows, changed + [dict(rows[0], call=9)])  # one row without a twin
+    assert out[0].startswith("4 rows of B, 3 matched")
+    assert "DIFFERENT" in out[1]
+    line = next(x for x in out if x.startswith("| exact:optimal |"))
+    assert line == "| exact:optimal | 1 of 3 | 2.5e-01 | 0.2500 | 4.00000 | 4.08333 |"
+    assert not any(x.startswith("| exact:rrs |") for x in out)
+    assert any(x.startswith("| tokens | 1 | (not numbers)") for x in out)
