@@ -8,8 +8,10 @@ same number of new tokens with the target alone (``plain``: one forward per toke
 temperature, one draw) and with each speculative method (``DRIVER@TREE``: the draft tree, one target
 forward over it, the laws, the driver's verification on the fresh tree; nothing else: no exact values),
 back to back in an order that rotates from prompt to prompt, so that a slow spell of the machine
-falls on every method alike. Each method decodes each prompt from an empty cache with its own seeded
-generator; the first prompt is decoded once untimed first (compilation, caches).
+falls on every method alike. Each method decodes each prompt from an empty cache with its own
+generator, seeded by ``(--seed, the prompt's index, the method's position in --methods)``: the same
+``--methods`` list reproduces a run's tokens, another list gives a method other draws. The first prompt
+is decoded once untimed first (compilation, caches).
 
     python scripts/tree_race.py run OUT.jsonl [--prompts humaneval] [--subset 64] [--temperature 0.7]
         [--tokens 16] [--methods plain block@1x4 traversal@4,2,2,1 ...] [--threads 2]
