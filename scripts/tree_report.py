@@ -548,16 +548,16 @@ def sandwich_summary(cells) -> str:
 def new_comparisons(rows, *, per_problem: bool = False, collect=None, index=None) -> str:
     """Paired differences of the second edition's columns on the same calls, clustered by problem,
     with two-sided p-values: ``lookahead`` against ``traversal`` and node-wise ``optimal``, ``gbv``
-    against ``traversal`` and ``block`` (where both exist), and each cell's default certified rule
-    against the others (``upper:subtree - upper:one_level``). ``per_problem`` and ``collect`` as in
-    :func:`comparisons`."""
+    against ``traversal``, ``block`` and ``lookahead`` (where both exist), and each cell's default
+    certified rule against the others (``upper:subtree - upper:one_level``). ``per_problem`` and
+    ``collect`` as in :func:`comparisons`."""
     temps = sorted({r["T"] for r in rows})
     index = call_index(rows) if index is None else index
     groups = {"lookahead": [], "gbv": [], "rules": []}
     for (tree, scheme), keys in _cell_keys(rows).items():
         for new, group, others in (
             ("exact:lookahead", "lookahead", ("exact:traversal", "exact:optimal")),
-            ("exact:gbv", "gbv", ("exact:traversal", "exact:block")),
+            ("exact:gbv", "gbv", ("exact:traversal", "exact:block", "exact:lookahead")),
         ):
             if new in keys:
                 groups[group] += [
@@ -574,7 +574,7 @@ def new_comparisons(rows, *, per_problem: bool = False, collect=None, index=None
     intro = {
         "lookahead": "`lookahead` against `traversal` and node-wise `optimal` (proved never below it in the "
         "mean over drafted trees, docs/math.md#lookahead-verification):",
-        "gbv": "`gbv` (K x L cells) against `traversal` and `block`:",
+        "gbv": "`gbv` (K x L cells) against `traversal`, `block` and `lookahead`:",
         "rules": "The certified bound rules of each cell (docs/math.md#the-tree-dual), the scheme's default "
         "rule minus the others (negative: the default is tighter):",
     }

@@ -100,8 +100,10 @@ def test_new_comparisons_against_numpy(tr):
     assert labels == {
         "1x2 with_replacement: lookahead - traversal", "1x2 with_replacement: lookahead - optimal (one-step)",
         "1x2 with_replacement: gbv - traversal", "1x2 with_replacement: gbv - block",
+        "1x2 with_replacement: gbv - lookahead",
         "2x2 with_replacement: lookahead - traversal", "2x2 with_replacement: lookahead - optimal (one-step)",
-        "2x2 with_replacement: gbv - traversal", "2x2 top_n: lookahead - traversal",
+        "2x2 with_replacement: gbv - traversal", "2x2 with_replacement: gbv - lookahead",
+        "2x2 top_n: lookahead - traversal",
         "1x2 with_replacement: upper:subtree - upper:one_level",
         "2x2 with_replacement: upper:subtree - upper:one_level", "2x2 top_n: upper:top_n - upper:one_level",
     }  # fmt: skip
@@ -109,10 +111,15 @@ def test_new_comparisons_against_numpy(tr):
     assert (
         "| 1x2 with_replacement: gbv - block | 0 (equal up to rounding) | 0 (equal up to rounding) |" in text
     )
+    assert (
+        "| 1x2 with_replacement: gbv - lookahead | 0 (equal up to rounding) | 0 (equal up to rounding) |"
+        in text
+    )
     for label, tree, scheme, left, right in [
         ("2x2 with_replacement: lookahead - optimal (one-step)", "2x2", "with_replacement", "exact:lookahead",
          "exact:optimal"),
         ("2x2 with_replacement: gbv - traversal", "2x2", "with_replacement", "exact:gbv", "exact:traversal"),
+        ("2x2 with_replacement: gbv - lookahead", "2x2", "with_replacement", "exact:gbv", "exact:lookahead"),
         ("1x2 with_replacement: upper:subtree - upper:one_level", "1x2", "with_replacement", "upper:subtree",
          "upper:one_level"),
     ]:  # fmt: skip
