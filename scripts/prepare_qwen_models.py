@@ -147,8 +147,20 @@ def convert(name: str, gguf: Path, out: Path) -> Path:
         extra = {"torch_dtype": torch.float32}
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **extra)
     model.save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
+    save_tokenizer(tok, folder)
     return folder
+
+
+def save_tokenizer(tok, folder: Path) -> None:
+    """``tok.save_pretrained(folder)`` with files that do not depend on the environment.
+
+    transformers records the loading call's ``local_files_only`` in ``tokenizer_config.json``, and
+    ``HF_HUB_OFFLINE=1`` turns it to true: the same models would get another file, hence another
+    run identity (``mdsd_ot.runs.identity``), depending on how the script was called. It is saved as
+    false, its value without the offline switch (the committed runs' identities were made so)."""
+    if "local_files_only" in tok.init_kwargs:
+        tok.init_kwargs["local_files_only"] = False
+    tok.save_pretrained(str(folder))
 
 
 def main(argv=None) -> int:

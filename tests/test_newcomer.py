@@ -740,6 +740,44 @@ def test_models_folder_default(monkeypatch, tmp_path):
     assert prep.default_models_dir() == tmp_path / "home" / ".cache" / "mdsd_ot" / "models"
 
 
+_SAVE_TOKENIZER = """
+import hashlib, json, sys
+from pathlib import Path
+from transformers import AutoTokenizer
+sys.path.insert(0, sys.argv[1])
+import prepare_qwen_models as prep
+src, out = Path(sys.argv[2]), Path(sys.argv[3])
+tok = AutoTokenizer.from_pretrained(str(src))
+tok.save_pretrained(str(out / "plain"))
+prep.save_tokenizer(AutoTokenizer.from_pretrained(str(src)), out / "fixed")
+print(json.dumps({k: hashlib.sha256((out / k / "tokenizer_config.json").read_bytes()).hexdigest()
+                  for k in ("plain", "fixed")}))
+"""
+
+
+def test_prepare_script_saves_the_same_tokenizer_files_with_and_without_hf_hub_offline(tmp_path):
+    """HF_HUB_OFFLINE=1 changes what transformers writes into tokenizer_config.json; the script's
+    save_tokenizer writes the same bytes either way (a tiny word-level tokenizer, loaded from disk)."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "a", "b", "c"])}
+    tiny = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")))
+    tiny.save_pretrained(str(tmp_path / "src"))
+    digests = {}
+    for offline in ("0", "1"):
+        env = dict(os.environ, HF_HUB_OFFLINE=offline)
+        run = subprocess.run(
+            [sys.executable, "-c", _SAVE_TOKENIZER, str(ROOT / "scripts"), str(tmp_path / "src"),
+             str(tmp_path / offline)], env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        digests[offline] = json.loads(run.stdout.strip().splitlines()[-1])
+    assert digests["0"]["plain"] != digests["1"]["plain"]  # what the fix is for, on this transformers
+    assert digests["0"]["fixed"] == digests["1"]["fixed"] == digests["0"]["plain"]
+
+
 def test_no_absolute_machine_paths_and_no_pypi_install_hints():
     import re
 
