@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))  # the old table route (oracles.py)
 from _common import header  # noqa: E402
 
 from mdsd_ot.trees import DraftTree, draft_tree, expected_tokens  # noqa: E402
@@ -188,6 +189,8 @@ def paired_old_routes(n_trees):
     """CPU ms of one ``lookahead`` verification on fresh trees, with the old numpy routes patched in
     (``np.argsort`` of the chain keys; the tables' ``searchsorted`` + ``bincount``) and without,
     alternated per tree; the geometric mean of the per-tree ratios."""
+    from oracles import ratio_bin_sums_slow as old_bins  # the tables' numpy route before the kernel
+
     import mdsd_ot._kernels.verifiers as kernels
     import mdsd_ot.verifiers.optimal as optimal
     from mdsd_ot._kernels.optimal import chain_keys
@@ -195,15 +198,6 @@ def paired_old_routes(n_trees):
 
     def old_order(p, q, scratch):
         return np.argsort(chain_keys(p, q, np.empty(p.size)))
-
-    def old_bins(p, rho, grid):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.where(p > 0, rho / p, 0.0)
-        b = np.searchsorted(grid, s, side="left")
-        return (
-            np.bincount(b, weights=p * s, minlength=grid.size + 1),
-            np.bincount(b, weights=p, minlength=grid.size + 1),
-        )
 
     routes = {"before": (old_order, old_bins), "now": (optimal.chain_token_order, kernels.ratio_bin_sums)}
     times = {k: [] for k in routes}

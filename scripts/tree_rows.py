@@ -70,13 +70,13 @@ def compare(rows_a, rows_b) -> list[str]:
     ]
     for f in fields:
         pairs = [(a.get(f), b.get(f)) for a, b in matched if a.get(f) != b.get(f)]
+        if not pairs:
+            continue
         both = [
             (x, y)
             for a, b in matched
             if isinstance(x := a.get(f), float) and isinstance(y := b.get(f), float)
         ]
-        if not pairs:
-            continue
         if both and all(isinstance(x, float) and isinstance(y, float) for x, y in pairs):
             gaps = [abs(y - x) for x, y in pairs]
             mean_a = statistics.fmean(x for x, _ in both)
